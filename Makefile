@@ -1,0 +1,118 @@
+# molprop - build, test and run.
+#
+#   make            build build/molprop (CLI) and build/libmolprop.a (library)
+#   make check      install missing packages, build, run the tests, then run
+#                   them again under AddressSanitizer + UBSan (the CI command)
+#   make test       the tests once, normal build
+#   make test-san   the tests once, sanitizer build (build-san/)
+#   make demo       the main job: fetch ESOL and run molprop on it
+#   make CUDA=0     build without the CUDA backend even where nvcc exists
+#
+# Dependencies are Debian 12 packages; scripts/deps.sh installs any that are
+# missing (as root) or prints the apt-get command to run.
+
+CC       ?= gcc
+CXX      ?= g++
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
+ifeq ($(NVCC),)
+CUDA     ?= 0
+else
+CUDA     ?= 1
+endif
+
+SAN      ?= 0
+ifeq ($(SAN),1)
+BUILD    ?= build-san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT      := -O1 -g
+else
+BUILD    ?= build
+SANFLAGS :=
+OPT      ?= -O2 -g
+endif
+
+WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
+CPPFLAGS += -Iinclude -Isrc -isystem /usr/include/rdkit -DMP_HAVE_CUDA=$(CUDA)
+CFLAGS   += -std=gnu11 $(OPT) $(WARN) -fopenmp $(SANFLAGS) -MMD -MP
+CXXFLAGS += -std=c++17 $(OPT) $(WARN) -fopenmp $(SANFLAGS) -MMD -MP \
+            -Wno-deprecated-declarations
+
+RDKIT_LIBS := -lRDKitDescriptors -lRDKitFingerprints -lRDKitChemTransforms \
+              -lRDKitSubstructMatch -lRDKitSmilesParse -lRDKitGraphMol \
+              -lRDKitDataStructs -lRDKitRDGeometryLib -lRDKitRDGeneral
+LDLIBS   := $(RDKIT_LIBS) -lopenblas -lcsv -lz -lcjson -lcrypto -lcurl -lm
+LDFLAGS  += -fopenmp $(SANFLAGS)
+
+ifeq ($(CUDA),1)
+NVCCFLAGS := -O2 -std=c++17 -Iinclude -Isrc -DMP_HAVE_CUDA=1 \
+             -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
+             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -MMD -MP
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+endif
+
+LIB_C    := $(wildcard src/core/*.c src/data/*.c src/featurize/*.c src/models/*.c)
+LIB_CXX  := $(wildcard src/featurize/*.cpp)
+LIB_CU   := $(if $(filter 1,$(CUDA)),$(wildcard src/gpu/*.cu),)
+LIB_C    += $(if $(filter 1,$(CUDA)),,$(wildcard src/gpu/*_nocuda.c))
+CLI_C    := $(wildcard src/cli/*.c)
+TEST_C   := $(wildcard tests/*.c)
+
+LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cpp=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_C:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_C:%.c=$(BUILD)/%.o)
+
+.PHONY: all deps test test-san check demo bench clean
+all: $(BUILD)/molprop $(BUILD)/libmolprop.a
+
+deps:
+	@sh scripts/deps.sh
+
+$(BUILD)/libmolprop.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/molprop: $(CLI_OBJ) $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libmolprop.a $(LDLIBS)
+
+$(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ -Wl,--whole-archive $(TEST_OBJ) -Wl,--no-whole-archive \
+	    $(BUILD)/libmolprop.a $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# The tests find the shared fixtures and the dataset mirror beside the checkout
+# unless told otherwise.
+MOLPROP_SHARED      ?= $(abspath ../shared)
+MOLPROP_DATA_MIRROR ?= $(MOLPROP_SHARED)/datasets
+export MOLPROP_SHARED MOLPROP_DATA_MIRROR
+
+test: $(BUILD)/run_tests $(BUILD)/molprop
+	MOLPROP_BIN=$(abspath $(BUILD)/molprop) ./$(BUILD)/run_tests $(T)
+
+test-san:
+	$(MAKE) SAN=1 test
+
+check: deps
+	$(MAKE) all
+	$(MAKE) test
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
+	    UBSAN_OPTIONS=print_stacktrace=1 $(MAKE) test-san
+
+demo: deps all
+	sh scripts/demo.sh
+
+clean:
+	rm -rf build build-san
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,0 +1,158 @@
+/*
+ * core.h - the bottom of molprop: status codes and error messages, the one
+ * allocation hook, random number generators, and small helpers shared by every
+ * module.  Nothing here knows about molecules or models.
+ */
+#ifndef MP_CORE_H
+#define MP_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ===================================================================== */
+/* Status and errors                                                      */
+/* ===================================================================== */
+
+typedef enum {
+    MP_OK = 0,
+    MP_ERR_IO,        /* a file could not be opened, read or written       */
+    MP_ERR_FORMAT,    /* malformed input: CSV, model file, cache file      */
+    MP_ERR_ARG,       /* a bad argument or option value                    */
+    MP_ERR_NOMEM,     /* an allocation failed                              */
+    MP_ERR_CHECKSUM,  /* a checksum did not match                          */
+    MP_ERR_NODEVICE,  /* no usable GPU                                     */
+    MP_ERR_INTERNAL   /* a library we call failed unexpectedly             */
+} mp_status;
+
+/*
+ * The last error message is kept per thread, like errno, so a library call can
+ * return a status and the caller can read the detail (file, line, column,
+ * molecule).  mp_error_set formats it and returns `st` so callers can write
+ * `return mp_error_set(MP_ERR_FORMAT, "%s:%zu: ...", path, line);`.
+ */
+mp_status   mp_error_set(mp_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+const char *mp_error_message(void);   /* "" when no error was recorded */
+void        mp_error_clear(void);
+const char *mp_status_name(mp_status st);
+
+/* Assertions on our own invariants: print file:line and abort.  Cheap ones
+ * always; MP_DEBUG_ASSERT only in debug builds. */
+#define MP_ASSERT(c) \
+    ((c) ? (void)0 : mp_assert_fail(#c, __FILE__, __LINE__))
+#ifdef MP_DEBUG
+#define MP_DEBUG_ASSERT(c) MP_ASSERT(c)
+#else
+#define MP_DEBUG_ASSERT(c) ((void)0)
+#endif
+void mp_assert_fail(const char *expr, const char *file, int line)
+    __attribute__((noreturn));
+
+/* ===================================================================== */
+/* Allocation: every allocation in molprop goes through these, so tests   */
+/* can count live blocks and make the Nth allocation fail.                */
+/* ===================================================================== */
+
+void *mp_malloc(size_t n);             /* NULL on failure (also when n==0 -> non-NULL) */
+void *mp_calloc(size_t count, size_t size);
+void *mp_realloc(void *p, size_t n);
+void  mp_free(void *p);
+char *mp_strdup(const char *s);
+
+/* Test hooks. mp_alloc_live() counts blocks not yet freed;
+ * mp_alloc_fail_after(n) makes the allocation after the next n fail
+ * (n < 0 disables). */
+long  mp_alloc_live(void);
+void  mp_alloc_fail_after(long n);
+
+/* ===================================================================== */
+/* Random numbers                                                         */
+/* ===================================================================== */
+
+/*
+ * mp_pyrandom: Python's random.Random, bit for bit (MT19937 seeded through
+ * init_by_array from the integer seed; getrandbits; _randbelow by rejection;
+ * shuffle as Fisher-Yates from the end; random() with 53 bits).  Chemprop draws
+ * its split shuffles from this, so reproducing it reproduces its splits.
+ */
+typedef struct {
+    uint32_t mt[624];
+    int      index;
+} mp_pyrandom;
+
+void     mp_pyrandom_seed(mp_pyrandom *r, uint64_t seed);
+uint32_t mp_pyrandom_u32(mp_pyrandom *r);              /* genrand_uint32    */
+uint64_t mp_pyrandom_getrandbits(mp_pyrandom *r, int k); /* 1 <= k <= 64   */
+uint64_t mp_pyrandom_randbelow(mp_pyrandom *r, uint64_t n); /* n >= 1      */
+double   mp_pyrandom_random(mp_pyrandom *r);            /* [0,1), 53 bits  */
+/* random.shuffle(x) on an array of n size_t indices */
+void     mp_pyrandom_shuffle(mp_pyrandom *r, size_t *x, size_t n);
+
+/*
+ * mp_rng: the fast generator for everything else (weight init, shuffling
+ * training batches, dropout).  xoshiro256** seeded by splitmix64, so a seed
+ * and a stream number give an independent sequence.
+ */
+typedef struct { uint64_t s[4]; } mp_rng;
+
+void     mp_rng_seed(mp_rng *r, uint64_t seed, uint64_t stream);
+uint64_t mp_rng_u64(mp_rng *r);
+double   mp_rng_uniform(mp_rng *r);     /* [0,1), 53 bits        */
+double   mp_rng_normal(mp_rng *r);      /* standard normal       */
+uint64_t mp_rng_below(mp_rng *r, uint64_t n);  /* unbiased, n >= 1 */
+void     mp_rng_shuffle(mp_rng *r, size_t *x, size_t n);
+
+/* ===================================================================== */
+/* Small helpers                                                          */
+/* ===================================================================== */
+
+/* Monotonic wall clock in seconds. */
+double mp_time_now(void);
+
+/* Number of threads molprop uses: set by mp_threads_set (0 = OpenMP default). */
+void mp_threads_set(int n);
+int  mp_threads_get(void);
+
+/*
+ * Atomic file output: mp_afile_open creates "<path>.tmp.<pid>" next to the
+ * target; mp_afile_commit flushes, closes and renames it over `path`;
+ * mp_afile_abort closes and removes it.  So a failed or interrupted writer
+ * never leaves a half-written file at `path`.
+ */
+typedef struct {
+    FILE *fp;
+    char *path;
+    char *tmp_path;
+} mp_afile;
+
+mp_status mp_afile_open(mp_afile *f, const char *path);
+mp_status mp_afile_commit(mp_afile *f);
+void      mp_afile_abort(mp_afile *f);
+
+/* CRC-32 (zlib's polynomial), chainable: crc = mp_crc32(crc, buf, n), start 0. */
+uint32_t mp_crc32(uint32_t crc, const void *buf, size_t n);
+
+/* Lower-case, case-insensitive compare helpers used for column names. */
+int mp_strcaseeq(const char *a, const char *b);
+
+/* Growable buffer of bytes (for building strings and arrays). */
+typedef struct {
+    char  *data;
+    size_t len, cap;
+} mp_buf;
+
+mp_status mp_buf_reserve(mp_buf *b, size_t extra);
+mp_status mp_buf_append(mp_buf *b, const void *p, size_t n);
+mp_status mp_buf_printf(mp_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void      mp_buf_free(mp_buf *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_CORE_H */

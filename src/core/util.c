@@ -1,0 +1,184 @@
+/*
+ * util.c - clock, thread count, atomic file output, CRC-32, strings and the
+ * growable buffer.
+ */
+#include "core.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+double mp_time_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ===================================================================== */
+/* Threads                                                                */
+/* ===================================================================== */
+
+static int n_threads_set;
+
+void mp_threads_set(int n)
+{
+    n_threads_set = n > 0 ? n : 0;
+#ifdef _OPENMP
+    if (n > 0)
+        omp_set_num_threads(n);
+#endif
+}
+
+int mp_threads_get(void)
+{
+    if (n_threads_set > 0)
+        return n_threads_set;
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* ===================================================================== */
+/* Atomic file output                                                     */
+/* ===================================================================== */
+
+mp_status mp_afile_open(mp_afile *f, const char *path)
+{
+    memset(f, 0, sizeof *f);
+    size_t n = strlen(path) + 32;
+    f->path = mp_strdup(path);
+    f->tmp_path = mp_malloc(n);
+    if (!f->path || !f->tmp_path) {
+        mp_free(f->path);
+        mp_free(f->tmp_path);
+        return mp_error_set(MP_ERR_NOMEM, "out of memory opening %s", path);
+    }
+    snprintf(f->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    f->fp = fopen(f->tmp_path, "wb");
+    if (!f->fp) {
+        int e = errno;
+        mp_free(f->path);
+        mp_free(f->tmp_path);
+        memset(f, 0, sizeof *f);
+        return mp_error_set(MP_ERR_IO, "cannot write %s: %s", path, strerror(e));
+    }
+    return MP_OK;
+}
+
+mp_status mp_afile_commit(mp_afile *f)
+{
+    mp_status st = MP_OK;
+    int bad = ferror(f->fp);
+    if (fclose(f->fp) != 0 || bad) {
+        st = mp_error_set(MP_ERR_IO, "error writing %s (disk full?)", f->path);
+        remove(f->tmp_path);
+    } else if (rename(f->tmp_path, f->path) != 0) {
+        st = mp_error_set(MP_ERR_IO, "cannot rename %s to %s: %s", f->tmp_path,
+                          f->path, strerror(errno));
+        remove(f->tmp_path);
+    }
+    mp_free(f->path);
+    mp_free(f->tmp_path);
+    memset(f, 0, sizeof *f);
+    return st;
+}
+
+void mp_afile_abort(mp_afile *f)
+{
+    if (!f->fp)
+        return;
+    fclose(f->fp);
+    remove(f->tmp_path);
+    mp_free(f->path);
+    mp_free(f->tmp_path);
+    memset(f, 0, sizeof *f);
+}
+
+/* ===================================================================== */
+/* Checksums and strings                                                  */
+/* ===================================================================== */
+
+uint32_t mp_crc32(uint32_t crc, const void *buf, size_t n)
+{
+    const unsigned char *p = buf;
+    while (n > 0) {   /* zlib takes uInt lengths */
+        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = (uint32_t)crc32(crc, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+    return crc;
+}
+
+int mp_strcaseeq(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return 0;
+    return *a == *b;
+}
+
+/* ===================================================================== */
+/* Growable buffer                                                        */
+/* ===================================================================== */
+
+mp_status mp_buf_reserve(mp_buf *b, size_t extra)
+{
+    if (b->len + extra + 1 <= b->cap)
+        return MP_OK;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *d = mp_realloc(b->data, cap);
+    if (!d)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory (buffer of %zu bytes)", cap);
+    b->data = d;
+    b->cap = cap;
+    return MP_OK;
+}
+
+mp_status mp_buf_append(mp_buf *b, const void *p, size_t n)
+{
+    mp_status st = mp_buf_reserve(b, n);
+    if (st)
+        return st;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return MP_OK;
+}
+
+mp_status mp_buf_printf(mp_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return mp_error_set(MP_ERR_INTERNAL, "bad format string");
+    mp_status st = mp_buf_reserve(b, (size_t)n);
+    if (st)
+        return st;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return MP_OK;
+}
+
+void mp_buf_free(mp_buf *b)
+{
+    mp_free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}

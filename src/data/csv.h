@@ -1,0 +1,48 @@
+/*
+ * csv.h - streaming CSV reader (plain or gzip, detected by magic bytes) and a
+ * CSV field writer.  The first step of the data flow: everything molprop
+ * reads from a user's file passes through mp_csv_next.
+ *
+ * Rules: RFC 4180 quoting ("" inside quotes), CRLF or LF line ends, a UTF-8
+ * BOM at the start is dropped, blank lines are skipped.  Memory is one record
+ * at a time.  Line numbers are 1-based physical lines of the file (a quoted
+ * field spanning lines counts them all); a record's number is the line where
+ * it starts.
+ */
+#ifndef MP_CSV_H
+#define MP_CSV_H
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mp_csv_reader mp_csv_reader;
+
+/* Opens `path` ("-" is standard input).  On failure returns MP_ERR_IO naming
+ * the file.  The caller frees with mp_csv_close. */
+mp_status mp_csv_open(mp_csv_reader **out, const char *path);
+
+/*
+ * Reads the next non-blank record.  On MP_OK with *n_fields > 0, fields[i] are
+ * NUL-terminated strings owned by the reader, valid until the next call;
+ * *line is the record's first line.  At end of file: MP_OK and *n_fields == 0.
+ * Malformed input (an unterminated quote, a stray quote, a NUL byte, a gzip
+ * stream that is damaged or cut short) gives MP_ERR_FORMAT naming file and line.
+ */
+mp_status mp_csv_next(mp_csv_reader *r, char ***fields, size_t *n_fields, size_t *line);
+
+const char *mp_csv_path(const mp_csv_reader *r);
+void mp_csv_close(mp_csv_reader *r);
+
+/* Writes one field to fp, quoting it (RFC 4180) when it holds a comma, a
+ * quote, CR or LF, or leading/trailing space. */
+void mp_csv_write_field(FILE *fp, const char *s);
+/* Writes a whole record: fields joined by commas, then "\n". */
+void mp_csv_write_record(FILE *fp, char *const *fields, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_CSV_H */

@@ -1,0 +1,61 @@
+/*
+ * dataset.h - a labelled (or unlabelled) molecule table read from CSV:
+ * SMILES, the target matrix with missing labels as NaN, and the file line of
+ * every row, so any later message can point back into the user's file.
+ */
+#ifndef MP_DATASET_H
+#define MP_DATASET_H
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Which columns to use.  All strings are optional (NULL = default). */
+typedef struct {
+    const char *smiles_column;   /* default: column named "smiles" (any case), else the first */
+    const char *target_columns;  /* comma-separated names; default: every other column */
+    const char *ignore_columns;  /* comma-separated names left out of the default targets */
+    int         no_targets;      /* 1: read SMILES only (prediction input); targets ignored */
+} mp_column_spec;
+
+typedef struct {
+    char    *path;         /* the file it came from                              */
+    size_t   n_rows;       /* data rows (header excluded, blank lines skipped)   */
+    size_t   n_tasks;
+    char   **task_names;   /* n_tasks                                            */
+    char    *smiles_name;  /* the SMILES column's header                         */
+    char   **smiles;       /* n_rows                                             */
+    double  *targets;      /* n_rows x n_tasks, row-major; NaN = missing label   */
+    size_t  *line;         /* n_rows: 1-based line in the file                   */
+} mp_dataset;
+
+/*
+ * Reads the whole file.  Errors (MP_ERR_FORMAT / MP_ERR_IO / MP_ERR_ARG) name
+ * the file, line and column: an absent column, a row with the wrong number of
+ * fields, a target cell that is not a finite number ("nan" and "inf" are
+ * rejected), a file with no header or no data rows.  An empty target cell is
+ * a missing label.  On failure *out is NULL and nothing leaks.
+ */
+mp_status mp_dataset_load(mp_dataset **out, const char *path, const mp_column_spec *spec);
+void      mp_dataset_free(mp_dataset *d);
+
+/*
+ * Resolves column names against a header (shared by mp_dataset_load and the
+ * streaming predictor).  *smiles_col gets the SMILES column index; targets
+ * (may be NULL) gets the target column indices, *n_targets their count
+ * (caller frees *targets with mp_free).
+ */
+mp_status mp_columns_resolve(const char *path, char *const *header, size_t n_header,
+                             const mp_column_spec *spec, size_t *smiles_col,
+                             size_t **targets, size_t *n_targets);
+
+/* Parses a target cell: "" -> NaN (missing) and MP_OK; a finite number -> MP_OK;
+ * anything else -> MP_ERR_FORMAT (the caller formats the message). */
+mp_status mp_parse_target(const char *cell, double *value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_DATASET_H */

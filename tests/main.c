@@ -1,0 +1,104 @@
+/*
+ * main.c - runs every registered test (or those whose name contains argv[1])
+ * and ends with "N passed, N failed, N skipped".  Exit status 1 if any failed.
+ */
+#include "test.h"
+#include "core/core.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *name, *file;
+    mp_test_fn fn;
+} test_entry;
+
+static test_entry *tests;
+static int n_tests, cap_tests;
+
+void mp_test_register(const char *name, const char *file, mp_test_fn fn)
+{
+    if (n_tests == cap_tests) {
+        cap_tests = cap_tests ? 2 * cap_tests : 64;
+        tests = realloc(tests, (size_t)cap_tests * sizeof *tests);
+        if (!tests) {
+            fprintf(stderr, "test runner: out of memory\n");
+            exit(2);
+        }
+    }
+    tests[n_tests++] = (test_entry){ name, file, fn };
+}
+
+void mp_test_fail_at(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stdout, "    %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+}
+
+const char *mp_test_shared(const char *rel)
+{
+    static char buf[4096];
+    const char *root = getenv("MOLPROP_SHARED");
+    snprintf(buf, sizeof buf, "%s/%s", root && *root ? root : "../shared", rel);
+    return buf;
+}
+
+static char tmpdir_path[1024];
+
+const char *mp_test_tmpdir(void)
+{
+    if (!tmpdir_path[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(tmpdir_path, sizeof tmpdir_path, "%s/molprop-test-XXXXXX",
+                 t && *t ? t : "/tmp");
+        if (!mkdtemp(tmpdir_path)) {
+            fprintf(stderr, "test runner: cannot create a scratch directory\n");
+            exit(2);
+        }
+    }
+    return tmpdir_path;
+}
+
+static int by_file_then_name(const void *a, const void *b)
+{
+    const test_entry *x = a, *y = b;
+    int c = strcmp(x->file, y->file);
+    return c ? c : strcmp(x->name, y->name);
+}
+
+int main(int argc, char **argv)
+{
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    int passed = 0, failed = 0, skipped = 0;
+    qsort(tests, (size_t)n_tests, sizeof *tests, by_file_then_name);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (int i = 0; i < n_tests; i++) {
+        if (filter && !strstr(tests[i].name, filter) && !strstr(tests[i].file, filter))
+            continue;
+        mp_test_result r = MP_TEST_PASS;
+        mp_error_clear();
+        double t0 = mp_time_now();
+        tests[i].fn(&r);
+        double dt = mp_time_now() - t0;
+        const char *tag = r == MP_TEST_PASS ? "PASS" : r == MP_TEST_FAIL ? "FAIL" : "SKIP";
+        fprintf(stdout, "%s  %-48s %7.2fs  (%s)\n", tag, tests[i].name, dt, tests[i].file);
+        if (r == MP_TEST_PASS) passed++;
+        else if (r == MP_TEST_FAIL) failed++;
+        else skipped++;
+    }
+    if (tmpdir_path[0] && !getenv("MOLPROP_KEEP_TMP")) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir_path);
+        if (system(cmd) != 0)
+            fprintf(stderr, "test runner: could not remove %s\n", tmpdir_path);
+    }
+    free(tests);
+    fprintf(stdout, "%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}

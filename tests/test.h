@@ -1,0 +1,96 @@
+/*
+ * test.h - molprop's table-driven test runner.
+ *
+ * A test file defines tests with MP_TEST(name) { ... }; each registers itself
+ * at load time, so adding a file to tests/ is all it takes.  Checks record a
+ * failure with file:line and return from the test; MP_SKIP("why") marks a test
+ * skipped (e.g. no GPU).  tests/main.c runs them all (or those whose name
+ * contains argv[1]) and ends with the line "N passed, N failed, N skipped".
+ */
+#ifndef MP_TEST_H
+#define MP_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef enum { MP_TEST_PASS, MP_TEST_FAIL, MP_TEST_SKIP } mp_test_result;
+typedef void (*mp_test_fn)(mp_test_result *result);
+
+void mp_test_register(const char *name, const char *file, mp_test_fn fn);
+void mp_test_fail_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Path of a file under the shared folder (env MOLPROP_SHARED, default
+ * "../shared"), in a static buffer valid until the next call. */
+const char *mp_test_shared(const char *rel);
+/* A fresh empty scratch directory for this test run (under $TMPDIR). */
+const char *mp_test_tmpdir(void);
+
+#define MP_TEST(name)                                                         \
+    static void mp_test_##name(mp_test_result *mp__r);                        \
+    __attribute__((constructor)) static void mp_test_reg_##name(void)         \
+    {                                                                         \
+        mp_test_register(#name, __FILE__, mp_test_##name);                    \
+    }                                                                         \
+    static void mp_test_##name(mp_test_result *mp__r)
+
+#define MP_FAIL(...)                                                          \
+    do {                                                                      \
+        mp_test_fail_at(__FILE__, __LINE__, __VA_ARGS__);                     \
+        *mp__r = MP_TEST_FAIL;                                                \
+        return;                                                               \
+    } while (0)
+
+#define MP_SKIP(why)                                                          \
+    do {                                                                      \
+        fprintf(stdout, "    skipped: %s\n", why);                            \
+        *mp__r = MP_TEST_SKIP;                                                \
+        return;                                                               \
+    } while (0)
+
+#define CHECK(c)                                                              \
+    do {                                                                      \
+        if (!(c))                                                             \
+            MP_FAIL("CHECK(%s) failed", #c);                                  \
+    } while (0)
+
+#define CHECK_MSG(c, ...)                                                     \
+    do {                                                                      \
+        if (!(c))                                                             \
+            MP_FAIL(__VA_ARGS__);                                             \
+    } while (0)
+
+/* A molprop call that must succeed: prints the library's error if not. */
+#define CHECK_OK(expr)                                                        \
+    do {                                                                      \
+        mp_status mp__st = (expr);                                            \
+        if (mp__st != MP_OK)                                                  \
+            MP_FAIL("%s returned %s: %s", #expr, mp_status_name(mp__st),      \
+                    mp_error_message());                                      \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                    \
+    do {                                                                      \
+        long long mp__a = (long long)(a), mp__b = (long long)(b);             \
+        if (mp__a != mp__b)                                                   \
+            MP_FAIL("%s == %s failed: %lld != %lld", #a, #b, mp__a, mp__b);   \
+    } while (0)
+
+#define CHECK_EQ_STR(a, b)                                                    \
+    do {                                                                      \
+        const char *mp__a = (a), *mp__b = (b);                                \
+        if (!mp__a || !mp__b || strcmp(mp__a, mp__b) != 0)                    \
+            MP_FAIL("%s == %s failed: \"%s\" != \"%s\"", #a, #b,              \
+                    mp__a ? mp__a : "(null)", mp__b ? mp__b : "(null)");      \
+    } while (0)
+
+/* |a-b| <= tol_abs + tol_rel*|b| */
+#define CHECK_NEAR(a, b, tol_abs, tol_rel)                                    \
+    do {                                                                      \
+        double mp__a = (double)(a), mp__b = (double)(b);                      \
+        if (!(fabs(mp__a - mp__b) <= (tol_abs) + (tol_rel)*fabs(mp__b)))      \
+            MP_FAIL("%s ~= %s failed: %.17g vs %.17g", #a, #b, mp__a, mp__b); \
+    } while (0)
+
+#endif /* MP_TEST_H */
