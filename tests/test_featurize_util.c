@@ -120,6 +120,25 @@ char **tf_dataset_smiles(const char *name, int32_t max, int32_t *n)
     return v;
 }
 
+char **tf_add_invalid(char **s, int32_t *n)
+{
+    static const char *bad[] = { "", "xyz", "C1CC", "[H]" };
+    int32_t m = *n, k = 0;
+    char **v = malloc(((size_t)m + 12) * sizeof *v);
+    if (!v)
+        abort();
+    for (int32_t i = 0; i <= m; i++) {
+        if (i == 0 || i == m / 2 || i == m)
+            for (int j = 0; j < 4; j++)
+                v[k++] = strdup(bad[j]);
+        if (i < m)
+            v[k++] = s[i];
+    }
+    free(s);
+    *n = k;
+    return v;
+}
+
 void tf_free_strings(char **s, int32_t n)
 {
     if (!s)

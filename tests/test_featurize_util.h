@@ -24,6 +24,10 @@ char **tf_fixture_smiles(int32_t *n);
  * at most max rows (max <= 0: all); NULL if the file is missing. */
 char **tf_dataset_smiles(const char *name, int32_t max, int32_t *n);
 
+/* Inserts invalid SMILES ("", "xyz", "C1CC", "[H]") at the start, the
+ * middle and the end of a list from tf_dataset_smiles; returns the new list. */
+char **tf_add_invalid(char **s, int32_t *n);
+
 void tf_free_strings(char **s, int32_t n);
 
 /* Path of a fixture file (static buffer). */

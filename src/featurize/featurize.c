@@ -308,14 +308,15 @@ void mp_features_free(mp_features *f)
 {
     if (!f)
         return;
+    int32_t n = f->g.n_mols;   /* before mp_graphs_free zeroes it */
     mp_graphs_free(&f->g);
     mp_free(f->morgan_start);
     mp_free(f->morgan_bit);
     mp_free(f->morgan_count);
     free_strings(f->desc_names, f->n_desc);
     mp_free(f->desc);
-    free_strings(f->scaffold, f->g.n_mols);
-    free_strings(f->error, f->g.n_mols);
+    free_strings(f->scaffold, n);
+    free_strings(f->error, n);
     mp_free(f);
 }
 
