@@ -4,6 +4,7 @@
  */
 #include "test_featurize_util.h"
 #include "test.h"
+#include "featurize/featurize.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -146,4 +147,46 @@ void tf_free_strings(char **s, int32_t n)
     for (int32_t i = 0; i < n; i++)
         free(s[i]);
     free(s);
+}
+
+static int same_strings(char **a, char **b, int32_t n)
+{
+    if (!a || !b)
+        return a == b;
+    for (int32_t i = 0; i < n; i++) {
+        if (!a[i] || !b[i]) {
+            if (a[i] != b[i])
+                return 0;
+        } else if (strcmp(a[i], b[i]) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+#define SAME_ARRAY(x, y, count) (memcmp((x), (y), (size_t)(count) * sizeof *(x)) == 0)
+
+/* Every array of two results byte for byte (descriptors bitwise, NaN too). */
+int tf_same_features(const mp_features *a, const mp_features *b)
+{
+    const mp_graphs *x = &a->g, *y = &b->g;
+    int32_t na = x->n_atoms, ne = x->n_edges, nm = x->n_mols;
+    if (nm != y->n_mols || na != y->n_atoms || ne != y->n_edges || a->n_desc != b->n_desc ||
+        !a->morgan_start != !b->morgan_start)
+        return 0;
+    if (a->morgan_start &&
+        (!SAME_ARRAY(a->morgan_start, b->morgan_start, nm + 1) ||
+         !SAME_ARRAY(a->morgan_bit, b->morgan_bit, a->morgan_start[nm]) ||
+         !SAME_ARRAY(a->morgan_count, b->morgan_count, a->morgan_start[nm])))
+        return 0;
+    return SAME_ARRAY(x->valid, y->valid, nm) && SAME_ARRAY(x->mol_atom, y->mol_atom, nm + 1) &&
+           SAME_ARRAY(x->mol_edge, y->mol_edge, nm + 1) &&
+           SAME_ARRAY(x->atom_hot, y->atom_hot, (size_t)na * MP_ATOM_MAX_HOT) &&
+           SAME_ARRAY(x->atom_mass, y->atom_mass, na) &&
+           SAME_ARRAY(x->bond_hot, y->bond_hot, (size_t)ne / 2 * MP_BOND_MAX_HOT) &&
+           SAME_ARRAY(x->edge_src, y->edge_src, ne) && SAME_ARRAY(x->edge_dst, y->edge_dst, ne) &&
+           SAME_ARRAY(x->in_start, y->in_start, na + 1) && SAME_ARRAY(x->in_edge, y->in_edge, ne) &&
+           (!a->n_desc || SAME_ARRAY(a->desc, b->desc, (size_t)nm * a->n_desc)) &&
+           same_strings(a->scaffold, b->scaffold, nm) && same_strings(a->error, b->error, nm) &&
+           same_strings(a->desc_names, b->desc_names, a->n_desc);
 }

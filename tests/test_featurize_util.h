@@ -7,6 +7,7 @@
 #define MP_TEST_FEATURIZE_UTIL_H
 
 #include "core/core.h"
+#include "featurize/featurize.h"
 
 #include <zlib.h>
 
@@ -29,6 +30,10 @@ char **tf_dataset_smiles(const char *name, int32_t max, int32_t *n);
 char **tf_add_invalid(char **s, int32_t *n);
 
 void tf_free_strings(char **s, int32_t n);
+
+/* 1 if two results hold the same arrays byte for byte (descriptors bitwise,
+ * NaN too) and the same strings. */
+int tf_same_features(const mp_features *a, const mp_features *b);
 
 /* Path of a fixture file (static buffer). */
 const char *tf_fixture(const char *file);
