@@ -256,6 +256,15 @@ MP_TEST(dataset_absent_and_bad_columns)
     mp_column_spec s9 = { .ignore_columns = "a,b" };
     CHECK_LOAD_FAILS(p, &s9, MP_ERR_FORMAT, "no target columns");
     CHECK_LOAD_FAILS(put_text("only.csv", "smiles\nC\n"), NULL, MP_ERR_FORMAT, "no target columns");
+    /* a trailing comma makes a nameless column: not a default target ... */
+    const char *t = put_text("trail.csv", "smiles,y,\nC,1,\n");
+    CHECK_LOAD_FAILS(t, NULL, MP_ERR_FORMAT, "trail.csv:1: column 3 has no name");
+    /* ... but the named ones can still be chosen */
+    mp_column_spec s10 = { .target_columns = "y" };
+    mp_dataset *d;
+    CHECK_OK(mp_dataset_load(&d, t, &s10));
+    CHECK(d->n_tasks == 1 && d->targets[0] == 1);
+    mp_dataset_free(d);
 }
 
 MP_TEST(dataset_duplicate_column_names)

@@ -589,6 +589,11 @@ MP_TEST(cli_data_fetch_and_verify)
     CHECK_EQ_INT(run_cli("-u MOLPROP_DATA_URL -u MOLPROP_DATA_MIRROR", args, out, sizeof out), 1);
     CHECK(strstr(out, "molprop data: lipo:") && strstr(out, "set MOLPROP_DATA_MIRROR") &&
           strstr(out, "MOLPROP_DATA_URL"));
+    /* with 'all' the missing source is reported once, not per dataset */
+    snprintf(args, sizeof args, "data fetch all --dest '%s'", tmp_path("cli_nosource"));
+    CHECK_EQ_INT(run_cli("-u MOLPROP_DATA_URL MOLPROP_DATA_MIRROR=", args, out, sizeof out), 1);
+    const char *first = strstr(out, "set MOLPROP_DATA_MIRROR");
+    CHECK(first && !strstr(first + 1, "set MOLPROP_DATA_MIRROR"));
 
     /* a corrupted mirror: error, and nothing left behind */
     const char *fake = tmp_path("cli_fake_mirror");

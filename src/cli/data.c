@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -160,6 +161,12 @@ static int data_list(int argc, char **argv)
 /* fetch                                                                  */
 /* ===================================================================== */
 
+static int env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v;
+}
+
 /* 1 if names hold "all". */
 static int wants_all(const data_args *a)
 {
@@ -199,8 +206,13 @@ static int data_fetch(int argc, char **argv)
     int failed = 0;
     if (wants_all(&a)) {
         for (size_t i = 0; i < reg->n; i++) {
-            if (reg->items[i].file)
-                failed |= fetch_one(reg, &reg->items[i], a.dest);
+            if (reg->items[i].file) {
+                if (fetch_one(reg, &reg->items[i], a.dest)) {
+                    failed = 1;
+                    if (!env_set("MOLPROP_DATA_MIRROR") && !env_set("MOLPROP_DATA_URL"))
+                        break;   /* no source: the rest would fail alike */
+                }
+            }
             else
                 fprintf(stderr, "molprop data: note: %s has no file available; skipped\n",
                         reg->items[i].name);

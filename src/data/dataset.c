@@ -245,6 +245,13 @@ mp_status mp_columns_resolve(const char *path, char *const *header, size_t n_hea
         for (size_t i = 0; i < n_header; i++) {
             if (x.role[i] != ROLE_FREE)
                 continue;
+            if (!header[i][0]) {
+                st = mp_error_set(MP_ERR_FORMAT,
+                                  "%s:1: column %zu has no name (a trailing comma?); "
+                                  "choose the targets with --target-columns",
+                                  path, i + 1);
+                goto fail;
+            }
             /* Two targets of one name could not be told apart later (task
              * names, prediction columns): refuse rather than guess. */
             for (size_t j = 0; j < x.n_targets; j++)

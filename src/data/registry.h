@@ -76,7 +76,8 @@ typedef enum {
  * one with a wrong checksum is replaced.  Errors: unknown name (MP_ERR_ARG,
  * listing the valid names), a dataset without a file (MP_ERR_ARG), neither
  * variable set (MP_ERR_ARG), source unreadable or download failed (MP_ERR_IO).
- * `result` may be NULL.
+ * `result` may be NULL.  Not for concurrent use from several threads
+ * (libcurl's global initialisation is not thread-safe).
  */
 mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char *dest_dir,
                             mp_fetch_result *result);
