@@ -29,6 +29,7 @@
 #include "core/core.h"
 #include "data/csv.h"
 #include "data/dataset.h"
+#include "data/registry.h"
 #include "featurize/featurize.h"
 
 #endif /* MOLPROP_H */
