@@ -91,7 +91,7 @@ MP_TEST(metrics_match_sklearn_fixture)
     CHECK_MSG(fp, "cannot open %s (run the tests from the repository root)", FIXTURE);
     static fx_case c;
     static fx_line l;
-    int n_cases = 0, n_scores = 0, n_curves = 0, n_exact = 0, r;
+    int n_cases = 0, n_scores = 0, n_curves = 0, n_exact = 0, r = 0;
     char fail[512] = "";
     double *cv[3] = { NULL, NULL, NULL };
     size_t n_pts = 0;
