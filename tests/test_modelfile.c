@@ -411,3 +411,38 @@ MP_TEST(modelfile_out_of_memory)
     CHECK(write_fail > 0 && read_fail > 5 && read_ok > 0);
     mp_kv_free(s.h);
 }
+
+MP_TEST(modelfile_kv_scaler)
+{
+    const double x[6] = { 1, 10, 3, 10, NAN, 13 };
+    mp_scaler s, back;
+    CHECK_OK(mp_scaler_fit(&s, MP_SCALE_TARGETS, x, 2, NULL, 3));
+    mp_kv *kv;
+    CHECK_OK(mp_kv_new(&kv));
+    CHECK_OK(mp_kv_set_scaler(kv, "target_scaler", &s));
+    CHECK_EQ_STR(mp_kv_get(kv, "target_scaler.kind"), "targets");
+    /* through the text form, as a model file carries it */
+    mp_buf text = { 0 };
+    CHECK_OK(mp_kv_format(kv, &text));
+    mp_kv *kv2;
+    CHECK_OK(mp_kv_parse(&kv2, text.data, text.len, "s.mpm"));
+    mp_buf_free(&text);
+    CHECK_OK(mp_kv_get_scaler(kv2, "target_scaler", 2, &back));
+    CHECK(back.kind == MP_SCALE_TARGETS && back.n_cols == 2);
+    for (int c = 0; c < 2; c++)
+        CHECK(back.mean[c] == s.mean[c] && back.std[c] == s.std[c]);
+    mp_scaler_free(&back);
+    CHECK(mp_kv_get_scaler(kv2, "target_scaler", 3, &back) == MP_ERR_FORMAT);
+    CHECK(strstr(mp_error_message(), "s.mpm") && strstr(mp_error_message(), "expected 3"));
+    CHECK(mp_kv_get_scaler(kv2, "feature_scaler", 0, &back) == MP_ERR_FORMAT);
+    CHECK(strstr(mp_error_message(), "feature_scaler.kind' is missing"));
+    CHECK_OK(mp_kv_set(kv2, "target_scaler.std", "1,0"));
+    CHECK(mp_kv_get_scaler(kv2, "target_scaler", 2, &back) == MP_ERR_FORMAT);
+    CHECK(strstr(mp_error_message(), "s.mpm: scaler: std of column 1"));
+    CHECK(back.mean == NULL);
+    CHECK_OK(mp_kv_set(kv2, "target_scaler.kind", "other"));
+    CHECK(mp_kv_get_scaler(kv2, "target_scaler", 2, &back) == MP_ERR_FORMAT);
+    mp_kv_free(kv2);
+    mp_kv_free(kv);
+    mp_scaler_free(&s);
+}

@@ -168,6 +168,12 @@ double mp_trapezoid_auc(const double *x, const double *y, size_t n);
  *     mp_report_set_num(r, "timings.train_s", 12.5);
  *     mp_report_write(r, "out/metrics.json");
  *     mp_report_free(r);
+ *
+ * Suggested layout for a training run (so tools can read any run's file):
+ *   task_type, metrics (names), tasks (names), best_epoch,
+ *   test.<metric>, val.<metric>  (mp_report_set_metric),
+ *   split.train / split.val / split.test (sizes), invalid_rows,
+ *   timings.featurize_s, timings.train_s, timings.train_mols_per_s, ...
  */
 typedef struct mp_report mp_report;
 

@@ -457,6 +457,68 @@ mp_status mp_kv_parse(mp_kv **out, const char *text, size_t len, const char *ori
 }
 
 /* ===================================================================== */
+/* Scalers in a header                                                    */
+/* ===================================================================== */
+
+/* "<prefix>.<field>" into buf; MP_ERR_ARG when it does not fit a key. */
+static mp_status scaler_key(char *buf, size_t n, const char *prefix, const char *field)
+{
+    int k = snprintf(buf, n, "%s.%s", prefix, field);
+    if (k < 0 || (size_t)k >= n || k > KV_MAX_KEY)
+        return mp_error_set(MP_ERR_ARG, "scaler prefix '%s' is too long", prefix);
+    return MP_OK;
+}
+
+mp_status mp_kv_set_scaler(mp_kv *kv, const char *prefix, const mp_scaler *s)
+{
+    char key[KV_MAX_KEY + 2];
+    mp_status st = scaler_key(key, sizeof key, prefix, "kind");
+    if (st == MP_OK)
+        st = mp_kv_set(kv, key, s->kind == MP_SCALE_FEATURES ? "features" : "targets");
+    if (st == MP_OK && (st = scaler_key(key, sizeof key, prefix, "mean")) == MP_OK)
+        st = mp_kv_set_doubles(kv, key, s->mean, s->n_cols);
+    if (st == MP_OK && (st = scaler_key(key, sizeof key, prefix, "std")) == MP_OK)
+        st = mp_kv_set_doubles(kv, key, s->std, s->n_cols);
+    return st;
+}
+
+mp_status mp_kv_get_scaler(const mp_kv *kv, const char *prefix, size_t n_cols, mp_scaler *s)
+{
+    memset(s, 0, sizeof *s);
+    char key[KV_MAX_KEY + 2];
+    const char *kind;
+    mp_status st = scaler_key(key, sizeof key, prefix, "kind");
+    if (st || (st = mp_kv_get_str(kv, key, &kind)))
+        return st;
+    mp_scaler_kind k;
+    if (strcmp(kind, "targets") == 0)
+        k = MP_SCALE_TARGETS;
+    else if (strcmp(kind, "features") == 0)
+        k = MP_SCALE_FEATURES;
+    else
+        return mp_error_set(MP_ERR_FORMAT, "%s: header key '%s' = '%s' is not targets or features",
+                            mp_kv_origin(kv), key, kind);
+    double *mean = NULL, *sd = NULL;
+    size_t n_mean = 0, n_sd = 0;
+    if ((st = scaler_key(key, sizeof key, prefix, "mean")) == MP_OK)
+        st = mp_kv_get_doubles(kv, key, &mean, &n_mean);
+    if (st == MP_OK && (st = scaler_key(key, sizeof key, prefix, "std")) == MP_OK)
+        st = mp_kv_get_doubles(kv, key, &sd, &n_sd);
+    if (st == MP_OK && (n_mean != n_sd || n_mean == 0 || (n_cols && n_mean != n_cols)))
+        st = mp_error_set(MP_ERR_FORMAT, "%s: scaler '%s' has %zu means and %zu stds, expected %zu",
+                          mp_kv_origin(kv), prefix, n_mean, n_sd, n_cols ? n_cols : n_mean);
+    if (st == MP_OK && (st = mp_scaler_set(s, k, n_mean, mean, sd)) == MP_ERR_FORMAT) {
+        char why[256];   /* the message buffer is about to be rewritten */
+        snprintf(why, sizeof why, "%s", mp_error_message());
+        st = mp_error_set(MP_ERR_FORMAT, "%s: %s (key prefix '%s')", mp_kv_origin(kv), why,
+                          prefix);
+    }
+    mp_free(mean);
+    mp_free(sd);
+    return st;
+}
+
+/* ===================================================================== */
 /* Byte order                                                             */
 /* ===================================================================== */
 

@@ -42,11 +42,23 @@
  *     const float *w;
  *     mp_modelfile_get(mf, 0, "W_h", 2, (uint64_t[]){ hidden, hidden }, &w);
  *     mp_modelfile_free(mf);
+ *
+ * Header keys the writer and the reader of a model should agree on (the
+ * file format itself requires none of them):
+ *   model = dmpnn | ffn                 format_note = free text
+ *   hidden_size, depth, ffn_num_layers, ffn_hidden_size, dropout, aggregation,
+ *   aggregation_norm, bias, activation   (architecture)
+ *   atom_features = v1 | v2, extra_features = morgan,rdkit_2d,... (a string list),
+ *   extra_features_dim                  (featurizer)
+ *   task_names (string list), task_type = regression | classification
+ *   target_scaler.*, feature_scaler.*   (mp_kv_set_scaler)
+ *   ensemble_size (= the number of tensor blocks), seed, epochs, metric
  */
 #ifndef MP_MODELFILE_H
 #define MP_MODELFILE_H
 
 #include "core/core.h"
+#include "data/scaler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -110,6 +122,19 @@ mp_status mp_kv_format(const mp_kv *kv, mp_buf *out);
  * key, a bad escape, a NUL byte.  *out is NULL on failure.
  */
 mp_status mp_kv_parse(mp_kv **out, const char *text, size_t len, const char *origin);
+
+/*
+ * A scaler under `prefix`: "<prefix>.kind" = targets|features,
+ * "<prefix>.mean" and "<prefix>.std" = n_cols doubles each (exact).
+ */
+mp_status mp_kv_set_scaler(mp_kv *kv, const char *prefix, const mp_scaler *s);
+/*
+ * Reads the scaler stored under `prefix` into *s (free with mp_scaler_free).
+ * MP_ERR_FORMAT, naming the origin and key, when a key is missing, the kind
+ * is unknown, mean and std differ in length or do not have n_cols values
+ * (n_cols 0: any length), or a value is invalid (see mp_scaler_set).
+ */
+mp_status mp_kv_get_scaler(const mp_kv *kv, const char *prefix, size_t n_cols, mp_scaler *s);
 
 /* ===================================================================== */
 /* Tensors and the file                                                   */
