@@ -282,6 +282,19 @@ MP_TEST(metrics_per_task_and_mean)
     CHECK_EQ_INT(skipped, 1);
     CHECK_NEAR(mean, 1.0, 0, 0);
 
+    char msg[200];
+    const char *names[3] = { "NR-AR", "SR-p53", "HSE" };
+    CHECK_EQ_INT(mp_metric_skip_message(msg, sizeof msg, MP_METRIC_AUC, names, why, 3), 1);
+    CHECK_EQ_STR(msg, "auc: 1 of 3 tasks not scored: SR-p53 (targets all 0 or all 1)");
+    mp_score_status two[3] = { MP_SCORE_NO_LABELS, MP_SCORE_OK, MP_SCORE_ONE_CLASS };
+    CHECK_EQ_INT(mp_metric_skip_message(msg, sizeof msg, MP_METRIC_AUC, NULL, two, 3), 2);
+    CHECK_EQ_STR(msg, "auc: 2 of 3 tasks not scored: task 0 (no labelled rows), "
+                      "task 2 (targets all 0 or all 1)");
+    CHECK_EQ_INT(mp_metric_skip_message(msg, 20, MP_METRIC_AUC, NULL, two, 3), 2);
+    CHECK_EQ_STR(msg, "auc: 2 of 3 task...");
+    CHECK_EQ_INT(mp_metric_skip_message(msg, sizeof msg, MP_METRIC_AUC, NULL, two + 1, 1), 0);
+    CHECK_EQ_STR(msg, "");
+
     /* each task equals the single-task call on its column */
     double rpred[15], rtarget[15];
     for (int i = 0; i < 15; i++) {
