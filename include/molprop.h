@@ -31,5 +31,10 @@
 #include "data/dataset.h"
 #include "data/registry.h"
 #include "featurize/featurize.h"
+#include "core/progress.h"
+#include "data/metrics.h"
+#include "data/scaler.h"
+#include "models/schedule.h"
+#include "models/modelfile.h"
 
 #endif /* MOLPROP_H */

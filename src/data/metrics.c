@@ -551,6 +551,36 @@ mp_status mp_metric_tasks(mp_metric m, int classification,
     return MP_OK;
 }
 
+size_t mp_metric_skip_message(char *buf, size_t buf_len, mp_metric m,
+                              const char *const *task_names, const mp_score_status *why,
+                              size_t n_tasks)
+{
+    size_t skipped = 0;
+    for (size_t t = 0; t < n_tasks; t++)
+        skipped += why[t] != MP_SCORE_OK;
+    if (buf_len == 0)
+        return skipped;
+    buf[0] = '\0';
+    if (skipped == 0)
+        return 0;
+    size_t k = (size_t)snprintf(buf, buf_len, "%s: %zu of %zu task%s not scored:",
+                                mp_metric_name(m), skipped, n_tasks, n_tasks == 1 ? "" : "s");
+    size_t listed = 0;
+    for (size_t t = 0; t < n_tasks && k < buf_len; t++) {
+        if (why[t] == MP_SCORE_OK)
+            continue;
+        char name[32];
+        if (!task_names)
+            snprintf(name, sizeof name, "task %zu", t);
+        k += (size_t)snprintf(buf + k, buf_len - k, "%s %s (%s)", listed ? "," : "",
+                              task_names ? task_names[t] : name, mp_score_status_text(why[t]));
+        listed++;
+    }
+    if (k >= buf_len && buf_len > 4)   /* cut: say so */
+        memcpy(buf + buf_len - 4, "...", 4);
+    return skipped;
+}
+
 double mp_metric_average(mp_metric m, const double *per_task, size_t n_tasks,
                          mp_average how)
 {
