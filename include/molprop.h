@@ -30,5 +30,6 @@
 #include "data/csv.h"
 #include "data/dataset.h"
 #include "featurize/featurize.h"
+#include "models/model.h"
 
 #endif /* MOLPROP_H */

@@ -99,7 +99,8 @@ static int rg_make(mp_graphs *g, mp_rng *r, int32_t n_mols, int atom_fdim, const
             pairs[2 * used + 1] = v;
             used++;
         }
-        qsort(pairs + 2 * start, used - (size_t)start, 2 * sizeof *pairs, rg_cmp_pair);
+        if (used - (size_t)start > 1)
+            qsort(pairs + 2 * start, used - (size_t)start, 2 * sizeof *pairs, rg_cmp_pair);
         nbonds[i] = (int32_t)(used - (size_t)start);
     }
     size_t na = (size_t)ta, ne = 2 * used;
