@@ -125,6 +125,16 @@ static void my_columns(int h, int *c0, int *c1)
         }                                                                    \
     } while (0)
 
+/* The kernels below are compiled three times (AVX-512, AVX2, baseline) and
+ * the best one for the CPU is picked at load time.  Results can differ in
+ * the last bit between those versions (FMA contraction), never between runs
+ * or thread counts on one machine. */
+#if defined(__x86_64__)
+#define KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KERNEL
+#endif
+
 /* Row kernels: the inner loops every graph op is made of.  "omp simd"
  * because GCC's -O2 cost model would otherwise leave them scalar. */
 static inline void row_add(float *restrict y, const float *restrict x, int n)
@@ -359,7 +369,7 @@ static void cpu_copy2d(mp_backend *b, void *dstv, int ldd, const void *srcv, int
 /* Elementwise                                                            */
 /* ===================================================================== */
 
-static void add_range(float *restrict y, const float *restrict x, size_t a, size_t z)
+KERNEL static void add_range(float *restrict y, const float *restrict x, size_t a, size_t z)
 {
 #pragma omp simd
     for (size_t i = a; i < z; i++)
@@ -374,7 +384,7 @@ static void cpu_add(mp_backend *b, void *y, const void *x, size_t n)
 
 /* y may alias x in the elementwise ops: each element is read, then written,
  * by the same iteration, which "omp simd" keeps valid. */
-static void relu_range(float *y, const float *x, size_t a, size_t z)
+KERNEL static void relu_range(float *y, const float *x, size_t a, size_t z)
 {
 #pragma omp simd
     for (size_t i = a; i < z; i++)
@@ -403,7 +413,7 @@ static void cpu_relu_dropout(mp_backend *b, void *y, const void *x, size_t n,
     PARALLEL_RANGE(n, 16, relu_dropout_range(y, x, a, z, thr, scale, key));
 }
 
-static void relu_back_range(float *dx, const float *y, const float *dy, size_t a, size_t z,
+KERNEL static void relu_back_range(float *dx, const float *y, const float *dy, size_t a, size_t z,
                             float scale)
 {
 #pragma omp simd
@@ -469,6 +479,117 @@ static void cpu_atom_embed(mp_backend *b, void *outv, const int16_t *hot, const 
         });
 }
 
+/*
+ * The scatters of the one-hot backward (dW[s] += rows that hit slot s) are
+ * split by weight rows, not columns: a column split of a 300-float row puts
+ * both threads on one cache line of every row they touch.  A slot index
+ * (counting sort: for each slot, the input rows that hit it, ascending) lets
+ * each thread own whole rows and sum them in ascending input order, the same
+ * order as a plain sequential scatter, so any thread count gives the same
+ * bits.  The index is built per call (a few KB); if it cannot be allocated
+ * the column-split loop below does the job.
+ */
+typedef struct {
+    int      n_slots;       /* rows of the index (max slot + 1)           */
+    int32_t *start;         /* n_slots + 1                                */
+    int32_t *list;          /* input rows, grouped by slot, ascending     */
+} slot_index;
+
+static void slot_index_free(slot_index *ix)
+{
+    mp_free(ix->start);
+    mp_free(ix->list);
+}
+
+/* slots[i * width + q] (-1 = none) for i < n_rows. */
+#define SLOT_INDEX_BUILD(ix, slots, width, n_rows, ok)                        \
+    do {                                                                     \
+        int max_ = -1;                                                       \
+        size_t tot_ = (size_t)(n_rows) * (width);                            \
+        for (size_t k_ = 0; k_ < tot_; k_++)                                 \
+            max_ = (slots)[k_] > max_ ? (slots)[k_] : max_;                  \
+        (ix)->n_slots = max_ + 1;                                            \
+        (ix)->start = mp_calloc((size_t)(ix)->n_slots + 1, sizeof(int32_t)); \
+        (ix)->list = mp_malloc((tot_ ? tot_ : 1) * sizeof(int32_t));         \
+        ok = (ix)->start && (ix)->list;                                      \
+        if (ok) {                                                            \
+            for (size_t k_ = 0; k_ < tot_; k_++)                             \
+                if ((slots)[k_] >= 0)                                        \
+                    (ix)->start[(slots)[k_] + 1]++;                          \
+            for (int s_ = 0; s_ < (ix)->n_slots; s_++)                       \
+                (ix)->start[s_ + 1] += (ix)->start[s_];                      \
+            int32_t *fill_ = mp_malloc(((size_t)(ix)->n_slots + 1) * sizeof(int32_t)); \
+            ok = fill_ != NULL;                                              \
+            if (ok) {                                                        \
+                memcpy(fill_, (ix)->start, (size_t)(ix)->n_slots * sizeof(int32_t)); \
+                for (size_t k_ = 0; k_ < tot_; k_++)                         \
+                    if ((slots)[k_] >= 0)                                    \
+                        (ix)->list[fill_[(slots)[k_]]++] = (int32_t)(k_ / (width)); \
+                mp_free(fill_);                                              \
+            }                                                                \
+        }                                                                    \
+    } while (0)
+
+/* This thread's rows [*r0, *r1) of n_rows whose cumulative work (cum[r],
+ * cum[n_rows] = total) starts inside its equal share of the total. */
+static void my_work_rows(const int64_t *cum, int n_rows, int *r0, int *r1)
+{
+    int64_t nt = thread_count(), t = thread_id(), total = cum[n_rows];
+    int64_t lo = total * t / nt, hi = total * (t + 1) / nt;
+    int a = 0, z;
+    while (a < n_rows && cum[a] < lo)
+        a++;
+    z = a;
+    while (z < n_rows && (cum[z] < hi || t == nt - 1))
+        z++;
+    *r0 = a;
+    *r1 = z;
+}
+
+/* dw[s] += sum_{i in ix slot s} g[input row i] for every slot, plus, when
+ * scale is given, dw[extra_row] += sum_i scale[i] g[i] over all n_in rows
+ * (the mass row).  Rows are shared out by work. */
+static void scatter_by_slot(float *dw, const slot_index *ix, const float *g, int h,
+                            const float *scale, int extra_row, int32_t n_in, int nt)
+{
+    int n_rows = ix->n_slots + (scale ? 1 : 0);
+    int64_t cum_local[64], *cum = n_rows < 64 ? cum_local : mp_malloc(((size_t)n_rows + 1) * sizeof *cum);
+    if (!cum)
+        nt = 1;   /* no memory for the split: one thread does every row */
+    int64_t c = 0;
+    for (int r = 0; r < n_rows && cum; r++) {
+        cum[r] = c;
+        c += r < ix->n_slots ? ix->start[r + 1] - ix->start[r] : n_in;
+    }
+    if (cum)
+        cum[n_rows] = c;
+#define SCATTER_ROWS(r0, r1)                                                   \
+    for (int r = (r0); r < (r1); r++) {                                        \
+        if (r < ix->n_slots) {                                                 \
+            float *dst = dw + (size_t)r * h;                                   \
+            for (int32_t k = ix->start[r]; k < ix->start[r + 1]; k++)          \
+                row_add(dst, g + (size_t)ix->list[k] * h, h);                  \
+        } else {                                                               \
+            float *dst = dw + (size_t)extra_row * h;                           \
+            for (int32_t i = 0; i < n_in; i++)                                 \
+                row_axpy(dst, scale[i], g + (size_t)i * h, h);                 \
+        }                                                                      \
+    }
+    if (nt <= 1) {
+        SCATTER_ROWS(0, n_rows);
+    } else {
+#pragma omp parallel num_threads(nt)
+        {
+            int r0, r1;
+            my_work_rows(cum, n_rows, &r0, &r1);
+            SCATTER_ROWS(r0, r1);
+        }
+    }
+#undef SCATTER_ROWS
+    if (cum != cum_local)
+        mp_free(cum);
+}
+
 static void cpu_atom_embed_backward(mp_backend *b, void *dwv, const int16_t *hot,
                                     const float *mass, const void *doutv, int32_t n_atoms,
                                     int h, int mass_row)
@@ -476,6 +597,15 @@ static void cpu_atom_embed_backward(mp_backend *b, void *dwv, const int16_t *hot
     float *dw = dwv;
     const float *dout = doutv;
     int nt = threads_for((size_t)n_atoms * h * 4);
+    slot_index ix = { 0, NULL, NULL };
+    int ok;
+    SLOT_INDEX_BUILD(&ix, hot, MP_ATOM_MAX_HOT, n_atoms, ok);
+    if (ok) {
+        scatter_by_slot(dw, &ix, dout, h, mass, mass_row, n_atoms, nt);
+        slot_index_free(&ix);
+        return;
+    }
+    slot_index_free(&ix);
     PARALLEL_COLUMNS(h,
         float *dwm = dw + (size_t)mass_row * h;
         for (int32_t v = 0; v < n_atoms && c0 < c1; v++) {
@@ -532,6 +662,31 @@ static void cpu_edge_embed_backward(mp_backend *b, void *dav, void *dwbv,
     PARALLEL_RANGE((size_t)n_atoms, 1,
         for (size_t v = a; v < z; v++)
             csr_row_sum(da + v * h, in_start, in_edge, dh0, v, 1, h));
+    /* Bond rows: index the bonds by slot, then each edge of a bond adds its
+     * row (edges 2k and 2k+1 in that order, as a sequential scatter would). */
+    slot_index ix = { 0, NULL, NULL };
+    int ok;
+    SLOT_INDEX_BUILD(&ix, bond_hot, MP_BOND_MAX_HOT, n_edges / 2, ok);
+    if (ok) {
+        int32_t *elist = mp_malloc(((size_t)ix.start[ix.n_slots] * 2 + 1) * sizeof *elist);
+        int32_t *estart = mp_malloc(((size_t)ix.n_slots + 1) * sizeof *estart);
+        if (elist && estart) {
+            for (int sl = 0; sl <= ix.n_slots; sl++)
+                estart[sl] = 2 * ix.start[sl];
+            for (int32_t k = 0; k < ix.start[ix.n_slots]; k++) {
+                elist[2 * k] = 2 * ix.list[k];
+                elist[2 * k + 1] = 2 * ix.list[k] + 1;
+            }
+            slot_index ex = { ix.n_slots, estart, elist };
+            scatter_by_slot(dwb, &ex, dh0, h, NULL, 0, n_edges, nt);
+            slot_index_free(&ex);
+            slot_index_free(&ix);
+            return;
+        }
+        mp_free(elist);
+        mp_free(estart);
+    }
+    slot_index_free(&ix);
     PARALLEL_COLUMNS(h,
         for (int32_t e = 0; e < n_edges && c0 < c1; e++) {
             const int8_t *bh = bond_hot + (size_t)(e >> 1) * MP_BOND_MAX_HOT;
@@ -554,14 +709,14 @@ static void cpu_atom_sum(mp_backend *b, void *av, const int32_t *in_start,
 
 /* The two phases of message / message_backward: per-atom sums, then per
  * edge "sum at one end minus the reverse edge". */
-static void msg_atoms(float *s, const int32_t *in_start, const int32_t *in_edge, const float *m,
+KERNEL static void msg_atoms(float *s, const int32_t *in_start, const int32_t *in_edge, const float *m,
                       int32_t flip, size_t a, size_t z, int h)
 {
     for (size_t v = a; v < z; v++)
         csr_row_sum(s + v * h, in_start, in_edge, m, v, flip, h);
 }
 
-static void msg_edges(float *out, const float *s, const int32_t *end, const float *m, size_t a,
+KERNEL static void msg_edges(float *out, const float *s, const int32_t *end, const float *m, size_t a,
                       size_t z, int h)
 {
     for (size_t e = a; e < z; e++)
@@ -614,7 +769,7 @@ static void cpu_atom_sum_backward(mp_backend *b, void *dmv, const int32_t *edge_
             memcpy(dm + e * h, da + (size_t)edge_dst[e] * h, (size_t)h * sizeof(float)));
 }
 
-static void pool_one(float *restrict o, const float *x, int32_t a0, int32_t a1, int h,
+KERNEL static void pool_one(float *restrict o, const float *x, int32_t a0, int32_t a1, int h,
                      mp_aggregation agg, double norm)
 {
     memset(o, 0, (size_t)h * sizeof(float));
@@ -640,7 +795,7 @@ static void cpu_pool(mp_backend *b, void *outv, int ldo, const int32_t *mol_atom
             pool_one(out + i * ldo, x, mol_atom[i], mol_atom[i + 1], h, agg, norm));
 }
 
-static void pool_back_one(float *dx, const float *restrict g, int32_t a0, int32_t a1, int h,
+KERNEL static void pool_back_one(float *dx, const float *restrict g, int32_t a0, int32_t a1, int h,
                           mp_aggregation agg, double norm)
 {
     if (a1 == a0)
@@ -713,7 +868,7 @@ typedef struct {
 
 /* Vectorizes (sqrtps) because the Makefile builds this file with
  * -fno-math-errno: the argument is never negative. */
-static void adam_range(float *restrict p, float *restrict m, float *restrict v,
+KERNEL static void adam_range(float *restrict p, float *restrict m, float *restrict v,
                        const float *restrict g, size_t a, size_t z, adam_k k)
 {
 #pragma omp simd
