@@ -36,5 +36,6 @@
 #include "data/scaler.h"
 #include "models/schedule.h"
 #include "models/modelfile.h"
+#include "models/model.h"
 
 #endif /* MOLPROP_H */
