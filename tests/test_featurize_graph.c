@@ -82,6 +82,15 @@ MP_TEST(featurize_graph_invariants_bbbp)
     for (int32_t m = 0; m < g->n_mols; m++)
         for (int32_t e = g->mol_edge[m]; e < g->mol_edge[m + 1]; e++)
             contiguous &= g->edge_src[e] >= g->mol_atom[m] && g->edge_src[e] < g->mol_atom[m + 1];
+    /* bonds in Chemprop's order within every molecule (big ones take the
+     * qsort path, small ones the insertion sort) */
+    int ordered = 1, n_big = 0;
+    for (int32_t m = 0; m < g->n_mols; m++) {
+        n_big += g->mol_edge[m + 1] - g->mol_edge[m] > 2 * 64;
+        for (int32_t e = g->mol_edge[m] + 2; e < g->mol_edge[m + 1]; e += 2)
+            ordered &= g->edge_src[e - 2] < g->edge_src[e] ||
+                       (g->edge_src[e - 2] == g->edge_src[e] && g->edge_dst[e - 2] < g->edge_dst[e]);
+    }
     mp_status chk = mp_graphs_check(g);
     int32_t n_invalid = 0;
     for (int32_t m = 0; m < g->n_mols; m++)
@@ -90,6 +99,8 @@ MP_TEST(featurize_graph_invariants_bbbp)
     CHECK(rev_ok);
     CHECK(csr_ok);
     CHECK(contiguous);
+    CHECK(ordered);
+    CHECK(n_big >= 1);
     CHECK_OK(chk);
     CHECK_EQ_INT(n_invalid, 12);   /* the ones tf_add_invalid put in */
 }

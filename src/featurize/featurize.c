@@ -182,9 +182,13 @@ static rec_layout rec_at(int32_t na, int32_t nb, int32_t nm)
 }
 
 typedef struct {
+    int64_t key;    /* (min atom) * n_atoms + (max atom) */
+    int32_t idx;    /* RDKit bond index                  */
+} key_idx;
+
+typedef struct {
     mp_buf   arena;
-    int32_t *order;      /* bond permutation scratch                       */
-    int64_t *key;
+    key_idx *order;      /* bond permutation scratch, reused */
     int32_t  cap;
 } thread_state;
 
@@ -195,18 +199,14 @@ typedef struct {
     size_t  *off;
 } mol_index;
 
-typedef struct {
-    int64_t key;
-    int32_t idx;
-} key_idx;
-
 static int key_idx_cmp(const void *a, const void *b)
 {
     const key_idx *x = a, *y = b;
     return x->key < y->key ? -1 : x->key > y->key;
 }
 
-/* Bond order of Chemprop v1: ascending (min atom, max atom). */
+/* Bond order of Chemprop v1: ascending (min atom, max atom); the result is
+ * ts->order[0..nb).  Keys are unique (no two bonds join the same atoms). */
 static int sort_bonds(thread_state *ts, const mp_rdk_mol *m)
 {
     int32_t nb = m->n_bonds, na = m->n_atoms;
@@ -214,44 +214,32 @@ static int sort_bonds(thread_state *ts, const mp_rdk_mol *m)
         int32_t c = ts->cap ? ts->cap : 64;
         while (c < nb)
             c *= 2;
-        int32_t *o = mp_realloc(ts->order, (size_t)c * sizeof *o);
+        key_idx *o = mp_realloc(ts->order, (size_t)c * sizeof *o);
         if (!o)
             return -1;
         ts->order = o;
-        int64_t *k = mp_realloc(ts->key, (size_t)c * sizeof *k);
-        if (!k)
-            return -1;
-        ts->key = k;
         ts->cap = c;
     }
+    key_idx *o = ts->order;
     for (int32_t b = 0; b < nb; b++) {
         int32_t u = m->bond_begin[b], v = m->bond_end[b];
         int32_t lo = u < v ? u : v, hi = u < v ? v : u;
-        ts->key[b] = (int64_t)lo * na + hi;
-        ts->order[b] = b;
+        o[b] = (key_idx){ (int64_t)lo * na + hi, b };
     }
-    if (nb <= 64) {   /* insertion sort: molecules are small, bonds nearly sorted */
-        for (int32_t i = 1; i < nb; i++) {
-            int32_t o = ts->order[i];
-            int64_t k = ts->key[o];
-            int32_t j = i;
-            while (j > 0 && ts->key[ts->order[j - 1]] > k) {
-                ts->order[j] = ts->order[j - 1];
-                j--;
-            }
-            ts->order[j] = o;
-        }
+    if (nb > 64) {
+        qsort(o, (size_t)nb, sizeof *o, key_idx_cmp);
         return 0;
     }
-    key_idx *tmp = mp_malloc((size_t)nb * sizeof *tmp);
-    if (!tmp)
-        return -1;
-    for (int32_t b = 0; b < nb; b++)
-        tmp[b] = (key_idx){ ts->key[b], b };
-    qsort(tmp, (size_t)nb, sizeof *tmp, key_idx_cmp);
-    for (int32_t b = 0; b < nb; b++)
-        ts->order[b] = tmp[b].idx;
-    mp_free(tmp);
+    /* insertion sort: small, and RDKit's order is nearly sorted already */
+    for (int32_t i = 1; i < nb; i++) {
+        key_idx x = o[i];
+        int32_t j = i;
+        while (j > 0 && o[j - 1].key > x.key) {
+            o[j] = o[j - 1];
+            j--;
+        }
+        o[j] = x;
+    }
     return 0;
 }
 
@@ -276,7 +264,7 @@ static int put_record(thread_state *ts, const layout_desc *L, const mp_rdk_mol *
     int32_t *ba = (int32_t *)(p + r.bond_a), *bb = (int32_t *)(p + r.bond_b);
     int8_t *bhot = (int8_t *)(p + r.bond_hot);
     for (int32_t k = 0; k < nb; k++) {
-        int32_t b = ts->order[k];
+        int32_t b = ts->order[k].idx;
         int32_t u = m->bond_begin[b], v = m->bond_end[b];
         ba[k] = u < v ? u : v;
         bb[k] = u < v ? v : u;
@@ -550,7 +538,6 @@ done:
         for (int t = 0; t < nt; t++) {
             mp_buf_free(&ts[t].arena);
             mp_free(ts[t].order);
-            mp_free(ts[t].key);
         }
     mp_free(ts);
     mp_free(mi.na);
