@@ -29,6 +29,12 @@
 #include "core/core.h"
 #include "data/csv.h"
 #include "data/dataset.h"
+#include "data/registry.h"
 #include "featurize/featurize.h"
+#include "core/progress.h"
+#include "data/metrics.h"
+#include "data/scaler.h"
+#include "models/schedule.h"
+#include "models/modelfile.h"
 
 #endif /* MOLPROP_H */

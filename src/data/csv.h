@@ -3,11 +3,13 @@
  * CSV field writer.  The first step of the data flow: everything molprop
  * reads from a user's file passes through mp_csv_next.
  *
- * Rules: RFC 4180 quoting ("" inside quotes), CRLF or LF line ends, a UTF-8
- * BOM at the start is dropped, blank lines are skipped.  Memory is one record
- * at a time.  Line numbers are 1-based physical lines of the file (a quoted
- * field spanning lines counts them all); a record's number is the line where
- * it starts.
+ * Rules: RFC 4180 quoting ("" inside quotes), LF, CRLF or lone CR line ends,
+ * a UTF-8 BOM at the start is dropped, blank lines are skipped (a record of
+ * one field that is empty or only spaces/tabs counts as blank).  Fields are
+ * verbatim: spaces around them are kept.  Memory is one record at a time.
+ * Line numbers are 1-based physical lines of the file (a quoted field
+ * spanning lines counts them all); a record's number is the line where it
+ * starts.
  */
 #ifndef MP_CSV_H
 #define MP_CSV_H

@@ -37,6 +37,13 @@ typedef struct {
  * fields, a target cell that is not a finite number ("nan" and "inf" are
  * rejected), a file with no header or no data rows.  An empty target cell is
  * a missing label.  On failure *out is NULL and nothing leaks.
+ *
+ * Columns: names match exactly, else case-insensitively; a name that matches
+ * two columns is an error, as are two default targets of one name (drop them
+ * with ignore_columns, which removes every column of a name).  An absent
+ * named column is MP_ERR_ARG.  Ownership: the dataset and every string in it
+ * are separate mp_malloc blocks; mp_dataset_free frees them all (so code that
+ * builds an mp_dataset by hand must allocate the same way).
  */
 mp_status mp_dataset_load(mp_dataset **out, const char *path, const mp_column_spec *spec);
 void      mp_dataset_free(mp_dataset *d);
@@ -51,8 +58,11 @@ mp_status mp_columns_resolve(const char *path, char *const *header, size_t n_hea
                              const mp_column_spec *spec, size_t *smiles_col,
                              size_t **targets, size_t *n_targets);
 
-/* Parses a target cell: "" -> NaN (missing) and MP_OK; a finite number -> MP_OK;
- * anything else -> MP_ERR_FORMAT (the caller formats the message). */
+/* Parses a target cell: "" -> NaN (missing) and MP_OK; a finite decimal
+ * number, optionally surrounded by spaces/tabs (as Python's float() allows),
+ * -> MP_OK; anything else -> MP_ERR_FORMAT (the caller formats the message):
+ * "nan", "inf", "1e999" (overflow), hex, "1.2.3", "abc", "1 2", a cell of only
+ * spaces.  Underflow ("1e-400") gives 0 or a subnormal, as in Python. */
 mp_status mp_parse_target(const char *cell, double *value);
 
 #ifdef __cplusplus

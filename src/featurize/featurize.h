@@ -67,6 +67,8 @@ typedef struct {
     int32_t *edge_dst;       /* n_edges: target atom                          */
     int32_t *in_start;       /* n_atoms+1: incoming edges of atom v = in_edge[in_start[v] .. in_start[v+1]) */
     int32_t *in_edge;        /* n_edges                                       */
+    /* Allocated sizes of the arrays above (mp_graphs_select reuses them). */
+    int32_t  cap_mols, cap_atoms, cap_edges;
 } mp_graphs;
 
 /*
@@ -76,6 +78,16 @@ typedef struct {
  */
 mp_status mp_graphs_select(mp_graphs *out, const mp_graphs *g, const int32_t *mols, int32_t n);
 void      mp_graphs_free(mp_graphs *g);
+
+/*
+ * Checks every structural invariant of a store: offsets start at 0, never
+ * decrease and end at the totals; invalid molecules are empty; each edge stays
+ * inside its molecule, edge e^1 reverses edge e and even edges run from the
+ * lower atom index; in_edge lists, per atom, exactly its incoming edges in
+ * ascending order; hot slots are in range, ascending, -1 padded.  MP_OK or
+ * MP_ERR_FORMAT with a message naming the first violation.
+ */
+mp_status mp_graphs_check(const mp_graphs *g);
 
 /* ===================================================================== */
 /* Featurization                                                          */
@@ -116,7 +128,10 @@ typedef struct {
 /*
  * Featurizes n SMILES in parallel (OpenMP over molecules).  The result is
  * identical for any thread count.  Invalid molecules are kept in place with
- * valid = 0 and error[i] set: this is not a failure.  Fails only on memory.
+ * valid = 0 and error[i] set: this is not a failure.  Fails only on memory
+ * (MP_ERR_NOMEM), bad arguments or a store beyond 2^31-1 atoms (MP_ERR_ARG);
+ * *out is then NULL.  opts NULL means the v1 layout with Morgan only.
+ * The caller frees *out with mp_features_free.
  */
 mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
                        const mp_featurize_opts *opts);
@@ -149,8 +164,9 @@ mp_status mp_features_dump(const mp_features *f, const char *const *smiles, cons
 /* The RDKit bridge (rdkit_bridge.cpp), for the rest of the C code        */
 /* ===================================================================== */
 
-/* Canonical SMILES of a SMILES as RDKit writes it (for messages and tests);
- * NULL if it does not parse.  Caller frees with mp_free. */
+/* Canonical SMILES of a SMILES as RDKit writes it (for messages and tests),
+ * parsed as mp_featurize parses it; NULL if that molecule is invalid.
+ * Caller frees with mp_free. */
 char *mp_rdkit_canonical(const char *smiles);
 /* RDKit's version string, e.g. "2022.09.3". */
 const char *mp_rdkit_version(void);

@@ -1,0 +1,597 @@
+/*
+ * registry.c - the benchmark dataset registry (data/datasets.tsv): parsing,
+ * lookup by name or file, SHA-256 of files, and fetching a dataset from a
+ * local mirror directory or a base URL into data/ (temp file, checksum, then
+ * rename, so nothing half-made or wrong is ever left at the target).
+ */
+#include "data/registry.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define REGISTRY_DEFAULT "data/datasets.tsv"
+#define IO_CHUNK (64u << 10)
+
+static const char *const registry_columns[7] = {
+    "name", "file", "rows", "tasks", "task_type", "metric", "sha256"
+};
+static const char *const known_metrics[] = { "RMSE", "MAE", "ROC-AUC", "PRC-AUC" };
+
+/* ===================================================================== */
+/* Task types                                                             */
+/* ===================================================================== */
+
+const char *mp_task_type_name(mp_task_type t)
+{
+    return t == MP_TASK_CLASSIFICATION ? "classification" : "regression";
+}
+
+mp_status mp_task_type_parse(const char *s, mp_task_type *out)
+{
+    if (mp_strcaseeq(s, "regression")) {
+        *out = MP_TASK_REGRESSION;
+        return MP_OK;
+    }
+    if (mp_strcaseeq(s, "classification")) {
+        *out = MP_TASK_CLASSIFICATION;
+        return MP_OK;
+    }
+    return mp_error_set(MP_ERR_ARG, "unknown task type '%s' (regression or classification)", s);
+}
+
+/* ===================================================================== */
+/* Loading                                                                */
+/* ===================================================================== */
+
+void mp_registry_free(mp_registry *reg)
+{
+    if (!reg)
+        return;
+    for (size_t i = 0; i < reg->n; i++) {
+        mp_free(reg->items[i].name);
+        mp_free(reg->items[i].file);
+        mp_free(reg->items[i].metric);
+        mp_free(reg->items[i].sha256);
+    }
+    mp_free(reg->items);
+    mp_free(reg);
+}
+
+/* Reads a whole (small) file into b, NUL-terminated. */
+static mp_status slurp(const char *path, mp_buf *b, const char *hint)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return mp_error_set(MP_ERR_IO, "cannot open %s: %s%s", path, strerror(errno), hint);
+    char chunk[4096];
+    size_t n;
+    mp_status st = mp_buf_append(b, "", 0);
+    while (!st && (n = fread(chunk, 1, sizeof chunk, fp)) > 0)
+        st = mp_buf_append(b, chunk, n);
+    if (!st && ferror(fp))
+        st = mp_error_set(MP_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    fclose(fp);
+    return st;
+}
+
+static int parse_count(const char *s, long *out)
+{
+    if (!*s || strlen(s) > 12)
+        return 0;
+    long v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return 0;
+        v = 10 * v + (*s - '0');
+    }
+    *out = v;
+    return v > 0;
+}
+
+static int is_sha256_hex(const char *s)
+{
+    if (strlen(s) != 64)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* Checks one data line's fields f[7] and fills *e (strings still borrowed). */
+static mp_status parse_entry(const char *path, size_t line, char **f, mp_dataset_info *e)
+{
+    memset(e, 0, sizeof *e);
+    e->rows = -1;
+    e->tasks = -1;
+    if (!*f[0])
+        return mp_error_set(MP_ERR_FORMAT, "%s:%zu: empty dataset name", path, line);
+    int no_file = !strcmp(f[1], "-");
+    if (!no_file && (!*f[1] || strchr(f[1], '/') || f[1][0] == '.'))
+        return mp_error_set(MP_ERR_FORMAT, "%s:%zu: file '%s' must be a plain file name or '-'",
+                            path, line, f[1]);
+    static const int follow_file[3] = { 2, 3, 6 };   /* rows, tasks, sha256 */
+    for (int i = 0; i < 3; i++) {
+        int k = follow_file[i];
+        if (no_file != !strcmp(f[k], "-"))
+            return mp_error_set(MP_ERR_FORMAT, "%s:%zu: %s is '%s' but file is '%s' "
+                                "(a dataset without a file has '-' in file, rows, tasks and sha256)",
+                                path, line, registry_columns[k], f[k], f[1]);
+    }
+    if (!no_file) {
+        long v;
+        if (!parse_count(f[2], &v))
+            return mp_error_set(MP_ERR_FORMAT, "%s:%zu: rows '%s' is not a positive integer",
+                                path, line, f[2]);
+        e->rows = v;
+        if (!parse_count(f[3], &v) || v > 1000000)
+            return mp_error_set(MP_ERR_FORMAT, "%s:%zu: tasks '%s' is not a positive integer",
+                                path, line, f[3]);
+        e->tasks = (int)v;
+        if (!is_sha256_hex(f[6]))
+            return mp_error_set(MP_ERR_FORMAT,
+                                "%s:%zu: sha256 '%s' is not 64 lower-case hex digits", path, line, f[6]);
+    }
+    if (mp_task_type_parse(f[4], &e->task_type) != MP_OK)
+        return mp_error_set(MP_ERR_FORMAT, "%s:%zu: task_type '%s' is not regression or classification",
+                            path, line, f[4]);
+    int metric_ok = 0;
+    for (size_t i = 0; i < sizeof known_metrics / sizeof *known_metrics; i++)
+        metric_ok |= !strcmp(f[5], known_metrics[i]);
+    if (!metric_ok)
+        return mp_error_set(MP_ERR_FORMAT, "%s:%zu: metric '%s' is not one of RMSE, MAE, ROC-AUC, PRC-AUC",
+                            path, line, f[5]);
+    return MP_OK;
+}
+
+/* Splits a line at tabs in place; returns the number of fields (max `cap`+1). */
+static size_t split_tabs(char *s, char **f, size_t cap)
+{
+    size_t n = 0;
+    for (;;) {
+        if (n < cap)
+            f[n] = s;
+        n++;
+        char *t = strchr(s, '\t');
+        if (!t)
+            return n;
+        *t = '\0';
+        s = t + 1;
+    }
+}
+
+mp_status mp_registry_load(mp_registry **out, const char *path)
+{
+    *out = NULL;
+    const char *hint = "";
+    if (!path) {
+        const char *env = getenv("MOLPROP_REGISTRY");
+        path = env && *env ? env : REGISTRY_DEFAULT;
+        if (!(env && *env))
+            hint = " (run molprop from its checkout, or set MOLPROP_REGISTRY to the registry file)";
+    }
+    mp_buf b = { 0 };
+    mp_registry *reg = mp_calloc(1, sizeof *reg);
+    mp_status st = reg ? slurp(path, &b, hint) : MP_ERR_NOMEM;
+    if (st)
+        goto fail;
+
+    /* Each line ends at LF (a CR before it is dropped).  Count lines first so
+     * the item array is allocated once. */
+    size_t max_items = 1;
+    for (size_t i = 0; i < b.len; i++)
+        max_items += b.data[i] == '\n';
+    reg->items = mp_calloc(max_items, sizeof *reg->items);
+    if (!reg->items) {
+        st = MP_ERR_NOMEM;
+        goto fail;
+    }
+
+    int seen_header = 0;
+    size_t line = 0;
+    for (char *s = b.data; s && *s;) {
+        line++;
+        char *nl = strchr(s, '\n');
+        char *next = nl ? nl + 1 : NULL;
+        if (nl) {
+            *nl = '\0';
+            if (nl > s && nl[-1] == '\r')
+                nl[-1] = '\0';
+        }
+        if (s[0] == '#' || s[0] == '\0') {
+            s = next;
+            continue;
+        }
+        char *f[7];
+        size_t nf = split_tabs(s, f, 7);
+        if (nf != 7) {
+            st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: expected 7 tab-separated fields, found %zu",
+                              path, line, nf);
+            goto fail;
+        }
+        if (!seen_header) {
+            for (int k = 0; k < 7; k++)
+                if (strcmp(f[k], registry_columns[k])) {
+                    st = mp_error_set(MP_ERR_FORMAT,
+                                      "%s:%zu: header field %d is '%s', expected '%s' "
+                                      "(name file rows tasks task_type metric sha256)",
+                                      path, line, k + 1, f[k], registry_columns[k]);
+                    goto fail;
+                }
+            seen_header = 1;
+            s = next;
+            continue;
+        }
+        mp_dataset_info e;
+        if ((st = parse_entry(path, line, f, &e)))
+            goto fail;
+        if (mp_registry_find(reg, f[0])) {
+            st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: dataset '%s' is listed twice", path, line, f[0]);
+            goto fail;
+        }
+        mp_dataset_info *d = &reg->items[reg->n];
+        *d = e;
+        reg->n++;   /* counted now so mp_registry_free sees partial entries */
+        d->name = mp_strdup(f[0]);
+        d->metric = mp_strdup(f[5]);
+        d->file = strcmp(f[1], "-") ? mp_strdup(f[1]) : NULL;
+        d->sha256 = strcmp(f[6], "-") ? mp_strdup(f[6]) : NULL;
+        if (!d->name || !d->metric || (strcmp(f[1], "-") && !d->file) ||
+            (strcmp(f[6], "-") && !d->sha256)) {
+            st = MP_ERR_NOMEM;
+            goto fail;
+        }
+        s = next;
+    }
+    if (!seen_header) {
+        st = mp_error_set(MP_ERR_FORMAT, "%s: no header line (name file rows tasks task_type metric sha256)",
+                          path);
+        goto fail;
+    }
+    mp_buf_free(&b);
+    *out = reg;
+    return MP_OK;
+fail:
+    if (st == MP_ERR_NOMEM)
+        mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", path);
+    mp_buf_free(&b);
+    mp_registry_free(reg);
+    return st;
+}
+
+/* ===================================================================== */
+/* Lookup                                                                 */
+/* ===================================================================== */
+
+const mp_dataset_info *mp_registry_find(const mp_registry *reg, const char *name)
+{
+    for (size_t i = 0; i < reg->n; i++)
+        if (mp_strcaseeq(reg->items[i].name, name))
+            return &reg->items[i];
+    return NULL;
+}
+
+/* Length of s without a trailing ".gz". */
+static size_t strip_gz(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 3 && !strcmp(s + n - 3, ".gz") ? n - 3 : n;
+}
+
+const mp_dataset_info *mp_registry_find_file(const mp_registry *reg, const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t nb = strip_gz(base);
+    for (size_t i = 0; i < reg->n; i++) {
+        const char *f = reg->items[i].file;
+        if (f && strip_gz(f) == nb && !strncmp(f, base, nb))
+            return &reg->items[i];
+    }
+    return NULL;
+}
+
+char *mp_registry_names(const mp_registry *reg)
+{
+    mp_buf b = { 0 };
+    if (mp_buf_append(&b, "", 0))
+        return NULL;
+    for (size_t i = 0; i < reg->n; i++)
+        if (mp_buf_printf(&b, "%s%s", i ? ", " : "", reg->items[i].name)) {
+            mp_buf_free(&b);
+            return NULL;
+        }
+    return b.data;
+}
+
+/* ===================================================================== */
+/* SHA-256                                                                */
+/* ===================================================================== */
+
+static void hex_digest(const unsigned char *md, unsigned n, char *hex)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (unsigned i = 0; i < n; i++) {
+        hex[2 * i] = digits[md[i] >> 4];
+        hex[2 * i + 1] = digits[md[i] & 15];
+    }
+    hex[2 * n] = '\0';
+}
+
+/* Starts a SHA-256 context; NULL (with the error set) on failure. */
+static EVP_MD_CTX *sha256_begin(void)
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1)
+        return ctx;
+    EVP_MD_CTX_free(ctx);
+    mp_error_set(MP_ERR_INTERNAL, "libcrypto could not start a SHA-256 digest");
+    return NULL;
+}
+
+static mp_status sha256_end(EVP_MD_CTX *ctx, char hex[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    int ok = EVP_DigestFinal_ex(ctx, md, &n) == 1 && n == 32;
+    EVP_MD_CTX_free(ctx);
+    if (!ok)
+        return mp_error_set(MP_ERR_INTERNAL, "libcrypto could not finish a SHA-256 digest");
+    hex_digest(md, n, hex);
+    return MP_OK;
+}
+
+mp_status mp_sha256_file(const char *path, char hex[65])
+{
+    hex[0] = '\0';
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return mp_error_set(MP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    unsigned char *buf = mp_malloc(IO_CHUNK);
+    EVP_MD_CTX *ctx = buf ? sha256_begin() : NULL;
+    if (!ctx) {
+        mp_status st = buf ? MP_ERR_INTERNAL : mp_error_set(MP_ERR_NOMEM, "out of memory hashing %s", path);
+        mp_free(buf);
+        fclose(fp);
+        return st;
+    }
+    size_t n;
+    int ok = 1;
+    while (ok && (n = fread(buf, 1, IO_CHUNK, fp)) > 0)
+        ok = EVP_DigestUpdate(ctx, buf, n) == 1;
+    int rd_err = ferror(fp);
+    int e = errno;
+    fclose(fp);
+    mp_free(buf);
+    if (rd_err || !ok) {
+        EVP_MD_CTX_free(ctx);
+        return rd_err ? mp_error_set(MP_ERR_IO, "cannot read %s: %s", path, strerror(e))
+                      : mp_error_set(MP_ERR_INTERNAL, "libcrypto failed hashing %s", path);
+    }
+    return sha256_end(ctx, hex);
+}
+
+/* ===================================================================== */
+/* Fetching                                                               */
+/* ===================================================================== */
+
+/* mkdir -p */
+static mp_status make_dirs(const char *dir)
+{
+    char *p = mp_strdup(dir);
+    if (!p)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    mp_status st = MP_OK;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        struct stat sb;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            st = mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", p, strerror(errno));
+            break;
+        }
+        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            st = mp_error_set(MP_ERR_IO, "%s is not a directory", p);
+            break;
+        }
+        *s = c;
+        if (!c)
+            break;
+    }
+    mp_free(p);
+    return st;
+}
+
+/* The fetched bytes on their way to the temporary file, hashed as they go. */
+typedef struct {
+    mp_afile    out;
+    EVP_MD_CTX *sha;
+    int         failed;   /* a write or hash failed */
+} sink;
+
+static int sink_write(sink *k, const void *p, size_t n)
+{
+    if (fwrite(p, 1, n, k->out.fp) != n || EVP_DigestUpdate(k->sha, p, n) != 1) {
+        k->failed = 1;
+        return 0;
+    }
+    return 1;
+}
+
+static mp_status copy_from_mirror(const char *src, sink *k)
+{
+    FILE *fp = fopen(src, "rb");
+    if (!fp)
+        return mp_error_set(MP_ERR_IO, "cannot open %s: %s", src, strerror(errno));
+    unsigned char *buf = mp_malloc(IO_CHUNK);
+    if (!buf) {
+        fclose(fp);
+        return mp_error_set(MP_ERR_NOMEM, "out of memory copying %s", src);
+    }
+    size_t n;
+    while ((n = fread(buf, 1, IO_CHUNK, fp)) > 0 && sink_write(k, buf, n))
+        ;
+    int rd_err = ferror(fp);
+    fclose(fp);
+    mp_free(buf);
+    if (rd_err)
+        return mp_error_set(MP_ERR_IO, "cannot read %s", src);
+    if (k->failed)
+        return mp_error_set(MP_ERR_IO, "cannot write %s (disk full?)", k->out.tmp_path);
+    return MP_OK;
+}
+
+static size_t curl_sink(char *p, size_t size, size_t nmemb, void *data)
+{
+    return sink_write(data, p, size * nmemb) ? size * nmemb : 0;
+}
+
+static mp_status download(const char *url, sink *k)
+{
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return mp_error_set(MP_ERR_INTERNAL, "libcurl could not start");
+    CURL *c = curl_easy_init();
+    if (!c) {
+        curl_global_cleanup();
+        return mp_error_set(MP_ERR_INTERNAL, "libcurl could not start");
+    }
+    char err[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_sink);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
+    curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "molprop");
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_cleanup(c);
+    curl_global_cleanup();
+    if (k->failed)
+        return mp_error_set(MP_ERR_IO, "cannot write %s (disk full?)", k->out.tmp_path);
+    if (rc != CURLE_OK)
+        return mp_error_set(MP_ERR_IO, "download of %s failed: %s", url,
+                            err[0] ? err : curl_easy_strerror(rc));
+    return MP_OK;
+}
+
+static char *join_path(const char *a, const char *sep, const char *b)
+{
+    size_t na = strlen(a);
+    while (na > 1 && a[na - 1] == '/')   /* "dir/" + "/" + "f" -> "dir/f" */
+        na--;
+    size_t n = na + strlen(sep) + strlen(b) + 1;
+    char *s = mp_malloc(n);
+    if (s)
+        snprintf(s, n, "%.*s%s%s", (int)na, a, sep, b);
+    return s;
+}
+
+mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char *dest_dir,
+                            mp_fetch_result *result)
+{
+    const mp_dataset_info *d = mp_registry_find(reg, name);
+    if (!d) {
+        char *names = mp_registry_names(reg);
+        mp_status st = mp_error_set(MP_ERR_ARG, "unknown dataset '%s'; known datasets: %s",
+                                    name, names ? names : "(out of memory)");
+        mp_free(names);
+        return st;
+    }
+    if (!d->file)
+        return mp_error_set(MP_ERR_ARG, "dataset '%s' is not available: the registry has no file for it",
+                            d->name);
+    const char *mirror = getenv("MOLPROP_DATA_MIRROR");
+    const char *base = getenv("MOLPROP_DATA_URL");
+    if (mirror && !*mirror)
+        mirror = NULL;
+    if (base && !*base)
+        base = NULL;
+    if (!dest_dir)
+        dest_dir = "data";
+
+    char hex[65];
+    char *target = NULL, *src = NULL;
+    sink k = { 0 };
+    mp_status st = make_dirs(dest_dir);
+    if (st)
+        return st;
+    if (!(target = join_path(dest_dir, "/", d->file))) {
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (access(target, F_OK) == 0) {
+        if ((st = mp_sha256_file(target, hex)))
+            goto done;
+        if (!strcmp(hex, d->sha256)) {
+            if (result)
+                *result = MP_FETCH_PRESENT;
+            goto done;
+        }
+        /* A wrong file is replaced below, by the rename, only once a good one is in hand. */
+    }
+    if (!mirror && !base) {
+        st = mp_error_set(MP_ERR_ARG, "no source for %s: set MOLPROP_DATA_MIRROR to a directory "
+                          "holding the dataset files, or MOLPROP_DATA_URL to a base URL", d->file);
+        goto done;
+    }
+    int from_mirror = 0;
+    if (mirror) {
+        if (!(src = join_path(mirror, "/", d->file))) {
+            st = mp_error_set(MP_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        from_mirror = access(src, F_OK) == 0;
+        if (!from_mirror && !base) {
+            st = mp_error_set(MP_ERR_IO, "%s not found in MOLPROP_DATA_MIRROR (%s)", d->file, mirror);
+            goto done;
+        }
+        if (!from_mirror) {
+            mp_free(src);
+            src = NULL;
+        }
+    }
+    if (!src && !(src = join_path(base, "/", d->file))) {
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+
+    if ((st = mp_afile_open(&k.out, target)))
+        goto done;
+    if (!(k.sha = sha256_begin())) {
+        st = MP_ERR_INTERNAL;
+        goto done;
+    }
+    st = from_mirror ? copy_from_mirror(src, &k) : download(src, &k);
+    if (st)
+        goto done;
+    EVP_MD_CTX *sha = k.sha;
+    k.sha = NULL;
+    if ((st = sha256_end(sha, hex)))
+        goto done;
+    if (strcmp(hex, d->sha256)) {
+        st = mp_error_set(MP_ERR_CHECKSUM, "%s from %s has SHA-256 %s, expected %s; nothing was written",
+                          d->file, src, hex, d->sha256);
+        goto done;
+    }
+    if ((st = mp_afile_commit(&k.out)))
+        goto done;
+    if (result)
+        *result = from_mirror ? MP_FETCH_MIRROR : MP_FETCH_DOWNLOADED;
+done:
+    if (k.out.fp)
+        mp_afile_abort(&k.out);
+    EVP_MD_CTX_free(k.sha);
+    mp_free(target);
+    mp_free(src);
+    return st;
+}

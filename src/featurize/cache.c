@@ -1,0 +1,399 @@
+/*
+ * cache.c - the feature cache file (.mpf): a featurized dataset on disk, so a
+ * benchmark pays for RDKit once and a GPU run needs no RDKit at all.
+ *
+ * Layout (little-endian, every array padded with zeros to 8 bytes, so the
+ * file could be mapped as is):
+ *
+ *   header (64 bytes)   magic "MPFEATS\0", u32 version, u32 header size,
+ *                       u32 layout, i32 atom_fdim, i32 n_mols, i32 n_atoms,
+ *                       i32 n_edges, i32 n_morgan, i32 n_desc, u32 flags
+ *                       (1 Morgan, 2 descriptors, 4 scaffolds), u32 atom/bond
+ *                       hot widths (8 | 4 << 16), u32 zero, u64 string bytes
+ *   arrays              valid, mol_atom, mol_edge, atom_hot, atom_mass,
+ *                       bond_hot, edge_src, edge_dst, in_start, in_edge,
+ *                       [morgan_start, morgan_bit, morgan_count], [desc]
+ *   strings             descriptor names, [scaffolds], errors: each a u32
+ *                       length (0xffffffff = none) and its bytes
+ *   u32 CRC-32 of everything before it
+ *
+ * Loading checks, in order: magic, version, header sizes, the exact file size
+ * they imply, the checksum, then every structural invariant (mp_graphs_check
+ * and the Morgan/string sections), and refuses with a message naming the file.
+ */
+#include "featurize/internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MPF_MAGIC "MPFEATS"      /* 8 bytes with its NUL */
+#define MPF_VERSION 1u
+#define MPF_HEADER 64u
+#define MPF_F_MORGAN 1u
+#define MPF_F_DESC 2u
+#define MPF_F_SCAFFOLD 4u
+#define MPF_HOT_WIDTHS ((uint32_t)MP_ATOM_MAX_HOT | ((uint32_t)MP_BOND_MAX_HOT << 16))
+#define NO_STRING 0xffffffffu
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the .mpf format is little-endian");
+
+typedef struct {
+    char     magic[8];
+    uint32_t version, header_size, layout;
+    int32_t  atom_fdim, n_mols, n_atoms, n_edges, n_morgan, n_desc;
+    uint32_t flags, hot_widths;
+    uint32_t zero;
+    uint64_t string_bytes;
+} mpf_header;
+
+_Static_assert(sizeof(mpf_header) == MPF_HEADER, "header is 64 bytes");
+
+static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* The arrays in file order, sized from a header (or a features struct). */
+typedef struct {
+    void  *ptr;      /* address of the array pointer in mp_features */
+    size_t bytes;
+} section;
+
+static int sections(mp_features *f, const mpf_header *h, section *s)
+{
+    int k = 0;
+    size_t nm = (size_t)h->n_mols, na = (size_t)h->n_atoms, ne = (size_t)h->n_edges;
+    mp_graphs *g = &f->g;
+    s[k++] = (section){ &g->valid, nm };
+    s[k++] = (section){ &g->mol_atom, (nm + 1) * 4 };
+    s[k++] = (section){ &g->mol_edge, (nm + 1) * 4 };
+    s[k++] = (section){ &g->atom_hot, na * MP_ATOM_MAX_HOT * 2 };
+    s[k++] = (section){ &g->atom_mass, na * 4 };
+    s[k++] = (section){ &g->bond_hot, ne / 2 * MP_BOND_MAX_HOT };
+    s[k++] = (section){ &g->edge_src, ne * 4 };
+    s[k++] = (section){ &g->edge_dst, ne * 4 };
+    s[k++] = (section){ &g->in_start, (na + 1) * 4 };
+    s[k++] = (section){ &g->in_edge, ne * 4 };
+    if (h->flags & MPF_F_MORGAN) {
+        s[k++] = (section){ &f->morgan_start, (nm + 1) * 4 };
+        s[k++] = (section){ &f->morgan_bit, (size_t)h->n_morgan * 2 };
+        s[k++] = (section){ &f->morgan_count, (size_t)h->n_morgan * 4 };
+    }
+    if (h->flags & MPF_F_DESC)
+        s[k++] = (section){ &f->desc, nm * (size_t)h->n_desc * 8 };
+    return k;
+}
+
+/* ===================================================================== */
+/* Save                                                                   */
+/* ===================================================================== */
+
+typedef struct {
+    FILE    *fp;
+    uint32_t crc;
+    int      bad;
+} writer;
+
+static void put(writer *w, const void *p, size_t n)
+{
+    static const char zeros[8];
+    if (w->bad || !n)
+        return;
+    if (fwrite(p, 1, n, w->fp) != n)
+        w->bad = 1;
+    w->crc = mp_crc32(w->crc, p, n);
+    size_t pad = pad8(n) - n;
+    if (pad) {
+        if (fwrite(zeros, 1, pad, w->fp) != pad)
+            w->bad = 1;
+        w->crc = mp_crc32(w->crc, zeros, pad);
+    }
+}
+
+static uint64_t strings_size(char *const *s, int32_t n)
+{
+    uint64_t b = 0;
+    for (int32_t i = 0; s && i < n; i++)
+        b += 4 + (s[i] ? strlen(s[i]) : 0);
+    return b;
+}
+
+static void put_strings(writer *w, char *const *s, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) {
+        uint32_t len = s[i] ? (uint32_t)strlen(s[i]) : NO_STRING;
+        if (w->bad)
+            return;
+        if (fwrite(&len, 4, 1, w->fp) != 1)
+            w->bad = 1;
+        w->crc = mp_crc32(w->crc, &len, 4);
+        if (s[i] && len) {
+            if (fwrite(s[i], 1, len, w->fp) != len)
+                w->bad = 1;
+            w->crc = mp_crc32(w->crc, s[i], len);
+        }
+    }
+}
+
+mp_status mp_features_save(const mp_features *f, const char *path)
+{
+    const mp_graphs *g = &f->g;
+    mpf_header h = { .magic = MPF_MAGIC };
+    h.version = MPF_VERSION;
+    h.header_size = MPF_HEADER;
+    h.layout = (uint32_t)g->layout;
+    h.atom_fdim = g->atom_fdim;
+    h.n_mols = g->n_mols;
+    h.n_atoms = g->n_atoms;
+    h.n_edges = g->n_edges;
+    h.n_morgan = f->morgan_start ? f->morgan_start[g->n_mols] : 0;
+    h.n_desc = f->desc ? f->n_desc : 0;
+    h.flags = (f->morgan_start ? MPF_F_MORGAN : 0) | (f->desc ? MPF_F_DESC : 0) |
+              (f->scaffold ? MPF_F_SCAFFOLD : 0);
+    h.hot_widths = MPF_HOT_WIDTHS;
+    h.string_bytes = strings_size(f->desc_names, h.n_desc) + strings_size(f->scaffold, g->n_mols) +
+                     strings_size(f->error, g->n_mols);
+    if (!f->error)   /* every molecule gets an entry, "none" when absent */
+        h.string_bytes += 4 * (uint64_t)g->n_mols;
+    section s[16];
+    int ns = sections((mp_features *)f, &h, s);
+
+    mp_afile af;
+    mp_status st = mp_afile_open(&af, path);
+    if (st)
+        return st;
+    writer w = { af.fp, 0, 0 };
+    put(&w, &h, sizeof h);
+    for (int i = 0; i < ns; i++)
+        put(&w, *(void **)s[i].ptr, s[i].bytes);
+    put_strings(&w, f->desc_names, h.n_desc);
+    if (f->scaffold)
+        put_strings(&w, f->scaffold, g->n_mols);
+    if (f->error) {
+        put_strings(&w, f->error, g->n_mols);
+    } else {
+        for (int32_t i = 0; i < g->n_mols && !w.bad; i++) {
+            uint32_t none = NO_STRING;
+            w.bad |= fwrite(&none, 4, 1, w.fp) != 1;
+            w.crc = mp_crc32(w.crc, &none, 4);
+        }
+    }
+    uint32_t crc = w.crc;
+    if (!w.bad && fwrite(&crc, 4, 1, w.fp) != 1)
+        w.bad = 1;
+    if (w.bad) {
+        mp_afile_abort(&af);
+        return mp_error_set(MP_ERR_IO, "error writing %s (disk full?)", path);
+    }
+    return mp_afile_commit(&af);
+}
+
+/* ===================================================================== */
+/* Load                                                                   */
+/* ===================================================================== */
+
+#define BAD(...) mp_error_set(MP_ERR_FORMAT, __VA_ARGS__)
+
+/* Reads n strings from [*p, end); NULL entries allowed only when nullable. */
+static mp_status get_strings(const char *path, const char *what, const unsigned char **p,
+                             const unsigned char *end, int32_t n, int nullable, char ***out)
+{
+    char **s = mp_calloc((size_t)n + 1, sizeof *s);
+    if (!s)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", path);
+    *out = s;
+    for (int32_t i = 0; i < n; i++) {
+        uint32_t len;
+        if (end - *p < 4)
+            return BAD("%s: %s %d runs past the string section", path, what, (int)i);
+        memcpy(&len, *p, 4);
+        *p += 4;
+        if (len == NO_STRING) {
+            if (!nullable)
+                return BAD("%s: %s %d is missing", path, what, (int)i);
+            continue;
+        }
+        if ((uint64_t)(end - *p) < len)
+            return BAD("%s: %s %d runs past the string section", path, what, (int)i);
+        if (memchr(*p, '\0', len))
+            return BAD("%s: %s %d holds a NUL byte", path, what, (int)i);
+        if (!(s[i] = mp_malloc((size_t)len + 1)))
+            return mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", path);
+        memcpy(s[i], *p, len);
+        s[i][len] = '\0';
+        *p += len;
+    }
+    return MP_OK;
+}
+
+/* Everything beyond the graph store: Morgan offsets and bits, the per
+ * molecule strings agreeing with validity. */
+static mp_status check_extras(const char *path, const mp_features *f)
+{
+    const mp_graphs *g = &f->g;
+    if (f->morgan_start) {
+        if (f->morgan_start[0] != 0)
+            return BAD("%s: Morgan offsets do not start at 0", path);
+        for (int32_t m = 0; m < g->n_mols; m++) {
+            int32_t a = f->morgan_start[m], b = f->morgan_start[m + 1];
+            if (b < a)
+                return BAD("%s: Morgan offsets not monotone at molecule %d", path, (int)m);
+            if (b > a && !g->valid[m])
+                return BAD("%s: invalid molecule %d has Morgan bits", path, (int)m);
+            if (b > f->morgan_start[g->n_mols])
+                return BAD("%s: Morgan offsets of molecule %d out of range", path, (int)m);
+            for (int32_t j = a; j < b; j++)
+                if (f->morgan_bit[j] >= MP_MORGAN_BITS || (j > a && f->morgan_bit[j] <= f->morgan_bit[j - 1]) ||
+                    f->morgan_count[j] == 0)
+                    return BAD("%s: molecule %d: bad Morgan entry %d", path, (int)m, (int)j);
+        }
+    }
+    for (int32_t m = 0; m < g->n_mols; m++) {
+        if (g->valid[m] == (f->error[m] != NULL))
+            return BAD("%s: molecule %d: validity and error message disagree", path, (int)m);
+        if (f->scaffold && g->valid[m] == (f->scaffold[m] == NULL))
+            return BAD("%s: molecule %d: validity and scaffold disagree", path, (int)m);
+    }
+    return MP_OK;
+}
+
+static mp_status read_file(const char *path, unsigned char **data, size_t *size)
+{
+    *data = NULL;
+    *size = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return mp_error_set(MP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(fp);
+        return mp_error_set(MP_ERR_IO, "%s is not a regular file", path);
+    }
+    *size = (size_t)sb.st_size;
+    *data = mp_malloc(*size + 1);
+    if (!*data) {
+        fclose(fp);
+        return mp_error_set(MP_ERR_NOMEM, "out of memory reading %s (%zu bytes)", path, *size);
+    }
+    size_t got = fread(*data, 1, *size, fp);
+    int err = ferror(fp);
+    fclose(fp);
+    if (err || got != *size) {
+        mp_free(*data);
+        *data = NULL;
+        return mp_error_set(MP_ERR_IO, "error reading %s", path);
+    }
+    return MP_OK;
+}
+
+static mp_status check_header(const char *path, const mpf_header *h, size_t size)
+{
+    if (memcmp(h->magic, MPF_MAGIC, 8) != 0)
+        return BAD("%s is not a molprop feature cache (bad magic)", path);
+    if (h->version != MPF_VERSION)
+        return BAD("%s: feature cache format version %u, this molprop reads version %u", path,
+                   h->version, MPF_VERSION);
+    if (h->header_size != MPF_HEADER || h->hot_widths != MPF_HOT_WIDTHS || h->zero)
+        return BAD("%s: bad header", path);
+    if (h->layout > (uint32_t)MP_ATOM_ORGANIC || h->atom_fdim != mp_atom_fdim((mp_atom_layout)h->layout))
+        return BAD("%s: unknown atom layout %u (width %d)", path, h->layout, (int)h->atom_fdim);
+    if (h->n_mols < 0 || h->n_atoms < 0 || h->n_edges < 0 || h->n_edges % 2 || h->n_morgan < 0 ||
+        h->n_desc < 0 || h->n_desc > 100000 || (h->flags & ~7u) ||
+        (!(h->flags & MPF_F_MORGAN) && h->n_morgan) || (!(h->flags & MPF_F_DESC) && h->n_desc))
+        return BAD("%s: inconsistent sizes in the header", path);
+    if (h->string_bytes > size)
+        return BAD("%s: truncated (strings of %llu bytes in a file of %zu)", path,
+                   (unsigned long long)h->string_bytes, size);
+    return MP_OK;
+}
+
+mp_status mp_features_load(mp_features **out, const char *path)
+{
+    *out = NULL;
+    unsigned char *data;
+    size_t size = 0;
+    mp_status st = read_file(path, &data, &size);
+    if (st)
+        return st;
+    mp_features *f = NULL;
+    mpf_header h;
+    if (size < sizeof h + 4) {
+        st = BAD("%s: truncated (%zu bytes; not a molprop feature cache)", path, size);
+        goto out;
+    }
+    memcpy(&h, data, sizeof h);
+    if ((st = check_header(path, &h, size)))
+        goto out;
+
+    /* the exact size the header implies */
+    f = mp_calloc(1, sizeof *f);
+    if (!f) {
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", path);
+        goto out;
+    }
+    section s[16];
+    int ns = sections(f, &h, s);
+    uint64_t want = sizeof h;
+    for (int i = 0; i < ns; i++)
+        want += pad8(s[i].bytes);
+    want += h.string_bytes + 4;
+    if (want != size) {
+        st = BAD("%s: truncated or damaged: its header implies %llu bytes, the file has %zu", path,
+                 (unsigned long long)want, size);
+        goto out;
+    }
+    uint32_t crc;
+    memcpy(&crc, data + size - 4, 4);
+    if (mp_crc32(0, data, size - 4) != crc) {
+        st = mp_error_set(MP_ERR_CHECKSUM, "%s: checksum mismatch (the file is damaged)", path);
+        goto out;
+    }
+
+    mp_graphs *g = &f->g;
+    g->layout = (mp_atom_layout)h.layout;
+    g->atom_fdim = h.atom_fdim;
+    g->n_mols = h.n_mols;
+    g->n_atoms = h.n_atoms;
+    g->n_edges = h.n_edges;
+    g->cap_mols = h.n_mols;
+    g->cap_atoms = h.n_atoms;
+    g->cap_edges = h.n_edges;
+    f->n_desc = h.n_desc;
+    const unsigned char *p = data + sizeof h;
+    for (int i = 0; i < ns; i++) {
+        void *a = mp_malloc(s[i].bytes);
+        if (!a) {
+            st = mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", path);
+            goto out;
+        }
+        memcpy(a, p, s[i].bytes);
+        *(void **)s[i].ptr = a;
+        p += pad8(s[i].bytes);
+    }
+    const unsigned char *end = p + h.string_bytes;
+    if (((h.flags & MPF_F_DESC) &&
+         (st = get_strings(path, "descriptor name", &p, end, h.n_desc, 0, &f->desc_names))) ||
+        ((h.flags & MPF_F_SCAFFOLD) &&
+         (st = get_strings(path, "scaffold", &p, end, h.n_mols, 1, &f->scaffold))) ||
+        (st = get_strings(path, "error message", &p, end, h.n_mols, 1, &f->error)))
+        goto out;
+    if (p != end) {
+        st = BAD("%s: %zu unexplained bytes in the string section", path, (size_t)(end - p));
+        goto out;
+    }
+    if ((st = mp_graphs_check(g))) {
+        char msg[1800];
+        snprintf(msg, sizeof msg, "%s", mp_error_message());
+        st = BAD("%s: %s", path, msg);
+        goto out;
+    }
+    if ((st = check_extras(path, f)))
+        goto out;
+out:
+    mp_free(data);
+    if (st) {
+        mp_features_free(f);
+        f = NULL;
+    }
+    *out = f;
+    return st;
+}

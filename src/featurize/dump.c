@@ -1,0 +1,255 @@
+/*
+ * dump.c - the reference dump: features as the tab-separated files of
+ * ../shared/fixtures/chemprop_v1/README.md (molecules, atoms, bonds, morgan,
+ * descriptors), plain or gzipped, so they can be compared line by line with
+ * what Chemprop computes.
+ *
+ * All files are written to temporary names first and renamed only when every
+ * one of them was written: a failed dump leaves no half-written file.
+ */
+#include "featurize/featurize.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+enum { F_MOLECULES, F_ATOMS, F_BONDS, F_MORGAN, F_DESC, N_FILES };
+static const char *const file_names[N_FILES] = { "molecules", "atoms", "bonds", "morgan",
+                                                 "descriptors" };
+
+typedef struct {
+    mp_afile af;
+    gzFile   gz;      /* NULL for plain text */
+    mp_buf   buf;     /* pending output      */
+    int      open, bad;
+} out_file;
+
+static void flush_out(out_file *o)
+{
+    if (!o->buf.len || o->bad)
+        return;
+    if (o->gz)
+        o->bad = gzwrite(o->gz, o->buf.data, (unsigned)o->buf.len) != (int)o->buf.len;
+    else
+        o->bad = fwrite(o->buf.data, 1, o->buf.len, o->af.fp) != o->buf.len;
+    o->buf.len = 0;
+}
+
+static void emit(out_file *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void emit(out_file *o, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        o->bad = 1;
+        return;
+    }
+    if ((size_t)n < sizeof tmp) {
+        if (mp_buf_append(&o->buf, tmp, (size_t)n) != MP_OK)
+            o->bad = 1;
+    } else {   /* a long field (SMILES): format again into the buffer */
+        va_start(ap, fmt);
+        if (mp_buf_reserve(&o->buf, (size_t)n) != MP_OK) {
+            o->bad = 1;
+        } else {
+            vsnprintf(o->buf.data + o->buf.len, (size_t)n + 1, fmt, ap);
+            o->buf.len += (size_t)n;
+        }
+        va_end(ap);
+    }
+    if (o->buf.len > (1u << 16))
+        flush_out(o);
+}
+
+/* Shortest decimal that reads back as the same double (Python repr style). */
+static void fmt_double(char *buf, size_t cap, double v)
+{
+    for (int p = 15; p <= 17; p++) {
+        snprintf(buf, cap, "%.*g", p, v);
+        if (!isfinite(v) || strtod(buf, NULL) == v)
+            return;
+    }
+}
+
+/* Shortest decimal that reads back as the same float. */
+static void fmt_float(char *buf, size_t cap, float v)
+{
+    for (int p = 6; p <= 9; p++) {
+        snprintf(buf, cap, "%.*g", p, (double)v);
+        if (!isfinite(v) || strtof(buf, NULL) == v)
+            return;
+    }
+}
+
+static mp_status make_dirs(const char *dir)
+{
+    char *p = mp_strdup(dir);
+    if (!p)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+                mp_status st = mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", p,
+                                            strerror(errno));
+                mp_free(p);
+                return st;
+            }
+            *s = c;
+            if (!c)
+                break;
+        }
+    }
+    mp_free(p);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return mp_error_set(MP_ERR_IO, "%s is not a directory", dir);
+    return MP_OK;
+}
+
+static mp_status open_out(out_file *o, const char *dir, const char *name, int gz)
+{
+    size_t n = strlen(dir) + strlen(name) + 16;
+    char *path = mp_malloc(n);
+    if (!path)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    snprintf(path, n, "%s/%s.tsv%s", dir, name, gz ? ".gz" : "");
+    mp_status st = mp_afile_open(&o->af, path);
+    mp_free(path);
+    if (st)
+        return st;
+    o->open = 1;
+    if (gz) {
+        /* zlib writes through its own descriptor; the FILE stays unused
+         * until mp_afile_commit closes it and renames the file. */
+        int fd = dup(fileno(o->af.fp));
+        o->gz = fd >= 0 ? gzdopen(fd, "wb6") : NULL;
+        if (!o->gz) {
+            if (fd >= 0)
+                close(fd);
+            return mp_error_set(MP_ERR_IO, "cannot start gzip output in %s", dir);
+        }
+    }
+    return MP_OK;
+}
+
+static void hot_list(out_file *o, const void *hot, int width, int is_atom)
+{
+    for (int k = 0; k < width; k++) {
+        int h = is_atom ? ((const int16_t *)hot)[k] : ((const int8_t *)hot)[k];
+        if (h < 0)
+            break;
+        emit(o, k ? ",%d" : "%d", h);
+    }
+}
+
+static void write_rows(out_file *of, const mp_features *f, const char *const *smiles)
+{
+    const mp_graphs *g = &f->g;
+    char num[64];
+    emit(&of[F_MOLECULES], "mol\tvalid\tn_atoms\tn_bonds\tscaffold\tsmiles\n");
+    emit(&of[F_ATOMS], "mol\tatom\thot\tmass\n");
+    emit(&of[F_BONDS], "mol\tbegin\tend\thot\n");
+    if (of[F_MORGAN].open)
+        emit(&of[F_MORGAN], "mol\tbits\tcounts\n");
+    if (of[F_DESC].open) {
+        emit(&of[F_DESC], "mol");
+        for (int j = 0; j < f->n_desc; j++)
+            emit(&of[F_DESC], "\t%s", f->desc_names[j]);
+        emit(&of[F_DESC], "\n");
+    }
+    for (int32_t m = 0; m < g->n_mols; m++) {
+        const char *smi = smiles && smiles[m] ? smiles[m] : "";
+        int32_t A = g->mol_atom[m], na = g->mol_atom[m + 1] - A;
+        int32_t E = g->mol_edge[m], nb = (g->mol_edge[m + 1] - E) / 2;
+        if (!g->valid[m]) {
+            emit(&of[F_MOLECULES], "%d\t0\t\t\t\t%s\n", (int)m, smi);
+            continue;
+        }
+        const char *scaf = f->scaffold && f->scaffold[m] ? f->scaffold[m] : "";
+        emit(&of[F_MOLECULES], "%d\t1\t%d\t%d\t%s\t%s\n", (int)m, (int)na, (int)nb, scaf, smi);
+        for (int32_t a = 0; a < na; a++) {
+            emit(&of[F_ATOMS], "%d\t%d\t", (int)m, (int)a);
+            hot_list(&of[F_ATOMS], g->atom_hot + (size_t)(A + a) * MP_ATOM_MAX_HOT, MP_ATOM_MAX_HOT, 1);
+            fmt_float(num, sizeof num, g->atom_mass[A + a]);
+            emit(&of[F_ATOMS], "\t%s\n", num);
+        }
+        for (int32_t k = 0; k < nb; k++) {
+            int32_t e = E + 2 * k;
+            emit(&of[F_BONDS], "%d\t%d\t%d\t", (int)m, (int)(g->edge_src[e] - A),
+                 (int)(g->edge_dst[e] - A));
+            hot_list(&of[F_BONDS], g->bond_hot + (size_t)(e / 2) * MP_BOND_MAX_HOT, MP_BOND_MAX_HOT, 0);
+            emit(&of[F_BONDS], "\n");
+        }
+        if (of[F_MORGAN].open) {
+            out_file *o = &of[F_MORGAN];
+            int32_t j0 = f->morgan_start[m], j1 = f->morgan_start[m + 1];
+            emit(o, "%d\t", (int)m);
+            for (int32_t j = j0; j < j1; j++)
+                emit(o, j > j0 ? ",%u" : "%u", (unsigned)f->morgan_bit[j]);
+            emit(o, "\t");
+            for (int32_t j = j0; j < j1; j++)
+                emit(o, j > j0 ? ",%u:%u" : "%u:%u", (unsigned)f->morgan_bit[j],
+                     (unsigned)f->morgan_count[j]);
+            emit(o, "\n");
+        }
+        if (of[F_DESC].open) {
+            emit(&of[F_DESC], "%d", (int)m);
+            for (int j = 0; j < f->n_desc; j++) {
+                fmt_double(num, sizeof num, f->desc[(size_t)m * f->n_desc + j]);
+                emit(&of[F_DESC], "\t%s", num);
+            }
+            emit(&of[F_DESC], "\n");
+        }
+    }
+}
+
+mp_status mp_features_dump(const mp_features *f, const char *const *smiles, const char *dir, int gz)
+{
+    mp_status st = make_dirs(dir);
+    if (st)
+        return st;
+    out_file of[N_FILES];
+    memset(of, 0, sizeof of);
+    for (int i = 0; i < N_FILES && !st; i++) {
+        if ((i == F_MORGAN && !f->morgan_start) || (i == F_DESC && !f->desc))
+            continue;   /* not computed: no file */
+        st = open_out(&of[i], dir, file_names[i], gz);
+    }
+    if (!st) {
+        write_rows(of, f, smiles);
+        for (int i = 0; i < N_FILES; i++) {
+            if (!of[i].open)
+                continue;
+            flush_out(&of[i]);
+            if (of[i].gz && gzclose(of[i].gz) != Z_OK)
+                of[i].bad = 1;
+            of[i].gz = NULL;
+            if (of[i].bad && !st)
+                st = mp_error_set(MP_ERR_IO, "error writing %s.tsv%s in %s (disk full?)",
+                                  file_names[i], gz ? ".gz" : "", dir);
+        }
+    }
+    for (int i = 0; i < N_FILES; i++) {
+        if (!of[i].open)
+            continue;
+        if (of[i].gz)
+            gzclose(of[i].gz);
+        if (st)
+            mp_afile_abort(&of[i].af);   /* after a failure, no further file appears */
+        else
+            st = mp_afile_commit(&of[i].af);
+        mp_buf_free(&of[i].buf);
+    }
+    return st;
+}

@@ -1,0 +1,572 @@
+/*
+ * featurize.c - SMILES to the graph store and molecule vectors, in parallel.
+ *
+ * The RDKit bridge hands over plain numbers per atom and bond; this file
+ * encodes them into hot slots for the chosen layout (REFERENCE 1.1, 1.2, 1.5),
+ * orders the bonds as Chemprop v1 does (by (a1, a2), a1 < a2; REFERENCE 1.3)
+ * and assembles the store.
+ *
+ * Two passes make the result independent of the thread count:
+ *   1. each thread featurizes molecules (dynamic schedule) into its own
+ *      arena, recording per molecule how many atoms, bonds and Morgan bits
+ *      it has and where its record sits;
+ *   2. prefix sums give every molecule its global offsets, and the records
+ *      are copied into place in parallel (edges, CSR built per molecule).
+ */
+#include "featurize/featurize.h"
+#include "featurize/internal.h"
+#include "featurize/rdkit_bridge.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ===================================================================== */
+/* Layouts                                                                */
+/* ===================================================================== */
+
+/* Block widths shared by every multi-hot layout (each with its unknown slot). */
+#define W_DEGREE 7   /* 0..5          */
+#define W_CHARGE 6   /* -1,-2,1,2,0   */
+#define W_CHIRAL 5   /* 0..3          */
+#define W_HS     6   /* 0..4          */
+
+static const int v2_z[] = { 1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,
+                            14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+                            27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 53 };
+static const int organic_z[] = { 1, 5, 6, 7, 8, 9, 14, 15, 16, 17, 35, 53 };
+static const int v1_hyb[] = { MP_HYB_SP, MP_HYB_SP2, MP_HYB_SP3, MP_HYB_SP3D, MP_HYB_SP3D2 };
+static const int v2_hyb[] = { MP_HYB_S,   MP_HYB_SP,   MP_HYB_SP2,  MP_HYB_SP2D,
+                              MP_HYB_SP3, MP_HYB_SP3D, MP_HYB_SP3D2 };
+static const int organic_hyb[] = { MP_HYB_S, MP_HYB_SP, MP_HYB_SP2, MP_HYB_SP3 };
+
+typedef struct {
+    const char *name;
+    int n_z;            /* atomic-number choices (v1: Z = 1..100 in order) */
+    const int *z;       /* NULL: Z = 1..n_z                                 */
+    int n_hyb;
+    const int *hyb;
+} layout_desc;
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const layout_desc layouts[] = {
+    [MP_ATOM_V1] = { "v1", 100, NULL, COUNT(v1_hyb), v1_hyb },
+    [MP_ATOM_V2] = { "v2", COUNT(v2_z), v2_z, COUNT(v2_hyb), v2_hyb },
+    [MP_ATOM_ORGANIC] = { "organic", COUNT(organic_z), organic_z, COUNT(organic_hyb), organic_hyb },
+};
+
+static int layout_ok(mp_atom_layout l)
+{
+    return (int)l >= 0 && (int)l < COUNT(layouts);
+}
+
+int mp_atom_fdim(mp_atom_layout layout)
+{
+    if (!layout_ok(layout))
+        return 0;
+    const layout_desc *L = &layouts[layout];
+    /* one-hot blocks with unknown slots, aromatic, mass */
+    return (L->n_z + 1) + W_DEGREE + W_CHARGE + W_CHIRAL + W_HS + (L->n_hyb + 1) + 1 + 1;
+}
+
+const char *mp_atom_layout_name(mp_atom_layout layout)
+{
+    return layout_ok(layout) ? layouts[layout].name : "unknown";
+}
+
+mp_status mp_atom_layout_parse(const char *name, mp_atom_layout *out)
+{
+    for (int i = 0; i < COUNT(layouts); i++)
+        if (name && mp_strcaseeq(name, layouts[i].name)) {
+            *out = (mp_atom_layout)i;
+            return MP_OK;
+        }
+    return mp_error_set(MP_ERR_ARG, "unknown atom layout '%s' (expected v1, v2 or organic)",
+                        name ? name : "(null)");
+}
+
+/* Index of v in choices[0..n), or n (the unknown slot). */
+static int choice(const int *choices, int n, int v)
+{
+    for (int i = 0; i < n; i++)
+        if (choices[i] == v)
+            return i;
+    return n;
+}
+
+static int charge_slot(int c)
+{
+    switch (c) {
+    case -1: return 0;
+    case -2: return 1;
+    case 1:  return 2;
+    case 2:  return 3;
+    case 0:  return 4;
+    default: return 5;
+    }
+}
+
+/* Hot slots of atom i, ascending (blocks are laid out in order), -1 padded. */
+static void encode_atom(const layout_desc *L, const mp_rdk_mol *m, int32_t i, int16_t *hot)
+{
+    int k = 0, off = 0;
+    int z = m->atomic_num[i];
+    int zs = L->z ? choice(L->z, L->n_z, z) : (z >= 1 && z <= L->n_z ? z - 1 : L->n_z);
+    hot[k++] = (int16_t)(off + zs);
+    off += L->n_z + 1;
+    int d = m->total_degree[i];
+    hot[k++] = (int16_t)(off + (d >= 0 && d <= 5 ? d : 6));
+    off += W_DEGREE;
+    hot[k++] = (int16_t)(off + charge_slot(m->formal_charge[i]));
+    off += W_CHARGE;
+    int c = m->chiral_tag[i];
+    hot[k++] = (int16_t)(off + (c >= 0 && c <= 3 ? c : 4));
+    off += W_CHIRAL;
+    int h = m->total_hs[i];
+    hot[k++] = (int16_t)(off + (h >= 0 && h <= 4 ? h : 5));
+    off += W_HS;
+    hot[k++] = (int16_t)(off + choice(L->hyb, L->n_hyb, m->hybridization[i]));
+    off += L->n_hyb + 1;
+    if (m->aromatic[i])
+        hot[k++] = (int16_t)off;
+    while (k < MP_ATOM_MAX_HOT)
+        hot[k++] = -1;
+}
+
+/* Bond slots: 0 none-flag (never for a real bond), 1-4 type, 5 conjugated,
+ * 6 in ring, 7-13 stereo 0..5 + unknown. */
+static void encode_bond(const mp_rdk_mol *m, int32_t b, int8_t *hot)
+{
+    int k = 0;
+    if (m->bond_type[b] != MP_BT_OTHER)
+        hot[k++] = (int8_t)m->bond_type[b];
+    if (m->bond_conjugated[b])
+        hot[k++] = 5;
+    if (m->bond_in_ring[b])
+        hot[k++] = 6;
+    int s = m->bond_stereo[b];
+    hot[k++] = (int8_t)(7 + (s <= 5 ? s : 6));
+    while (k < MP_BOND_MAX_HOT)
+        hot[k++] = -1;
+}
+
+/* ===================================================================== */
+/* Pass 1: one molecule into a thread's arena                             */
+/* ===================================================================== */
+
+/* Where the parts of a record of na atoms, nb bonds, nm Morgan bits lie
+ * (4-byte items first, then 2-byte, then 1-byte: all naturally aligned when
+ * the record starts on 8 bytes). */
+typedef struct {
+    size_t mass, bond_a, bond_b, mcount, atom_hot, mbit, bond_hot, size;
+} rec_layout;
+
+static rec_layout rec_at(int32_t na, int32_t nb, int32_t nm)
+{
+    rec_layout r;
+    size_t o = 0;
+    r.mass = o;     o += (size_t)na * sizeof(float);
+    r.bond_a = o;   o += (size_t)nb * sizeof(int32_t);
+    r.bond_b = o;   o += (size_t)nb * sizeof(int32_t);
+    r.mcount = o;   o += (size_t)nm * sizeof(uint32_t);
+    r.atom_hot = o; o += (size_t)na * MP_ATOM_MAX_HOT * sizeof(int16_t);
+    r.mbit = o;     o += (size_t)nm * sizeof(uint16_t);
+    r.bond_hot = o; o += (size_t)nb * MP_BOND_MAX_HOT;
+    r.size = (o + 7) & ~(size_t)7;
+    return r;
+}
+
+typedef struct {
+    mp_buf   arena;
+    int32_t *order;      /* bond permutation scratch                       */
+    int64_t *key;
+    int32_t  cap;
+} thread_state;
+
+/* Per-molecule bookkeeping between the passes. */
+typedef struct {
+    int32_t *na, *nb, *nm;
+    int32_t *thr;
+    size_t  *off;
+} mol_index;
+
+typedef struct {
+    int64_t key;
+    int32_t idx;
+} key_idx;
+
+static int key_idx_cmp(const void *a, const void *b)
+{
+    const key_idx *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* Bond order of Chemprop v1: ascending (min atom, max atom). */
+static int sort_bonds(thread_state *ts, const mp_rdk_mol *m)
+{
+    int32_t nb = m->n_bonds, na = m->n_atoms;
+    if (nb > ts->cap) {
+        int32_t c = ts->cap ? ts->cap : 64;
+        while (c < nb)
+            c *= 2;
+        int32_t *o = mp_realloc(ts->order, (size_t)c * sizeof *o);
+        if (!o)
+            return -1;
+        ts->order = o;
+        int64_t *k = mp_realloc(ts->key, (size_t)c * sizeof *k);
+        if (!k)
+            return -1;
+        ts->key = k;
+        ts->cap = c;
+    }
+    for (int32_t b = 0; b < nb; b++) {
+        int32_t u = m->bond_begin[b], v = m->bond_end[b];
+        int32_t lo = u < v ? u : v, hi = u < v ? v : u;
+        ts->key[b] = (int64_t)lo * na + hi;
+        ts->order[b] = b;
+    }
+    if (nb <= 64) {   /* insertion sort: molecules are small, bonds nearly sorted */
+        for (int32_t i = 1; i < nb; i++) {
+            int32_t o = ts->order[i];
+            int64_t k = ts->key[o];
+            int32_t j = i;
+            while (j > 0 && ts->key[ts->order[j - 1]] > k) {
+                ts->order[j] = ts->order[j - 1];
+                j--;
+            }
+            ts->order[j] = o;
+        }
+        return 0;
+    }
+    key_idx *tmp = mp_malloc((size_t)nb * sizeof *tmp);
+    if (!tmp)
+        return -1;
+    for (int32_t b = 0; b < nb; b++)
+        tmp[b] = (key_idx){ ts->key[b], b };
+    qsort(tmp, (size_t)nb, sizeof *tmp, key_idx_cmp);
+    for (int32_t b = 0; b < nb; b++)
+        ts->order[b] = tmp[b].idx;
+    mp_free(tmp);
+    return 0;
+}
+
+/* Encodes molecule mol (already parsed into *m) as a record in ts->arena. */
+static int put_record(thread_state *ts, const layout_desc *L, const mp_rdk_mol *m,
+                      int with_morgan, size_t *off_out)
+{
+    int32_t na = m->n_atoms, nb = m->n_bonds, nm = with_morgan ? m->n_morgan : 0;
+    rec_layout r = rec_at(na, nb, nm);
+    size_t start = (ts->arena.len + 7) & ~(size_t)7;
+    if (mp_buf_reserve(&ts->arena, start - ts->arena.len + r.size) != MP_OK)
+        return -1;
+    if (sort_bonds(ts, m) < 0)
+        return -1;
+    char *p = ts->arena.data + start;
+    float *mass = (float *)(p + r.mass);
+    int16_t *ahot = (int16_t *)(p + r.atom_hot);
+    for (int32_t i = 0; i < na; i++) {
+        mass[i] = (float)(m->mass[i] * 0.01);
+        encode_atom(L, m, i, ahot + (size_t)i * MP_ATOM_MAX_HOT);
+    }
+    int32_t *ba = (int32_t *)(p + r.bond_a), *bb = (int32_t *)(p + r.bond_b);
+    int8_t *bhot = (int8_t *)(p + r.bond_hot);
+    for (int32_t k = 0; k < nb; k++) {
+        int32_t b = ts->order[k];
+        int32_t u = m->bond_begin[b], v = m->bond_end[b];
+        ba[k] = u < v ? u : v;
+        bb[k] = u < v ? v : u;
+        encode_bond(m, b, bhot + (size_t)k * MP_BOND_MAX_HOT);
+    }
+    if (nm) {
+        memcpy(p + r.mcount, m->morgan_count, (size_t)nm * sizeof(uint32_t));
+        memcpy(p + r.mbit, m->morgan_bit, (size_t)nm * sizeof(uint16_t));
+    }
+    ts->arena.len = start + r.size;
+    *off_out = start;
+    return 0;
+}
+
+/* ===================================================================== */
+/* The driver                                                             */
+/* ===================================================================== */
+
+static void free_strings(char **s, int32_t n)
+{
+    if (!s)
+        return;
+    for (int32_t i = 0; i < n; i++)
+        mp_free(s[i]);
+    mp_free(s);
+}
+
+void mp_features_free(mp_features *f)
+{
+    if (!f)
+        return;
+    int32_t n = f->g.n_mols;   /* before mp_graphs_free zeroes it */
+    mp_graphs_free(&f->g);
+    mp_free(f->morgan_start);
+    mp_free(f->morgan_bit);
+    mp_free(f->morgan_count);
+    free_strings(f->desc_names, f->n_desc);
+    mp_free(f->desc);
+    free_strings(f->scaffold, n);
+    free_strings(f->error, n);
+    mp_free(f);
+}
+
+/* The arrays of the store for the given sizes; MP_ERR_NOMEM on failure
+ * (the caller frees what was allocated). */
+mp_status mp_graphs_alloc(mp_graphs *g, int32_t n_mols, int32_t n_atoms, int32_t n_edges)
+{
+    g->n_mols = n_mols;
+    g->n_atoms = n_atoms;
+    g->n_edges = n_edges;
+    int32_t n_bonds = n_edges / 2;
+    g->valid = mp_malloc((size_t)n_mols);
+    g->mol_atom = mp_malloc(((size_t)n_mols + 1) * sizeof(int32_t));
+    g->mol_edge = mp_malloc(((size_t)n_mols + 1) * sizeof(int32_t));
+    g->atom_hot = mp_malloc((size_t)n_atoms * MP_ATOM_MAX_HOT * sizeof(int16_t));
+    g->atom_mass = mp_malloc((size_t)n_atoms * sizeof(float));
+    g->bond_hot = mp_malloc((size_t)n_bonds * MP_BOND_MAX_HOT);
+    g->edge_src = mp_malloc((size_t)n_edges * sizeof(int32_t));
+    g->edge_dst = mp_malloc((size_t)n_edges * sizeof(int32_t));
+    g->in_start = mp_malloc(((size_t)n_atoms + 1) * sizeof(int32_t));
+    g->in_edge = mp_malloc((size_t)n_edges * sizeof(int32_t));
+    if (!g->valid || !g->mol_atom || !g->mol_edge || !g->atom_hot || !g->atom_mass ||
+        !g->bond_hot || !g->edge_src || !g->edge_dst || !g->in_start || !g->in_edge)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory for a graph store of %d molecules, "
+                            "%d atoms, %d edges", n_mols, n_atoms, n_edges);
+    g->cap_mols = n_mols;
+    g->cap_atoms = n_atoms;
+    g->cap_edges = n_edges;
+    return MP_OK;
+}
+
+/* Builds one molecule's edges and incoming-edge CSR from its sorted bond
+ * pairs; A and E are the molecule's first atom and first edge. */
+void mp_graphs_build_edges(mp_graphs *g, int32_t A, int32_t na, int32_t E, int32_t nb,
+                           const int32_t *ba, const int32_t *bb)
+{
+    for (int32_t k = 0; k < nb; k++) {
+        int32_t u = A + ba[k], v = A + bb[k];
+        g->edge_src[E + 2 * k] = u;
+        g->edge_dst[E + 2 * k] = v;
+        g->edge_src[E + 2 * k + 1] = v;
+        g->edge_dst[E + 2 * k + 1] = u;
+    }
+    /* in_start[v] first counts, then the end of v's segment; filling from
+     * the last edge down leaves each segment ascending and in_start[v] at its
+     * start. */
+    int32_t *is = g->in_start + A;
+    for (int32_t v = 0; v < na; v++)
+        is[v] = 0;
+    for (int32_t e = E; e < E + 2 * nb; e++)
+        is[g->edge_dst[e] - A]++;
+    int32_t run = E;
+    for (int32_t v = 0; v < na; v++) {
+        run += is[v];
+        is[v] = run;
+    }
+    for (int32_t e = E + 2 * nb - 1; e >= E; e--)
+        g->in_edge[--is[g->edge_dst[e] - A]] = e;
+}
+
+mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
+                       const mp_featurize_opts *opts)
+{
+    *out = NULL;
+    mp_featurize_opts o = { MP_ATOM_V1, 1, 0, 0, 0 };
+    if (opts)
+        o = *opts;
+    if (!layout_ok(o.layout))
+        return mp_error_set(MP_ERR_ARG, "mp_featurize: unknown atom layout %d", (int)o.layout);
+    if (n < 0 || (n > 0 && !smiles))
+        return mp_error_set(MP_ERR_ARG, "mp_featurize: bad molecule count %d", (int)n);
+    for (int32_t i = 0; i < n; i++)
+        if (!smiles[i])
+            return mp_error_set(MP_ERR_ARG, "mp_featurize: SMILES %d is NULL", (int)i);
+    const layout_desc *L = &layouts[o.layout];
+    int what = (o.morgan ? MP_RDK_MORGAN : 0) | (o.descriptors ? MP_RDK_DESC : 0) |
+               (o.scaffolds ? MP_RDK_SCAFFOLD : 0);
+    int nt = o.n_threads > 0 ? o.n_threads : mp_threads_get();
+    if (nt < 1)
+        nt = 1;
+    if (nt > n)
+        nt = n > 0 ? n : 1;
+
+    mp_features *f = mp_calloc(1, sizeof *f);
+    mol_index mi = { 0 };
+    thread_state *ts = mp_calloc((size_t)nt, sizeof *ts);
+    mp_status st = MP_OK;
+    if (!f || !ts)
+        goto nomem;
+    f->g.layout = o.layout;
+    f->g.atom_fdim = mp_atom_fdim(o.layout);
+    f->g.n_mols = n;
+    size_t nn = (size_t)n + 1;
+    mi.na = mp_calloc(nn, sizeof(int32_t));
+    mi.nb = mp_calloc(nn, sizeof(int32_t));
+    mi.nm = mp_calloc(nn, sizeof(int32_t));
+    mi.thr = mp_calloc(nn, sizeof(int32_t));
+    mi.off = mp_calloc(nn, sizeof(size_t));
+    f->error = mp_calloc(nn, sizeof(char *));
+    f->g.valid = mp_calloc(nn, 1);
+    if (!mi.na || !mi.nb || !mi.nm || !mi.thr || !mi.off || !f->error || !f->g.valid)
+        goto nomem;
+    if (o.scaffolds && !(f->scaffold = mp_calloc(nn, sizeof(char *))))
+        goto nomem;
+    if (o.descriptors) {
+        f->n_desc = mp_rdk_n_desc();
+        f->desc_names = mp_calloc((size_t)f->n_desc + 1, sizeof(char *));
+        f->desc = mp_malloc(((size_t)n * (size_t)f->n_desc + 1) * sizeof(double));
+        if (!f->desc_names || !f->desc)
+            goto nomem;
+        for (int j = 0; j < f->n_desc; j++)
+            if (!(f->desc_names[j] = mp_strdup(mp_rdk_desc_name(j))))
+                goto nomem;
+    }
+
+    /* ---- pass 1 ---- */
+    int failed = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = 0;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        mp_rdk_ctx *ctx = mp_rdk_ctx_new();
+        if (!ctx)
+            __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+#pragma omp for schedule(dynamic, 32)
+        for (int32_t i = 0; i < n; i++) {
+            if (__atomic_load_n(&failed, __ATOMIC_RELAXED))
+                continue;
+            const mp_rdk_mol *m;
+            int r = mp_rdk_featurize(ctx, smiles[i], what, &m);
+            int bad = r < 0;
+            if (r == 1) {
+                f->g.valid[i] = 1;
+                mi.na[i] = m->n_atoms;
+                mi.nb[i] = m->n_bonds;
+                mi.nm[i] = o.morgan ? m->n_morgan : 0;
+                mi.thr[i] = t;
+                bad = put_record(&ts[t], L, m, o.morgan, &mi.off[i]) < 0;
+                if (o.descriptors)
+                    memcpy(f->desc + (size_t)i * f->n_desc, m->desc,
+                           (size_t)f->n_desc * sizeof(double));
+                if (o.scaffolds && !bad)
+                    bad = !(f->scaffold[i] = mp_strdup(m->scaffold ? m->scaffold : ""));
+            } else if (r == 0) {
+                if (o.descriptors)
+                    for (int j = 0; j < f->n_desc; j++)
+                        f->desc[(size_t)i * f->n_desc + j] = NAN;
+                bad = !(f->error[i] = mp_strdup(m->error && *m->error ? m->error : "invalid SMILES"));
+            }
+            if (bad)
+                __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+        }
+        mp_rdk_ctx_free(ctx);
+    }
+    if (failed)
+        goto nomem;
+
+    /* ---- prefix sums ---- */
+    int64_t ta = 0, te = 0, tm = 0;
+    for (int32_t i = 0; i < n; i++) {
+        ta += mi.na[i];
+        te += 2 * (int64_t)mi.nb[i];
+        tm += mi.nm[i];
+    }
+    if (ta > INT32_MAX || te > INT32_MAX || tm > INT32_MAX) {
+        st = mp_error_set(MP_ERR_ARG, "mp_featurize: %lld atoms / %lld edges do not fit one "
+                          "store (at most 2^31-1): featurize in chunks", (long long)ta,
+                          (long long)te);
+        goto fail;
+    }
+    {
+        uint8_t *valid = f->g.valid;
+        f->g.valid = NULL;
+        st = mp_graphs_alloc(&f->g, n, (int32_t)ta, (int32_t)te);
+        mp_free(f->g.valid);
+        f->g.valid = valid;
+        if (st)
+            goto fail;
+    }
+    if (o.morgan) {
+        f->morgan_start = mp_malloc(nn * sizeof(int32_t));
+        f->morgan_bit = mp_malloc(((size_t)tm + 1) * sizeof(uint16_t));
+        f->morgan_count = mp_malloc(((size_t)tm + 1) * sizeof(uint32_t));
+        if (!f->morgan_start || !f->morgan_bit || !f->morgan_count)
+            goto nomem;
+    }
+    int32_t *ms = f->morgan_start;
+    f->g.mol_atom[0] = f->g.mol_edge[0] = 0;
+    if (ms)
+        ms[0] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        f->g.mol_atom[i + 1] = f->g.mol_atom[i] + mi.na[i];
+        f->g.mol_edge[i + 1] = f->g.mol_edge[i] + 2 * mi.nb[i];
+        if (ms)
+            ms[i + 1] = ms[i] + mi.nm[i];
+    }
+    f->g.in_start[f->g.n_atoms] = f->g.n_edges;
+
+    /* ---- pass 2 ---- */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int32_t i = 0; i < n; i++) {
+        if (!f->g.valid[i])
+            continue;
+        int32_t na = mi.na[i], nb = mi.nb[i], nm = mi.nm[i];
+        int32_t A = f->g.mol_atom[i], E = f->g.mol_edge[i];
+        rec_layout r = rec_at(na, nb, nm);
+        const char *p = ts[mi.thr[i]].arena.data + mi.off[i];
+        memcpy(f->g.atom_hot + (size_t)A * MP_ATOM_MAX_HOT, p + r.atom_hot,
+               (size_t)na * MP_ATOM_MAX_HOT * sizeof(int16_t));
+        memcpy(f->g.atom_mass + A, p + r.mass, (size_t)na * sizeof(float));
+        memcpy(f->g.bond_hot + (size_t)(E / 2) * MP_BOND_MAX_HOT, p + r.bond_hot,
+               (size_t)nb * MP_BOND_MAX_HOT);
+        mp_graphs_build_edges(&f->g, A, na, E, nb, (const int32_t *)(p + r.bond_a),
+                              (const int32_t *)(p + r.bond_b));
+        if (nm) {
+            memcpy(f->morgan_bit + ms[i], p + r.mbit, (size_t)nm * sizeof(uint16_t));
+            memcpy(f->morgan_count + ms[i], p + r.mcount, (size_t)nm * sizeof(uint32_t));
+        }
+    }
+    goto done;
+
+nomem:
+    st = mp_error_set(MP_ERR_NOMEM, "out of memory featurizing %d molecules", (int)n);
+fail:
+    mp_features_free(f);
+    f = NULL;
+done:
+    if (ts)
+        for (int t = 0; t < nt; t++) {
+            mp_buf_free(&ts[t].arena);
+            mp_free(ts[t].order);
+            mp_free(ts[t].key);
+        }
+    mp_free(ts);
+    mp_free(mi.na);
+    mp_free(mi.nb);
+    mp_free(mi.nm);
+    mp_free(mi.thr);
+    mp_free(mi.off);
+    *out = f;
+    return st;
+}
+
+void mp_features_morgan_dense(const mp_features *f, int32_t m, int counts, float *dst)
+{
+    memset(dst, 0, MP_MORGAN_BITS * sizeof(float));
+    if (!f || !f->morgan_start || m < 0 || m >= f->g.n_mols)
+        return;
+    for (int32_t j = f->morgan_start[m]; j < f->morgan_start[m + 1]; j++)
+        dst[f->morgan_bit[j]] = counts ? (float)f->morgan_count[j] : 1.0f;
+}
