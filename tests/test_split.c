@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 /* ===================================================================== */
 /* Fixture reading                                                        */
@@ -141,50 +142,51 @@ static int cmp_size(const void *a, const void *b)
 /* Scaffolds of a benchmark dataset                                       */
 /* ===================================================================== */
 
-static char  scaf_name[32];
-static char **scaf_list;
-static size_t scaf_n;
+static char         scaf_name[32];
+static mp_dataset  *scaf_data;
+static mp_features *scaf_feat;
 
-/* Scaffolds of every row of $MOLPROP_DATA_MIRROR/<name>.csv.gz (NULL for an
- * invalid molecule), cached for the next call with the same name. */
+/* Scaffolds of every row of $MOLPROP_DATA_MIRROR/<name>.csv.gz as
+ * mp_featurize computes them (NULL for an invalid molecule), kept for the
+ * next call with the same name.  NULL if the file cannot be read. */
 static char **dataset_scaffolds(const char *name, size_t *n)
 {
-    if (scaf_list && !strcmp(scaf_name, name)) {
-        *n = scaf_n;
-        return scaf_list;
+    if (scaf_feat && !strcmp(scaf_name, name)) {
+        *n = scaf_data->n_rows;
+        return scaf_feat->scaffold;
     }
-    if (scaf_list) {
-        for (size_t i = 0; i < scaf_n; i++)
-            free(scaf_list[i]);
-        free(scaf_list);
-        scaf_list = NULL;
-    }
-    char path[1024];
-    snprintf(path, sizeof path, "/tmp/scaf/%s.tsv", name);
-    FILE *fp = fopen(path, "r");
-    if (!fp)
+    mp_features_free(scaf_feat);
+    mp_dataset_free(scaf_data);
+    scaf_feat = NULL;
+    scaf_data = NULL;
+    scaf_name[0] = 0;
+    const char *mirror = getenv("MOLPROP_DATA_MIRROR");
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s.csv.gz", mirror && *mirror ? mirror : "../shared/datasets",
+             name);
+    mp_column_spec spec = { .no_targets = 1 };
+    if (mp_dataset_load(&scaf_data, path, &spec) != MP_OK)
         return NULL;
-    size_t cap = 1024, k = 0;
-    char **v = malloc(cap * sizeof *v);
-    char *line = NULL;
-    size_t lcap = 0;
-    ssize_t len;
-    while ((len = getline(&line, &lcap, fp)) > 0) {
-        if (line[len - 1] == '\n')
-            line[--len] = 0;
-        if (k == cap) {
-            cap *= 2;
-            v = realloc(v, cap * sizeof *v);
-        }
-        v[k++] = line[0] == '1' ? strdup(line + 2) : NULL;
+    mp_featurize_opts o = { .layout = MP_ATOM_V1, .scaffolds = 1 };
+    if (mp_featurize(&scaf_feat, (const char *const *)scaf_data->smiles,
+                     (int32_t)scaf_data->n_rows, &o) != MP_OK) {
+        mp_dataset_free(scaf_data);
+        scaf_data = NULL;
+        return NULL;
     }
-    free(line);
-    fclose(fp);
     snprintf(scaf_name, sizeof scaf_name, "%s", name);
-    scaf_list = v;
-    scaf_n = k;
-    *n = k;
-    return v;
+    *n = scaf_data->n_rows;
+    return scaf_feat->scaffold;
+}
+
+/* Frees the cached scaffolds (so the leak checker sees nothing left). */
+static void dataset_scaffolds_release(void)
+{
+    mp_features_free(scaf_feat);
+    mp_dataset_free(scaf_data);
+    scaf_feat = NULL;
+    scaf_data = NULL;
+    scaf_name[0] = 0;
 }
 
 static size_t *iota(size_t n)
@@ -261,6 +263,7 @@ MP_TEST(split_matches_chemprop_fixture_sets)
         mp_split_free(&s);
     }
     fix_free(&t);
+    dataset_scaffolds_release();
     CHECK_EQ_INT(checked_scaffold, 9);
 }
 
@@ -317,6 +320,7 @@ MP_TEST(split_matches_chemprop_order)
         n_cases++;
     }
     fix_free(&t);
+    dataset_scaffolds_release();
     CHECK_EQ_INT(n_cases, 10);
 }
 
@@ -439,7 +443,7 @@ MP_TEST(split_partition_and_determinism)
     enum { N = 517 };
     size_t *rows = iota(N);
     const char *scaf[N];
-    char names[40][8];
+    char names[40][16];
     for (int i = 0; i < 40; i++)
         snprintf(names[i], sizeof names[i], "S%d", i);
     mp_rng g;
@@ -499,7 +503,7 @@ MP_TEST(split_scaffold_groups_stay_together)
     enum { N = 400 };
     size_t *rows = iota(N);
     const char *scaf[N];
-    char names[60][8];
+    char names[60][16];
     for (int i = 0; i < 60; i++)
         snprintf(names[i], sizeof names[i], "G%d", i);
     mp_rng g;
@@ -741,4 +745,334 @@ MP_TEST(split_allocation_failures)
         CHECK_MSG(succeeded, "type %d never succeeded", t);
     }
     free(rows);
+}
+
+/* ===================================================================== */
+/* molprop split, end to end                                              */
+/* ===================================================================== */
+
+/* Reads every record of a CSV (plain or gz) with our reader; records are
+ * joined with \x1f between fields so rows compare as strings. */
+typedef struct {
+    char  **rec;
+    size_t *line;
+    size_t  n;
+} csv_rows;
+
+static void csv_rows_free(csv_rows *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        free(c->rec[i]);
+    free(c->rec);
+    free(c->line);
+    memset(c, 0, sizeof *c);
+}
+
+static int csv_rows_read(csv_rows *c, const char *path)
+{
+    memset(c, 0, sizeof *c);
+    mp_csv_reader *r;
+    if (mp_csv_open(&r, path) != MP_OK)
+        return -1;
+    size_t cap = 0;
+    for (;;) {
+        char **f;
+        size_t nf, line;
+        if (mp_csv_next(r, &f, &nf, &line) != MP_OK) {
+            mp_csv_close(r);
+            csv_rows_free(c);
+            return -1;
+        }
+        if (!nf)
+            break;
+        size_t len = 1;
+        for (size_t i = 0; i < nf; i++)
+            len += strlen(f[i]) + 1;
+        char *s = malloc(len), *p = s;
+        for (size_t i = 0; i < nf; i++) {
+            size_t l = strlen(f[i]);
+            memcpy(p, f[i], l);
+            p += l;
+            *p++ = i + 1 < nf ? '\x1f' : 0;
+        }
+        if (c->n == cap) {
+            cap = cap ? 2 * cap : 256;
+            c->rec = realloc(c->rec, cap * sizeof *c->rec);
+            c->line = realloc(c->line, cap * sizeof *c->line);
+        }
+        c->rec[c->n] = s;
+        c->line[c->n++] = line;
+    }
+    mp_csv_close(r);
+    return 0;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    FILE *a = fopen(from, "rb"), *b = a ? fopen(to, "wb") : NULL;
+    int ok = a && b;
+    char buf[65536];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0)
+        ok = fwrite(buf, 1, n, b) == n;
+    if (a)
+        fclose(a);
+    if (b && fclose(b))
+        ok = 0;
+    return ok ? 0 : -1;
+}
+
+static int write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    if (!fp)
+        return -1;
+    fputs(text, fp);
+    return fclose(fp);
+}
+
+/* Runs `$MOLPROP_BIN split ARGS`, stdout/stderr to files in dir; returns the
+ * exit status, or -1 if it could not run. */
+static int run_split(const char *dir, const char *args)
+{
+    const char *bin = getenv("MOLPROP_BIN");
+    if (!bin || !*bin)
+        return -1;
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' split %s >'%s/stdout' 2>'%s/stderr'", bin, args, dir, dir);
+    int st = system(cmd);
+    return st == -1 || !WIFEXITED(st) ? -1 : WEXITSTATUS(st);
+}
+
+static int file_contains(const char *path, const char *needle)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return 0;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    buf[n] = 0;
+    fclose(fp);
+    return strstr(buf, needle) != NULL;
+}
+
+static int dir_is_empty_of_outputs(const char *dir)
+{
+    static const char *names[] = { "train.csv", "val.csv", "test.csv" };
+    char p[2048];
+    struct stat sb;
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        if (stat(p, &sb) == 0)
+            return 0;
+    }
+    /* no temp files either */
+    char cmd[2200];
+    snprintf(cmd, sizeof cmd, "ls '%s' 2>/dev/null | grep -q '\\.tmp\\.'", dir);
+    return system(cmd) != 0;
+}
+
+/*
+ * Splits a copy of ESOL with the CLI, scaffold_balanced seed 0: the three
+ * files hold the header and, between them, every data row exactly once in
+ * file order, and the rows of each file are the rows of Chemprop's set in
+ * ../shared/fixtures/chemprop_v1/splits.tsv.
+ */
+MP_TEST(split_cli_esol_matches_chemprop)
+{
+    const char *mirror = getenv("MOLPROP_DATA_MIRROR");
+    CHECK_MSG(mirror && *mirror, "MOLPROP_DATA_MIRROR is not set");
+    CHECK_MSG(getenv("MOLPROP_BIN"), "MOLPROP_BIN is not set");
+    char src[2048], data[2048], out[2048], args[8192];
+    snprintf(src, sizeof src, "%s/esol.csv.gz", mirror);
+    snprintf(data, sizeof data, "%s/cli_esol.csv.gz", mp_test_tmpdir());
+    snprintf(out, sizeof out, "%s/cli_esol_out/sub", mp_test_tmpdir());
+    CHECK_MSG(copy_file(src, data) == 0, "cannot copy %s", src);
+    snprintf(args, sizeof args, "--data '%s' --split scaffold_balanced --seed 0 --out '%s'", data, out);
+    int rc = run_split(mp_test_tmpdir(), args);
+    CHECK_MSG(rc == 0, "molprop split exited %d", rc);
+    char so[2048];
+    snprintf(so, sizeof so, "%s/stdout", mp_test_tmpdir());
+    CHECK(file_contains(so, "train 902, val 112, test 114"));
+
+    fix_table t;
+    CHECK(fix_load(&t, mp_test_shared("fixtures/chemprop_v1/splits.tsv"), 0) == 0);
+    fix_row *want = NULL;
+    for (size_t i = 0; i < t.n; i += 3)
+        if (!strcmp(t.r[i].dataset, "esol") && !strcmp(t.r[i].split, "scaffold_balanced") &&
+            t.r[i].seed == 0)
+            want = &t.r[i];
+    if (!want) {
+        fix_free(&t);
+        MP_FAIL("esol scaffold_balanced seed 0 not in the fixture");
+    }
+    csv_rows orig;
+    if (csv_rows_read(&orig, data)) {
+        fix_free(&t);
+        MP_FAIL("cannot read %s", data);
+    }
+    static const char *names[3] = { "train.csv", "val.csv", "test.csv" };
+    int *seen = calloc(orig.n, sizeof *seen);
+    const char *why = NULL;
+    for (int k = 0; k < 3 && !why; k++) {
+        char p[2100];
+        snprintf(p, sizeof p, "%s/%s", out, names[k]);
+        csv_rows part;
+        if (csv_rows_read(&part, p)) {
+            why = "cannot read an output file";
+            break;
+        }
+        if (part.n != want[k].n + 1 || strcmp(part.rec[0], orig.rec[0]))
+            why = "wrong row count or header";
+        /* walk the original in order: each output row is the next fixture row */
+        for (size_t i = 1; !why && i < part.n; i++) {
+            size_t row = want[k].rows[i - 1];   /* 0-based data row, ascending */
+            if (row + 1 >= orig.n || strcmp(part.rec[i], orig.rec[row + 1]))
+                why = "a row differs from the original row Chemprop put in this set";
+            else
+                seen[row + 1]++;
+        }
+        csv_rows_free(&part);
+    }
+    for (size_t i = 1; !why && i < orig.n; i++)
+        if (seen[i] != 1)
+            why = "a data row is not in exactly one file";
+    free(seen);
+    csv_rows_free(&orig);
+    fix_free(&t);
+    CHECK_MSG(!why, "%s", why);
+}
+
+/* Invalid SMILES are left out and reported with their line; quoted fields
+ * and extra columns survive; --split-sizes, --smiles-column and cv work. */
+MP_TEST(split_cli_invalid_rows_and_columns)
+{
+    CHECK_MSG(getenv("MOLPROP_BIN"), "MOLPROP_BIN is not set");
+    const char *tmp = mp_test_tmpdir();
+    char data[2048], out[2048], args[8192], err[2048];
+    snprintf(data, sizeof data, "%s/small.csv", tmp);
+    snprintf(out, sizeof out, "%s/small_out", tmp);
+    snprintf(err, sizeof err, "%s/stderr", tmp);
+    CHECK(write_text(data,
+        "name,mol,y\n"
+        "ethanol,CCO,1.5\n"
+        "\"benzene, plain\",c1ccccc1,2\n"
+        "bad,C1CC,3\n"                    /* line 4: unclosed ring */
+        "toluene,Cc1ccccc1,\n"
+        "pyridine,c1ccncc1,4\n"
+        "\"multi\nline\",CCN,5\n"
+        "empty,,6\n"                      /* line 9: empty SMILES */
+        "cyclohexane,C1CCCCC1,7\n"
+        "acid,CC(=O)O,8\n"
+        "phenol,Oc1ccccc1,9\n"
+        "hexane,CCCCCC,10\n") == 0);
+    snprintf(args, sizeof args, "--data '%s' --smiles-column mol --split cv --folds 3 --seed 1 "
+             "--out '%s'", data, out);
+    int rc = run_split(tmp, args);
+    CHECK_MSG(rc == 0, "molprop split exited %d", rc);
+    CHECK_MSG(file_contains(err, ":4:") && file_contains(err, "C1CC"),
+              "invalid row 4 not reported");
+    CHECK_MSG(file_contains(err, ":9:"), "empty SMILES row 9 not reported");
+
+    csv_rows orig;
+    CHECK(csv_rows_read(&orig, data) == 0);
+    size_t total = 0, got_invalid = 0;
+    int order_ok = 1, header_ok = 1, cols_ok = 1;
+    static const char *names[3] = { "train.csv", "val.csv", "test.csv" };
+    for (int k = 0; k < 3; k++) {
+        char p[2100];
+        snprintf(p, sizeof p, "%s/%s", out, names[k]);
+        csv_rows part;
+        if (csv_rows_read(&part, p)) {
+            csv_rows_free(&orig);
+            MP_FAIL("cannot read %s", p);
+        }
+        header_ok &= part.n > 0 && !strcmp(part.rec[0], orig.rec[0]);
+        size_t j = 1;   /* rows appear in file order: find each in orig after the last */
+        for (size_t i = 1; i < part.n; i++) {
+            while (j < orig.n && strcmp(orig.rec[j], part.rec[i]))
+                j++;
+            if (j == orig.n)
+                order_ok = 0;
+            else if (j == 3 || j == 7)
+                got_invalid++;
+            cols_ok &= strchr(part.rec[i], '\x1f') != strrchr(part.rec[i], '\x1f');
+            j++;
+        }
+        total += part.n - 1;
+        csv_rows_free(&part);
+    }
+    csv_rows_free(&orig);
+    CHECK(header_ok);
+    CHECK(order_ok);
+    CHECK(cols_ok);
+    CHECK_EQ_INT(got_invalid, 0);
+    CHECK_EQ_INT(total, 9);
+
+    /* sizes 1,0,0 puts every valid row in train; val and test are header only */
+    snprintf(args, sizeof args, "--data '%s' --smiles-column=mol --split-sizes 1,0,0 --out '%s'",
+             data, out);
+    rc = run_split(tmp, args);
+    CHECK_MSG(rc == 0, "molprop split exited %d", rc);
+    char p[2100];
+    csv_rows part;
+    snprintf(p, sizeof p, "%s/train.csv", out);
+    CHECK(csv_rows_read(&part, p) == 0);
+    size_t n_train = part.n;
+    csv_rows_free(&part);
+    snprintf(p, sizeof p, "%s/test.csv", out);
+    CHECK(csv_rows_read(&part, p) == 0);
+    size_t n_test = part.n;
+    csv_rows_free(&part);
+    CHECK_EQ_INT(n_train, 10);
+    CHECK_EQ_INT(n_test, 1);
+}
+
+/* Bad input: a clear message, exit status 1, and no output files. */
+MP_TEST(split_cli_errors_leave_no_files)
+{
+    CHECK_MSG(getenv("MOLPROP_BIN"), "MOLPROP_BIN is not set");
+    const char *tmp = mp_test_tmpdir();
+    char good[2048], badcsv[2048], out[2048], args[8192], err[2048];
+    snprintf(good, sizeof good, "%s/err_good.csv", tmp);
+    snprintf(badcsv, sizeof badcsv, "%s/err_bad.csv", tmp);
+    snprintf(out, sizeof out, "%s/err_out", tmp);
+    snprintf(err, sizeof err, "%s/stderr", tmp);
+    CHECK(write_text(good, "smiles,y\nCCO,1\nCCC,2\nCCN,3\nc1ccccc1,4\n") == 0);
+    CHECK(write_text(badcsv, "smiles,y\nCCO,1\n\"CCC,2\nCCN,3\n") == 0);
+    mkdir(out, 0777);
+    static const struct {
+        const char *args, *msg;
+    } cases[] = {
+        { "--data '%s' --out '%s' --split-sizes 0.8,0.1,0.2", "sum to 1" },
+        { "--data '%s' --out '%s' --split-sizes 0.8,0.2", "three numbers" },
+        { "--data '%s' --out '%s' --split-sizes -0.2,0.6,0.6", "non-negative" },
+        { "--data '%s' --out '%s' --split scaffold", "unknown split type" },
+        { "--data '%s' --out '%s' --split cv --folds 9", "folds" },
+        { "--data '%s' --out '%s' --folds x", "--folds" },
+        { "--data '%s' --out '%s' --seed -1", "--seed" },
+        { "--data '%s' --out '%s' --smiles-column nope", "nope" },
+        { "--data '%s' --out '%s' --bogus", "unknown option" },
+        { "--data '%s' --out '%s' --seed", "needs a value" },
+        { "--data '%s.missing' --out '%s'", "missing" },
+        { "--data '%s' --out '%s'", "err_bad.csv" },   /* run with the bad CSV */
+        { "--out '%s%s'", "--data" },
+        { "--data '%s' --out '%s' --smiles-column y", "no valid molecule" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *in = strstr(cases[i].msg, "err_bad") ? badcsv : good;
+        if (!strncmp(cases[i].args, "--out", 5))
+            snprintf(args, sizeof args, cases[i].args, out, "");
+        else
+            snprintf(args, sizeof args, cases[i].args, in, out);
+        int rc = run_split(tmp, args);
+        CHECK_MSG(rc == 1, "case %zu (%s): exit %d", i, args, rc);
+        CHECK_MSG(file_contains(err, cases[i].msg), "case %zu (%s): message lacks '%s'", i,
+                  args, cases[i].msg);
+        CHECK_MSG(dir_is_empty_of_outputs(out), "case %zu (%s): left files behind", i, args);
+    }
+    /* and the good file does split */
+    snprintf(args, sizeof args, "--data '%s' --out '%s' --split-sizes 0.5,0.25,0.25", good, out);
+    CHECK_EQ_INT(run_split(tmp, args), 0);
+    CHECK(!dir_is_empty_of_outputs(out));
 }
