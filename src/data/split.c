@@ -97,6 +97,8 @@ mp_status mp_split_sizes_parse(const char *s, double sizes[3])
         char *end;
         errno = 0;
         v[n] = strtod(p, &end);
+        if (*p == ',')
+            return mp_error_set(MP_ERR_ARG, "split sizes '%s': empty value", s);
         if (end == p || errno == ERANGE)
             return mp_error_set(MP_ERR_ARG, "split sizes '%s': '%.*s' is not a number", s,
                                 (int)strcspn(p, ", \t"), p);
