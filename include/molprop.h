@@ -29,6 +29,7 @@
 #include "core/core.h"
 #include "data/csv.h"
 #include "data/dataset.h"
+#include "data/split.h"
 #include "data/registry.h"
 #include "featurize/featurize.h"
 #include "core/progress.h"
