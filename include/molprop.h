@@ -24,8 +24,6 @@
 #ifndef MOLPROP_H
 #define MOLPROP_H
 
-#define MP_VERSION "0.1.0"
-
 #include "core/core.h"
 #include "data/csv.h"
 #include "data/dataset.h"
@@ -38,5 +36,8 @@
 #include "models/schedule.h"
 #include "models/modelfile.h"
 #include "models/model.h"
+#include "models/ensemble.h"
+#include "models/trainer.h"
+#include "models/predict.h"
 
 #endif /* MOLPROP_H */
