@@ -136,6 +136,45 @@ MP_TEST(train_predict_eval_esol)
     CHECK(strstr(out, "1128 molecules") != NULL);
 }
 
+/* The split a training run uses is Chemprop's for its --seed: compare the
+ * run's split.tsv with Chemprop's own sets (fixtures/splits.tsv). */
+MP_TEST(train_uses_chemprops_split_for_its_seed)
+{
+    char *fixture = mp_test_slurp(mp_test_shared("fixtures/chemprop_v1/splits.tsv"), NULL);
+    CHECK(fixture != NULL);
+    int matched = 0;
+    for (int seed = 1; seed <= 2; seed++) {
+        const char *dir = tmp(seed == 1 ? "split1" : "split2");
+        if (mp_test_cli(out, sizeof out, "train --data '%s' --split scaffold_balanced --seed %d "
+                        "--epochs 1 --hidden 8 --threads 1 --quiet --save-dir '%s'", esol(),
+                        seed, dir) != 0)
+            break;
+        char path[1300];
+        snprintf(path, sizeof path, "%s/split.tsv", dir);
+        char *got = mp_test_slurp(path, NULL);
+        if (!got)
+            break;
+        static const char *sets[3] = { "train", "val", "test" };
+        for (int k = 0; k < 3; k++) {
+            char key[64];
+            snprintf(key, sizeof key, "esol\tscaffold_balanced\t%d\t%s\t", seed, sets[k]);
+            const char *want = strstr(fixture, key);
+            char mine[64];
+            snprintf(mine, sizeof mine, "\n%s\t", sets[k]);
+            const char *have = strstr(got, mine);
+            if (!want || !have)
+                continue;
+            want += strlen(key);
+            have += strlen(mine);
+            size_t lw = strcspn(want, "\n"), lh = strcspn(have, "\n");
+            matched += lw == lh && !memcmp(want, have, lw);
+        }
+        mp_free(got);
+    }
+    mp_free(fixture);
+    CHECK_EQ_INT(matched, 6);
+}
+
 MP_TEST(train_is_deterministic)
 {
     const char *a = tmp("det_a"), *b = tmp("det_b");

@@ -144,6 +144,12 @@ static mp_status score_rows(const mp_dataset *d, const int32_t *mols, int32_t n,
     return st;
 }
 
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static int better(mp_metric m, double now, double best)
 {
     if (isnan(now))
@@ -288,6 +294,34 @@ done:
     mp_free(per_task);
     mp_free(why);
     return st;
+}
+
+/* Writes the split as "set<TAB>rows" lines (0-based data rows, ascending),
+ * the layout of Chemprop's reference splits, so a run can be checked and
+ * repeated with other tools. */
+static mp_status write_split(const mp_split *sp, const char *path)
+{
+    static const char *names[3] = { "train", "val", "test" };
+    mp_afile f;
+    mp_status st = mp_afile_open(&f, path);
+    if (st)
+        return st;
+    fputs("set\trows\n", f.fp);
+    for (int s = 0; s < 3; s++) {
+        size_t *rows = mp_malloc(sizeof(size_t) * (sp->n[s] ? sp->n[s] : 1));
+        if (!rows) {
+            mp_afile_abort(&f);
+            return mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", path);
+        }
+        memcpy(rows, sp->rows[s], sizeof(size_t) * sp->n[s]);
+        qsort(rows, sp->n[s], sizeof(size_t), cmp_size);
+        fprintf(f.fp, "%s\t", names[s]);
+        for (size_t i = 0; i < sp->n[s]; i++)
+            fprintf(f.fp, i ? ",%zu" : "%zu", rows[i]);
+        fputc('\n', f.fp);
+        mp_free(rows);
+    }
+    return mp_afile_commit(&f);
 }
 
 /* ===================================================================== */
@@ -448,7 +482,9 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
         goto done;
     }
 
-    if ((st = mp_split_make(&sp, valid, n_valid, (const char *const *)f->scaffold, &o->split)))
+    mp_split_opts so = o->split;
+    so.seed = o->seed;   /* one --seed: the split's, and the first member's */
+    if ((st = mp_split_make(&sp, valid, n_valid, (const char *const *)f->scaffold, &so)))
         goto done;
     for (int s = 0; s < 3; s++) {
         sets[s] = mp_malloc(sizeof(int32_t) * (sp.n[s] ? sp.n[s] : 1));
@@ -612,6 +648,9 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
             goto done;
         snprintf(path, sizeof path, "%s/metrics.json", o->save_dir);
         if ((st = write_metrics_json(o, d, res, path)))
+            goto done;
+        snprintf(path, sizeof path, "%s/split.tsv", o->save_dir);
+        if ((st = write_split(&sp, path)))
             goto done;
     }
 

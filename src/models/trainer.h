@@ -25,7 +25,7 @@ typedef struct {
     mp_model_kind   model;
     unsigned        features;        /* MP_FEAT_* mask                         */
     mp_atom_layout  layout;
-    mp_split_opts   split;
+    mp_split_opts   split;           /* its seed is ignored: `seed` below      */
     int             epochs;          /* 30                                     */
     int             batch_size;      /* 50                                     */
     double          warmup_epochs;   /* 2                                      */
