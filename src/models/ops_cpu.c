@@ -6,9 +6,11 @@
  * any thread count, by construction:
  *   - row ops (gathers, CSR segment sums, pooling, elementwise) give each
  *     output row or element one writer that sums in a fixed order;
- *   - scatters into weight rows (the backward of the one-hot gathers) and the
- *     bias column sums split the *columns* among threads, so each output
- *     element is still summed over the rows in the same order;
+ *   - scatters into weight rows (the backward of the one-hot gathers) give
+ *     each weight row to one thread, which adds its input rows in ascending
+ *     order (through a slot index, see scatter_by_slot); the bias column
+ *     sums split the columns, so each element is still summed over the rows
+ *     in the same order;
  *   - gemm: OpenBLAS runs single-threaded inside our OpenMP threads, on row
  *     blocks of C whose size depends only on the problem shape, never on the
  *     thread count (each block is one deterministic sgemm call).  So there is
