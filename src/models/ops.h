@@ -191,7 +191,11 @@ struct mp_backend {
  * Opens a backend by name: "cpu" (OpenBLAS + OpenMP, float), "ref" (plain
  * loops, float) or "ref64" (plain loops, double: the gradient-check oracle).
  * "cuda" answers MP_ERR_NODEVICE until the GPU backend is linked in.  Close
- * with mp_backend_close.  The cpu backend uses mp_threads_get() threads.
+ * with mp_backend_close.  The cpu backend uses mp_threads_get() threads and
+ * sets OpenBLAS to one thread (it splits the products itself).  Its first
+ * open may re-select OpenBLAS's kernels (ops_cpu.c), which briefly sets an
+ * environment variable: open it before starting threads that read the
+ * environment.
  */
 mp_status mp_backend_open(mp_backend **out, const char *name);
 void      mp_backend_close(mp_backend *b);
