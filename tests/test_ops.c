@@ -143,6 +143,53 @@ MP_TEST(ops_gemm_cpu_matches_ref)
     mp_backend_close(ref);
 }
 
+/* A batch of independent products: the backward pairs (X^T dY, dY W^T) at
+ * several sizes, plus a degenerate one; the same bits for 1 and 2 threads. */
+MP_TEST(ops_gemm_batch_cpu_matches_ref)
+{
+    mp_backend *cpu = open_backend("cpu"), *ref = open_backend("ref");
+    CHECK(cpu && ref);
+    mp_rng r;
+    mp_rng_seed(&r, 14, 0);
+    static const int sizes[][2] = { { 3, 5 }, { 50, 33 }, { 700, 64 }, { 1300, 300 } };
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        int e = sizes[s][0], h = sizes[s][1];
+        float *x = frand(&r, (size_t)e * h, -1, 1), *dy = frand(&r, (size_t)e * h, -1, 1);
+        float *w = frand(&r, (size_t)h * h, -1, 1), *dw0 = frand(&r, (size_t)h * h, -1, 1);
+        float *dx0 = fpoison((size_t)e * h), *c0 = frand(&r, 4, -1, 1);
+        float *dw[3], *dx[3], *c[3];
+        for (int v = 0; v < 3; v++) {
+            dw[v] = fcopy(dw0, (size_t)h * h);
+            dx[v] = fcopy(dx0, (size_t)e * h);
+            c[v] = fcopy(c0, 4);
+            mp_gemm g[3] = {
+                { 1, 0, h, h, e, 1.0, 1.0, x, dy, dw[v], h, h, h },
+                { 0, 1, e, h, h, 1.0, 0.0, dy, w, dx[v], h, h, h },
+                { 0, 0, 2, 2, 0, 1.0, 0.5, x, w, c[v], 1, 2, 2 },   /* k = 0: C = beta C */
+            };
+            mp_backend *bk = v == 0 ? ref : cpu;
+            mp_threads_set(v == 2 ? 2 : 1);
+            bk->gemm_batch(bk, 3, g);
+            mp_threads_set(0);
+        }
+        int ok = all_close(dw[1], dw[0], (size_t)h * h, 2e-5 * e, 1e-5, "batch X^T dY") &&
+                 all_close(dx[1], dx[0], (size_t)e * h, 2e-5 * h, 1e-5, "batch dY W^T") &&
+                 all_close(c[1], c[0], 4, 0, 0, "batch k = 0") &&
+                 all_same(dw[1], dw[2], (size_t)h * h, "batch X^T dY") &&
+                 all_same(dx[1], dx[2], (size_t)e * h, "batch dY W^T");
+        CHECK(c[0][0] == 0.5f * c0[0]);
+        mp_free(x); mp_free(dy); mp_free(w); mp_free(dw0); mp_free(dx0); mp_free(c0);
+        for (int v = 0; v < 3; v++) {
+            mp_free(dw[v]);
+            mp_free(dx[v]);
+            mp_free(c[v]);
+        }
+        CHECK_MSG(ok, "e=%d h=%d", e, h);
+    }
+    mp_backend_close(cpu);
+    mp_backend_close(ref);
+}
+
 MP_TEST(ops_elementwise_cpu_matches_ref)
 {
     mp_backend *cpu = open_backend("cpu"), *ref = open_backend("ref");
