@@ -31,5 +31,6 @@
 #include "data/dataset.h"
 #include "data/registry.h"
 #include "featurize/featurize.h"
+#include "models/model.h"
 
 #endif /* MOLPROP_H */
