@@ -1,9 +1,9 @@
 /*
- * gpu_step.h - a synthetic molecule batch and a D-MPNN-shaped training step
- * written against the ops seam (models/ops.h), shared by the GPU tests
- * (tests/test_gpu_ops.c: the same step on the cuda and the ref64 backend must
- * agree) and the GPU microbenchmark (bench/gpu_ops.c: the step timed eagerly
- * and as a replayed CUDA graph).
+ * gpu_step.h - a D-MPNN-shaped training step written against the ops seam
+ * (models/ops.h) over a graph batch (mp_graphs, e.g. from tests/randgraph.h),
+ * shared by the GPU tests (tests/test_gpu_ops.c: the same step on the cuda
+ * and the ref64 backend must agree) and the GPU microbenchmark
+ * (bench/gpu_ops.c: the step timed eagerly and as a replayed CUDA graph).
  *
  * The step is Chemprop v1's default model as models/dmpnn.c runs it: W_i on
  * [x_u ; b_uv] as one-hot gathers, depth-1 message updates through W_h with
@@ -25,184 +25,6 @@
 
 #include <math.h>
 #include <string.h>
-
-/* ===================================================================== */
-/* A random molecule batch on the host                                    */
-/* ===================================================================== */
-
-typedef struct {
-    int32_t  n_mols, n_atoms, n_edges;
-    int      n_atom_slots;   /* hot atom slots are [0, n_atom_slots); mass row = n_atom_slots */
-    int32_t *mol_atom;       /* n_mols + 1 */
-    int16_t *atom_hot;       /* n_atoms x MP_ATOM_MAX_HOT, ascending, -1 padded */
-    float   *atom_mass;      /* n_atoms */
-    int8_t  *bond_hot;       /* n_edges / 2 x MP_BOND_MAX_HOT */
-    int32_t *edge_src, *edge_dst;
-    int32_t *in_start;       /* n_atoms + 1 */
-    int32_t *in_edge;        /* n_edges, ascending per atom */
-} gs_graph;
-
-static void gs_graph_free(gs_graph *g)
-{
-    mp_free(g->mol_atom);
-    mp_free(g->atom_hot);
-    mp_free(g->atom_mass);
-    mp_free(g->bond_hot);
-    mp_free(g->edge_src);
-    mp_free(g->edge_dst);
-    mp_free(g->in_start);
-    mp_free(g->in_edge);
-    memset(g, 0, sizeof *g);
-}
-
-/* Hot slots of one atom: one-hot blocks as the featurizer makes them (the
- * slot range cut into MP_ATOM_MAX_HOT - 1 blocks, one slot per block with
- * probability 0.85), ascending, -1 padded. */
-static void gs_atom_hot(int16_t *hot, int n_slots, mp_rng *r)
-{
-    int q = 0, blocks = MP_ATOM_MAX_HOT - 1;
-    for (int k = 0; k < blocks; k++) {
-        int lo = (int)((int64_t)n_slots * k / blocks), hi = (int)((int64_t)n_slots * (k + 1) / blocks);
-        if (hi > lo && mp_rng_uniform(r) < 0.85)
-            hot[q++] = (int16_t)(lo + (int)mp_rng_below(r, (uint64_t)(hi - lo)));
-    }
-    while (q < MP_ATOM_MAX_HOT)
-        hot[q++] = -1;
-}
-
-static void gs_bond_hot(int8_t *hot, mp_rng *r)
-{
-    /* bond type 0-4 (one of them always), conjugated 5, in ring 6, stereo 7-13 */
-    int q = 0;
-    hot[q++] = (int8_t)mp_rng_below(r, 5);
-    if (mp_rng_uniform(r) < 0.4)
-        hot[q++] = 5;
-    if (mp_rng_uniform(r) < 0.3)
-        hot[q++] = 6;
-    if (mp_rng_uniform(r) < 0.5)
-        hot[q++] = (int8_t)(7 + mp_rng_below(r, 7));
-    while (q < MP_BOND_MAX_HOT)
-        hot[q++] = -1;
-}
-
-/*
- * n_mols molecules with about `mean_atoms` atoms (uniform in [1, 2 mean - 1])
- * and bonds = a random spanning tree plus ~`ring_frac` x atoms ring closures
- * (27 atoms and 0.11 give the 29 bonds of an average drug-like molecule).  A
- * molecule has no atoms with probability p_empty and atoms but no bonds with
- * probability p_nobond.  Edges 2k / 2k+1 are the two directions of bond k;
- * in_edge lists each atom's incoming edges ascending, as the graph store does.
- */
-static mp_status gs_graph_random(gs_graph *g, mp_rng *r, int32_t n_mols, double mean_atoms,
-                                 double ring_frac, int n_atom_slots, double p_empty,
-                                 double p_nobond)
-{
-    memset(g, 0, sizeof *g);
-    g->n_mols = n_mols;
-    g->n_atom_slots = n_atom_slots;
-    int32_t *na = mp_calloc((size_t)n_mols + 1, sizeof *na);
-    int32_t *nb = mp_calloc((size_t)n_mols + 1, sizeof *nb);
-    int hi = (int)(2 * mean_atoms - 1);
-    if (hi < 1)
-        hi = 1;
-    int64_t atoms = 0, bonds = 0;
-    for (int32_t i = 0; na && nb && i < n_mols; i++) {
-        double u = mp_rng_uniform(r);
-        na[i] = u < p_empty ? 0 : 1 + (int32_t)mp_rng_below(r, (uint64_t)hi);
-        int extra = (int)(ring_frac * na[i] + mp_rng_uniform(r));
-        int max_bonds = na[i] * (na[i] - 1) / 2;
-        nb[i] = na[i] == 0 || (u >= p_empty && u < p_empty + p_nobond) ? 0 : na[i] - 1 + extra;
-        if (nb[i] > max_bonds)
-            nb[i] = max_bonds;
-        atoms += na[i];
-        bonds += nb[i];
-    }
-    if (!na || !nb || atoms > INT32_MAX / 2 || bonds > INT32_MAX / 4) {
-        mp_free(na);
-        mp_free(nb);
-        return mp_error_set(MP_ERR_NOMEM, "gs_graph_random: out of memory");
-    }
-    g->n_atoms = (int32_t)atoms;
-    g->n_edges = (int32_t)(2 * bonds);
-    size_t A = (size_t)atoms, E = (size_t)(2 * bonds);
-    g->mol_atom = mp_calloc((size_t)n_mols + 1, sizeof(int32_t));
-    g->atom_hot = mp_malloc((A ? A : 1) * MP_ATOM_MAX_HOT * sizeof(int16_t));
-    g->atom_mass = mp_malloc((A ? A : 1) * sizeof(float));
-    g->bond_hot = mp_malloc((E ? E / 2 : 1) * MP_BOND_MAX_HOT);
-    g->edge_src = mp_malloc((E ? E : 1) * sizeof(int32_t));
-    g->edge_dst = mp_malloc((E ? E : 1) * sizeof(int32_t));
-    g->in_start = mp_calloc(A + 1, sizeof(int32_t));
-    g->in_edge = mp_malloc((E ? E : 1) * sizeof(int32_t));
-    if (!g->mol_atom || !g->atom_hot || !g->atom_mass || !g->bond_hot || !g->edge_src ||
-        !g->edge_dst || !g->in_start || !g->in_edge) {
-        mp_free(na);
-        mp_free(nb);
-        gs_graph_free(g);
-        return mp_error_set(MP_ERR_NOMEM, "gs_graph_random: out of memory");
-    }
-    int32_t a0 = 0, e = 0;
-    for (int32_t i = 0; i < n_mols; i++) {
-        g->mol_atom[i] = a0;
-        for (int32_t v = 0; v < na[i]; v++) {
-            gs_atom_hot(g->atom_hot + (size_t)(a0 + v) * MP_ATOM_MAX_HOT, n_atom_slots, r);
-            g->atom_mass[a0 + v] = (float)(0.01 + 1.3 * mp_rng_uniform(r));
-        }
-        int32_t e0 = e;
-        for (int32_t k = 0; k < nb[i]; k++) {
-            int32_t x, y;
-            if (k < na[i] - 1) {                    /* tree: atom k+1 to an earlier one */
-                y = k + 1;
-                x = (int32_t)mp_rng_below(r, (uint64_t)y);
-            } else {                                /* ring closure: a new pair */
-                for (;;) {
-                    x = (int32_t)mp_rng_below(r, (uint64_t)na[i]);
-                    y = (int32_t)mp_rng_below(r, (uint64_t)na[i]);
-                    if (x == y)
-                        continue;
-                    int dup = 0;
-                    for (int32_t f = e0; f < e && !dup; f += 2)
-                        dup = (g->edge_src[f] == a0 + x && g->edge_dst[f] == a0 + y) ||
-                              (g->edge_src[f] == a0 + y && g->edge_dst[f] == a0 + x);
-                    if (!dup)
-                        break;
-                }
-            }
-            if (x > y) {
-                int32_t t = x;
-                x = y;
-                y = t;
-            }
-            g->edge_src[e] = a0 + x;
-            g->edge_dst[e] = a0 + y;
-            g->edge_src[e + 1] = a0 + y;
-            g->edge_dst[e + 1] = a0 + x;
-            gs_bond_hot(g->bond_hot + (size_t)(e >> 1) * MP_BOND_MAX_HOT, r);
-            e += 2;
-        }
-        a0 += na[i];
-    }
-    g->mol_atom[n_mols] = a0;
-    /* incoming-edge CSR, edges ascending within each atom */
-    for (int32_t f = 0; f < g->n_edges; f++)
-        g->in_start[g->edge_dst[f] + 1]++;
-    for (int32_t v = 0; v < g->n_atoms; v++)
-        g->in_start[v + 1] += g->in_start[v];
-    int32_t *fill = mp_malloc((A ? A : 1) * sizeof(int32_t));
-    if (!fill) {
-        mp_free(na);
-        mp_free(nb);
-        gs_graph_free(g);
-        return mp_error_set(MP_ERR_NOMEM, "gs_graph_random: out of memory");
-    }
-    if (A)
-        memcpy(fill, g->in_start, A * sizeof(int32_t));
-    for (int32_t f = 0; f < g->n_edges; f++)
-        g->in_edge[fill[g->edge_dst[f]]++] = f;
-    mp_free(fill);
-    mp_free(na);
-    mp_free(nb);
-    return MP_OK;
-}
 
 /* ===================================================================== */
 /* Buffers of either element type                                         */
@@ -277,7 +99,7 @@ static void *gs_alloc_up(mp_backend *b, const void *src, size_t bytes, mp_status
     return p;
 }
 
-static mp_status gs_dev_graph_upload(mp_backend *b, gs_dev_graph *d, const gs_graph *g)
+static mp_status gs_dev_graph_upload(mp_backend *b, gs_dev_graph *d, const mp_graphs *g)
 {
     memset(d, 0, sizeof *d);
     size_t A = (size_t)g->n_atoms, E = (size_t)g->n_edges, M = (size_t)g->n_mols;

@@ -22,6 +22,7 @@
 #include "gpu/gpu.h"
 #include "models/ops.h"
 #include "../bench/gpu_step.h"
+#include "randgraph.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -339,17 +340,40 @@ static int regpu(fx *f, pair *p, const float *h)
 /* ===================================================================== */
 
 typedef struct {
-    gs_graph h;
+    mp_graphs h;
     void *hot[2], *mass[2], *bond[2], *src[2], *dst[2], *in_start[2], *in_edge[2],
          *mol_atom[2];   /* [0] gpu, [1] ref */
 } dgraph;
 
-static int dgraph_make(fx *f, dgraph *d, int32_t n_mols, double mean_atoms, int n_atom_slots)
+/* The batches every graph op is tried on: a handful of small molecules, a
+ * training batch of 50 drug-sized ones (27 atoms, 29 bonds on average), one
+ * large enough for many reduction chunks, one whose molecules are all
+ * empty (invalid SMILES), and one with atoms but no bond at all.  Empty and
+ * bond-less molecules also appear inside the others. */
+typedef struct {
+    int32_t n_mols;
+    rg_opts o;
+} batch_shape;
+
+static const batch_shape BATCHES[] = {
+    { 7, { 1, 11, 0.15, 0.15, 2 } },
+    { 50, { 1, 53, 0.05, 0.05, 6 } },
+    { 400, { 1, 53, 0.02, 0.02, 6 } },
+    { 3, { 1, 5, 1.0, 0.0, 0 } },
+    { 5, { 1, 4, 0.0, 1.0, 0 } },
+};
+static const int HIDDEN[] = { 1, 7, 300, 301 };
+#define N_BATCHES ((int)(sizeof BATCHES / sizeof BATCHES[0]))
+#define N_HIDDEN  ((int)(sizeof HIDDEN / sizeof HIDDEN[0]))
+
+/* A random batch of shape bi whose hot atom slots are [0, n_atom_slots) (the
+ * mass row is n_atom_slots), on both backends. */
+static int dgraph_make(fx *f, dgraph *d, int bi, int n_atom_slots)
 {
     memset(d, 0, sizeof *d);
-    if (gs_graph_random(&d->h, &f->rng, n_mols, mean_atoms, 0.11, n_atom_slots, 0.1, 0.1) != MP_OK)
-        return fail(f, "graph: %s", mp_error_message());
-    gs_graph *g = &d->h;
+    if (!rg_make(&d->h, &f->rng, BATCHES[bi].n_mols, n_atom_slots + 1, &BATCHES[bi].o))
+        return fail(f, "random graph: out of memory");
+    const mp_graphs *g = &d->h;
     size_t A = (size_t)g->n_atoms, E = (size_t)g->n_edges;
     return raw_make(f, &d->hot[0], &d->hot[1], g->atom_hot, A * MP_ATOM_MAX_HOT * 2) &&
            raw_make(f, &d->mass[0], &d->mass[1], g->atom_mass, A * sizeof(float)) &&
@@ -360,20 +384,6 @@ static int dgraph_make(fx *f, dgraph *d, int32_t n_mols, double mean_atoms, int 
            raw_make(f, &d->in_edge[0], &d->in_edge[1], g->in_edge, E * 4) &&
            raw_make(f, &d->mol_atom[0], &d->mol_atom[1], g->mol_atom, ((size_t)g->n_mols + 1) * 4);
 }
-
-/* The batches every graph op is tried on: a handful of molecules (one
- * without atoms, some without bonds), a training batch of 50, and one large
- * enough for many reduction chunks; plus a batch whose molecules are all
- * empty. */
-typedef struct {
-    int32_t n_mols;
-    double  mean_atoms;
-} batch_shape;
-
-static const batch_shape BATCHES[] = { { 7, 6 }, { 50, 27 }, { 400, 27 }, { 3, 0.5 } };
-static const int HIDDEN[] = { 1, 7, 300, 301 };
-#define N_BATCHES ((int)(sizeof BATCHES / sizeof BATCHES[0]))
-#define N_HIDDEN  ((int)(sizeof HIDDEN / sizeof HIDDEN[0]))
 
 /* The large batch only with the small hidden sizes and 300, to keep the
  * reference's plain loops quick. */
@@ -712,12 +722,12 @@ static int case_embed(fx *f, int bi, int h, int slots)
 {
     char what[160], tag[96];
     dgraph d;
-    if (!dgraph_make(f, &d, BATCHES[bi].n_mols, BATCHES[bi].mean_atoms, slots)) {
-        gs_graph_free(&d.h);
+    if (!dgraph_make(f, &d, bi, slots)) {
+        mp_graphs_free(&d.h);
         fx_reset(f);
         return 0;
     }
-    const gs_graph *g = &d.h;
+    const mp_graphs *g = &d.h;
     const size_t A = (size_t)g->n_atoms, E = (size_t)g->n_edges, H = (size_t)h;
     snprintf(tag, sizeof tag, "mols=%d atoms=%d edges=%d h=%d slots=%d", (int)g->n_mols,
              (int)g->n_atoms, (int)g->n_edges, h, slots);
@@ -785,7 +795,7 @@ static int case_embed(fx *f, int bi, int h, int slots)
     }
     mp_free(dw0);
     mp_free(dwb0);
-    gs_graph_free(&d.h);
+    mp_graphs_free(&d.h);
     fx_reset(f);
     return ok;
 }
@@ -794,12 +804,12 @@ static int case_message(fx *f, int bi, int h)
 {
     char what[160], tag[96];
     dgraph d;
-    if (!dgraph_make(f, &d, BATCHES[bi].n_mols, BATCHES[bi].mean_atoms, 132)) {
-        gs_graph_free(&d.h);
+    if (!dgraph_make(f, &d, bi, 132)) {
+        mp_graphs_free(&d.h);
         fx_reset(f);
         return 0;
     }
-    const gs_graph *g = &d.h;
+    const mp_graphs *g = &d.h;
     const size_t A = (size_t)g->n_atoms, E = (size_t)g->n_edges, H = (size_t)h;
     snprintf(tag, sizeof tag, "mols=%d atoms=%d edges=%d h=%d", (int)g->n_mols, (int)g->n_atoms,
              (int)g->n_edges, h);
@@ -859,7 +869,7 @@ static int case_message(fx *f, int bi, int h)
     }
     mp_free(f1);
     mp_free(f2);
-    gs_graph_free(&d.h);
+    mp_graphs_free(&d.h);
     fx_reset(f);
     return ok;
 }
@@ -868,12 +878,12 @@ static int case_pool(fx *f, int bi, int h, mp_aggregation agg)
 {
     char what[160];
     dgraph d;
-    if (!dgraph_make(f, &d, BATCHES[bi].n_mols, BATCHES[bi].mean_atoms, 132)) {
-        gs_graph_free(&d.h);
+    if (!dgraph_make(f, &d, bi, 132)) {
+        mp_graphs_free(&d.h);
         fx_reset(f);
         return 0;
     }
-    const gs_graph *g = &d.h;
+    const mp_graphs *g = &d.h;
     const size_t A = (size_t)g->n_atoms, H = (size_t)h, M = (size_t)g->n_mols;
     const int ldo = h + 3;
     pair Out, X, Dx, Dout;
@@ -898,7 +908,7 @@ static int case_pool(fx *f, int bi, int h, mp_aggregation agg)
         f->g->pool_backward(f->g, Dx.g, d.mol_atom[0], Dout.g, ldo, g->n_mols, h, agg, 100.0);
         ok = compare(f, what, &Dx, TOL_FP32, NULL);
     }
-    gs_graph_free(&d.h);
+    mp_graphs_free(&d.h);
     fx_reset(f);
     return ok;
 }
@@ -1085,15 +1095,15 @@ static int pair_view(pair *p, void *g, void *r, size_t n)
 static int case_step(fx *f, int prec, int32_t n_mols, int h, int depth, double p, uint64_t seed)
 {
     char what[160];
-    gs_graph hg;
+    mp_graphs hg;
     gs_dev_graph dg[2];
     gs_model mg, mr, m2;
     memset(dg, 0, sizeof dg);
     memset(&mg, 0, sizeof mg);
     memset(&mr, 0, sizeof mr);
     memset(&m2, 0, sizeof m2);
-    if (gs_graph_random(&hg, &f->rng, n_mols, 27, 0.11, 132, 0.05, 0.05) != MP_OK)
-        return fail(f, "graph: %s", mp_error_message());
+    if (!rg_make(&hg, &f->rng, n_mols, 133, &BATCHES[1].o))
+        return fail(f, "random graph: out of memory");
     int ok = 1;
     if (gs_dev_graph_upload(f->g, &dg[0], &hg) != MP_OK ||
         gs_dev_graph_upload(f->r, &dg[1], &hg) != MP_OK ||
@@ -1146,7 +1156,7 @@ static int case_step(fx *f, int prec, int32_t n_mols, int h, int depth, double p
         gs_dev_graph_free(f->g, &dg[0]);
     if (dg[1].mol_atom)
         gs_dev_graph_free(f->r, &dg[1]);
-    gs_graph_free(&hg);
+    mp_graphs_free(&hg);
     return ok;
 }
 
@@ -1260,7 +1270,7 @@ MP_TEST(gpu_graph_capture)
     fx f;
     FX_OPEN(f, MP_PREC_FP32, 111);
     mp_backend *b = f.g;
-    gs_graph hg;
+    mp_graphs hg;
     gs_dev_graph dg[2];
     gs_model mg, mr;
     memset(dg, 0, sizeof dg);
@@ -1270,9 +1280,9 @@ MP_TEST(gpu_graph_capture)
     int ok = 1;
     void *eager = NULL;
     float *newp = NULL;
-    if (gs_graph_random(&hg, &f.rng, 30, 27, 0.11, 132, 0.05, 0.05) != MP_OK) {
+    if (!rg_make(&hg, &f.rng, 30, 133, &BATCHES[1].o)) {
         fx_close(&f);
-        MP_FAIL("graph: %s", mp_error_message());
+        MP_FAIL("random graph: out of memory");
     }
     if (gs_dev_graph_upload(b, &dg[0], &hg) || gs_dev_graph_upload(f.r, &dg[1], &hg) ||
         gs_model_create(&mg, b, 133, 64, 3, 2, 0.1, 30, hg.n_atoms, hg.n_edges, 3) ||
@@ -1355,6 +1365,6 @@ MP_TEST(gpu_graph_capture)
         gs_dev_graph_free(b, &dg[0]);
     if (dg[1].mol_atom)
         gs_dev_graph_free(f.r, &dg[1]);
-    gs_graph_free(&hg);
+    mp_graphs_free(&hg);
     FX_END(f, ok);
 }
