@@ -48,7 +48,7 @@ static mp_status gs_put(mp_backend *b, void *dst, const float *src, size_t n)
 }
 
 /* Downloads n elements of the backend's type as doubles. */
-static mp_status gs_get(mp_backend *b, double *dst, const void *src, size_t n)
+__attribute__((unused)) static mp_status gs_get(mp_backend *b, double *dst, const void *src, size_t n)
 {
     void *t = mp_malloc((n ? n : 1) * b->esize);
     if (!t)

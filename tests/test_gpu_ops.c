@@ -20,6 +20,7 @@
 #include "test.h"
 
 #include "gpu/gpu.h"
+#include "models/model.h"
 #include "models/ops.h"
 #include "../bench/gpu_step.h"
 #include "randgraph.h"
@@ -1366,5 +1367,125 @@ MP_TEST(gpu_graph_capture)
     if (dg[1].mol_atom)
         gs_dev_graph_free(f.r, &dg[1]);
     mp_graphs_free(&hg);
+    FX_END(f, ok);
+}
+
+/* ===================================================================== */
+/* The models' own code (src/models) on the GPU                           */
+/* ===================================================================== */
+
+static int host_compare(fx *f, const char *what, const float *g, const float *r, size_t n,
+                        double tol)
+{
+    double d2 = 0, r2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(g[i]) != isnan(r[i]))
+            return fail(f, "%s: element %zu: gpu %.9g, ref %.9g", what, i, g[i], r[i]);
+        if (isnan(r[i]))
+            continue;
+        d2 += ((double)g[i] - r[i]) * ((double)g[i] - r[i]);
+        r2 += (double)r[i] * r[i];
+    }
+    double rel = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+    if (verbose())
+        printf("    %-90s rel %.3g (bound %.3g)\n", what, rel, tol);
+    return rel <= tol ? 1 : fail(f, "%s: relative error %.3g > %.3g over %zu values", what, rel,
+                                 tol, n);
+}
+
+/* mp_model (D-MPNN, classification and regression, with extra features and
+ * dropout) on the cuda backend against the same model on ref64: two training
+ * steps, then an inference pass. */
+static int case_model(fx *f, int prec, mp_model_task task, double dropout, int extra_dim)
+{
+    char what[160];
+    const char *pn = mp_precision_name((mp_precision)prec);
+    mp_model_config cfg = mp_model_config_default();
+    cfg.task = task;
+    cfg.n_tasks = 3;
+    cfg.hidden = 96;
+    cfg.dropout = dropout;
+    cfg.extra_dim = extra_dim;
+    const int32_t n = 24;
+    mp_graphs g;
+    rg_opts o = { 1, 40, 0.05, 0.05, 4 };
+    if (!rg_make(&g, &f->rng, n, cfg.atom_fdim, &o))
+        return fail(f, "random graph: out of memory");
+    mp_model *mg = NULL, *mr = NULL;
+    float *extra = mp_malloc(((size_t)n * (extra_dim ? extra_dim : 1)) * sizeof(float));
+    float *tg = mp_malloc((size_t)n * 3 * sizeof(float));
+    float *outg = mp_malloc((size_t)n * 3 * sizeof(float)), *outr = mp_malloc((size_t)n * 3 * sizeof(float));
+    float *pg = NULL, *pr = NULL;
+    int ok = extra && tg && outg && outr;
+    for (size_t i = 0; ok && i < (size_t)n * extra_dim; i++)
+        extra[i] = (float)mp_rng_normal(&f->rng);
+    for (size_t i = 0; ok && i < (size_t)n * 3; i++) {
+        double u = mp_rng_uniform(&f->rng);
+        tg[i] = u < 0.1 ? NAN : task == MP_MODEL_CLASSIFICATION ? (float)(u < 0.55) : (float)mp_rng_normal(&f->rng);
+    }
+    if (ok && (mp_model_create(&mg, &cfg, f->g, 17) != MP_OK || mp_model_create(&mr, &cfg, f->r, 17) != MP_OK))
+        ok = fail(f, "model: %s", mp_error_message());
+    size_t np = ok ? mp_model_n_params(mg) : 0;
+    if (ok && (!(pg = mp_malloc(np * sizeof(float))) || !(pr = mp_malloc(np * sizeof(float)))))
+        ok = fail(f, "out of memory");
+    for (int step = 0; ok && step < 2; step++) {
+        double lg = 0, lr = 0;
+        mp_model_zero_grad(mg);
+        mp_model_zero_grad(mr);
+        if (mp_model_forward(mg, &g, extra_dim ? extra : NULL, n, 1, NULL) != MP_OK ||
+            mp_model_forward(mr, &g, extra_dim ? extra : NULL, n, 1, NULL) != MP_OK ||
+            mp_model_loss_backward(mg, tg, &lg) != MP_OK || mp_model_loss_backward(mr, tg, &lr) != MP_OK) {
+            ok = fail(f, "model step %d: %s", step, mp_error_message());
+            break;
+        }
+        snprintf(what, sizeof what, "model[%s] step %d loss (task %d p=%g extra %d): %.9g vs %.9g", pn,
+                 step, (int)task, dropout, extra_dim, lg, lr);
+        float fl = (float)lg, fr = (float)lr;
+        ok = host_compare(f, what, &fl, &fr, 1, STEP_TOL_Y[prec]);
+        if (ok && (mp_model_get_grads(mg, pg) != MP_OK || mp_model_get_grads(mr, pr) != MP_OK))
+            ok = fail(f, "grads: %s", mp_error_message());
+        snprintf(what, sizeof what, "model[%s] step %d gradients (task %d p=%g extra %d)", pn, step,
+                 (int)task, dropout, extra_dim);
+        ok = ok && host_compare(f, what, pg, pr, np, STEP_TOL_GRAD[prec]);
+        if (ok && (mp_model_adam_step(mg, 1e-3) != MP_OK || mp_model_adam_step(mr, 1e-3) != MP_OK))
+            ok = fail(f, "adam: %s", mp_error_message());
+    }
+    if (ok && (mp_model_get_params(mg, pg) != MP_OK || mp_model_get_params(mr, pr) != MP_OK))
+        ok = fail(f, "params: %s", mp_error_message());
+    snprintf(what, sizeof what, "model[%s] parameters after 2 steps", pn);
+    ok = ok && host_compare(f, what, pg, pr, np, STEP_TOL_PARAMS[prec]);
+    if (ok && (mp_model_forward(mg, &g, extra_dim ? extra : NULL, n, 0, outg) != MP_OK ||
+               mp_model_forward(mr, &g, extra_dim ? extra : NULL, n, 0, outr) != MP_OK))
+        ok = fail(f, "inference: %s", mp_error_message());
+    snprintf(what, sizeof what, "model[%s] inference outputs", pn);
+    ok = ok && host_compare(f, what, outg, outr, (size_t)n * 3, STEP_TOL_Y[prec]);
+    mp_model_free(mg);
+    mp_model_free(mr);
+    mp_free(extra);
+    mp_free(tg);
+    mp_free(outg);
+    mp_free(outr);
+    mp_free(pg);
+    mp_free(pr);
+    mp_graphs_free(&g);
+    return ok;
+}
+
+MP_TEST(gpu_model_dmpnn)
+{
+    fx f;
+    FX_OPEN(f, MP_PREC_FP32, 121);
+    int ok = case_model(&f, MP_PREC_FP32, MP_MODEL_REGRESSION, 0.0, 0) &&
+             case_model(&f, MP_PREC_FP32, MP_MODEL_CLASSIFICATION, 0.15, 5) &&
+             case_model(&f, MP_PREC_FP32, MP_MODEL_REGRESSION, 0.1, 0);
+    FX_END(f, ok);
+}
+
+MP_TEST(gpu_model_dmpnn_bf16)
+{
+    fx f;
+    FX_OPEN(f, MP_PREC_BF16, 122);
+    int ok = case_model(&f, MP_PREC_BF16, MP_MODEL_REGRESSION, 0.0, 0) &&
+             case_model(&f, MP_PREC_BF16, MP_MODEL_CLASSIFICATION, 0.1, 5);
     FX_END(f, ok);
 }

@@ -356,6 +356,7 @@ __global__ void k_pool(float *out, int ldo, const int32_t *mol_atom, const float
         float *o = out + (size_t)i * ldo;
         for (int j = lane_id(); j < h; j += 32) {
             float acc = 0.0f;
+#pragma unroll 4
             for (int32_t v = a0; v < a1; v++)
                 acc += x[(size_t)v * h + j];
             if (a1 == a0)
@@ -405,6 +406,7 @@ __global__ void k_col_sum_chunks(float *dst, int direct, const float *x, int ldx
     int32_t r0 = c * rows_per_chunk;
     int32_t r1 = r0 + rows_per_chunk < n_rows ? r0 + rows_per_chunk : n_rows;
     float acc = 0.0f;
+#pragma unroll 8
     for (int32_t r = r0; r < r1; r++)
         acc += x[(size_t)r * ldx + j];
     if (direct)
@@ -413,15 +415,33 @@ __global__ void k_col_sum_chunks(float *dst, int direct, const float *x, int ldx
         dst[(size_t)c * n_cols + j] = acc;
 }
 
-/* dst[i] += sum over c < n_chunks of part[c * width + i], in chunk order. */
-__global__ void k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
+/*
+ * dst[i] += sum over c < n_chunks of part[c * width + i].  Block: 32 outputs
+ * (x) by 32 chunk lanes (y); lane y sums chunks y, y + 32, ... in order, then
+ * one thread adds the 32 lane sums in lane order.  A fixed tree, so fixed
+ * bits, with 32x the memory parallelism of one thread per output.
+ */
+#define SUM_TX 32
+#define SUM_TY 32
+
+__global__ void __launch_bounds__(SUM_TX * SUM_TY)
+k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
 {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < width; i += stride) {
-        float acc = 0.0f;
-        for (int32_t c = 0; c < n_chunks; c++)
+    __shared__ float red[SUM_TY][SUM_TX + 1];
+    const size_t i = (size_t)blockIdx.x * SUM_TX + threadIdx.x;
+    float acc = 0.0f;
+    if (i < width) {
+#pragma unroll 4
+        for (int32_t c = threadIdx.y; c < n_chunks; c += SUM_TY)
             acc += part[(size_t)c * width + i];
-        dst[i] += acc;
+    }
+    red[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && i < width) {
+        float s = 0.0f;
+        for (int y = 0; y < SUM_TY; y++)
+            s += red[y][threadIdx.x];
+        dst[i] += s;
     }
 }
 
@@ -439,6 +459,8 @@ __global__ void k_sum_chunks(float *dst, const float *part, int32_t n_chunks, si
  * in `hot` are ignored (the model checks its batches: ops.h callers never
  * pass them).
  */
+#define SLOT_UNROLL 8
+
 template <typename HT, int NH>
 __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot_shift,
                                   const float *mass, const float *g, int32_t n_rows, int h,
@@ -459,13 +481,15 @@ __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot
     const int hot_hi = s1 < n_hot ? s1 : n_hot;   /* hot slots of this group: [s0, hot_hi) */
     const bool col = j < h;
 
-    /* Four rows per round: their loads are issued before the first use. */
+    /* SLOT_UNROLL rows per round: their loads are all issued before the first
+     * use, so a warp keeps that many row reads in flight (occupancy is
+     * bounded by the shared accumulators, ~13 warps per SM at 133 slots). */
     int32_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        float gv[4], mv[4];
-        int sl[4][NH];
+    for (; r + SLOT_UNROLL <= r1; r += SLOT_UNROLL) {
+        float gv[SLOT_UNROLL], mv[SLOT_UNROLL];
+        int sl[SLOT_UNROLL][NH];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < SLOT_UNROLL; u++) {
             gv[u] = col ? g[(size_t)(r + u) * h + j] : 0.0f;
             mv[u] = mass ? mass[r + u] : 0.0f;
 #pragma unroll
@@ -473,7 +497,7 @@ __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot
                 sl[u][q] = hot[(size_t)((r + u) >> hot_shift) * NH + q];
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < SLOT_UNROLL; u++) {
 #pragma unroll
             for (int q = 0; q < NH; q++) {
                 int s = sl[u][q];
@@ -732,8 +756,9 @@ static int32_t chunk_rows(int32_t n_rows, size_t width, int32_t *n_chunks)
 
 static void sum_chunks(gpu_ctx *c, float *dst, int32_t n_chunks, size_t width)
 {
-    k_sum_chunks<<<grid_for(c, width, THREADS), THREADS, 0, c->stream>>>(dst, c->scratch,
-                                                                          n_chunks, width);
+    dim3 block(SUM_TX, SUM_TY);
+    k_sum_chunks<<<(unsigned)((width + SUM_TX - 1) / SUM_TX), block, 0, c->stream>>>(
+        dst, c->scratch, n_chunks, width);
     LAUNCHED(c, "k_sum_chunks");
 }
 
