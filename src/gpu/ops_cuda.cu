@@ -715,9 +715,15 @@ static void cu_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double a
      * row-major buffers read as column-major are the transposes, so the
      * operands swap and keep their own transpose flags. */
     const float al = (float)alpha, be = (float)beta;
-    BLAS_OK(c, cublasGemmEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            n, m, k, &al, bm, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &be, cm,
-                            CUDA_R_32F, ldc, compute_type(c->prec), CUBLAS_GEMM_DEFAULT));
+    cublasStatus_t s = cublasGemmEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &al, bm, CUDA_R_32F,
+                                    ldb, a, CUDA_R_32F, lda, &be, cm, CUDA_R_32F, ldc,
+                                    compute_type(c->prec), CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        record(c, s == CUBLAS_STATUS_ALLOC_FAILED ? MP_ERR_NOMEM : MP_ERR_INTERNAL, __FILE__,
+               __LINE__, "cuBLAS error: %s (%s) in gemm ta=%d tb=%d m=%d n=%d k=%d lda=%d "
+               "ldb=%d ldc=%d, %s", cublasGetStatusString(s), cublasGetStatusName(s), ta, tb, m,
+               n, k, lda, ldb, ldc, mp_precision_name(c->prec));
 }
 
 static void cu_fill_rows(mp_backend *b, void *y, int ldy, const void *row, int32_t n_rows,
