@@ -80,6 +80,15 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ -Wl,--whole-archive $(TEST_OBJ) -Wl,--no-whole-archive \
 	    $(BUILD)/libmolprop.a $(LDLIBS)
 
+# The cpu kernels vectorize only without errno semantics (sqrtf in Adam) and
+# without trapping-math (selects like "y > 0 ? dy * s : 0" stay branches
+# otherwise, and mispredict on every other element).
+$(BUILD)/src/models/ops_cpu.o: CFLAGS += -fno-math-errno -fno-trapping-math
+
+# Model microbenchmark (bench/train_step.c): D-MPNN training steps on the cpu.
+$(BUILD)/bench_train_step: $(BUILD)/bench/train_step.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@

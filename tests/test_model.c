@@ -383,7 +383,7 @@ MP_TEST(model_batch_invariance_and_empty_batch)
     CHECK(cpu);
     mp_rng r;
     mp_rng_seed(&r, 60, 0);
-    rg_opts o = { 1, 20, 0.1, 0.1, 2 };
+    rg_opts o = { 1, 20, 0.15, 0.1, 2 };
     mp_graphs g, one;
     CHECK(rg_make(&g, &r, 25, 133, &o));
     memset(&one, 0, sizeof one);
@@ -391,12 +391,30 @@ MP_TEST(model_batch_invariance_and_empty_batch)
     c.hidden = 64;
     mp_model *m = NULL;
     CHECK_OK(mp_model_create(&m, &c, cpu, 9));
+    /* reserve for a small batch: the forward over all 25 must grow it */
+    CHECK_OK(mp_model_reserve(m, 2, 10, 10));
     float all[25], single;
     CHECK_OK(mp_model_forward(m, &g, NULL, g.n_mols, 0, all));
+    CHECK(m->cap_mols >= 25 && m->cap_atoms >= g.n_atoms && m->cap_edges >= g.n_edges);
     for (int32_t i = 0; i < g.n_mols; i++) {
         CHECK_OK(mp_graphs_select(&one, &g, &i, 1));
         CHECK_OK(mp_model_forward(m, &one, NULL, 1, 0, &single));
         CHECK_NEAR(single, all[i], 1e-6, 1e-5);
+    }
+    /* a batch of invalid molecules only (no atoms at all): every readout is
+     * the zero vector, so every output is the head's output for zeros */
+    int32_t empty_ids[3], ne_ = 0;
+    for (int32_t i = 0; i < g.n_mols && ne_ < 3; i++)
+        if (g.mol_atom[i + 1] == g.mol_atom[i])
+            empty_ids[ne_++] = i;
+    CHECK(ne_ >= 2);
+    float eo[3];
+    CHECK_OK(mp_graphs_select(&one, &g, empty_ids, ne_));
+    CHECK_EQ_INT(one.n_atoms, 0);
+    CHECK_OK(mp_model_forward(m, &one, NULL, ne_, 0, eo));
+    for (int i = 0; i < ne_; i++) {
+        CHECK_NEAR(eo[i], all[empty_ids[i]], 1e-6, 1e-6);
+        CHECK_NEAR(eo[i], eo[0], 1e-6, 1e-6);
     }
     /* an empty batch is fine, and a backward after it gives loss 0 */
     CHECK_OK(mp_graphs_select(&one, &g, NULL, 0));
