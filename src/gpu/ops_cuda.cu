@@ -20,6 +20,10 @@
  *                       the result is the same bits on every run.  The loss
  *                       is one block reducing by a fixed tree (in double).
  *
+ * The row kernels mark their pointers __restrict__ (so loads of a row can be
+ * issued ahead of its stores): ops.h forbids outputs aliasing inputs except
+ * for the elementwise ops that say so, whose kernels do without it.
+ *
  * Everything is queued on the backend's stream without host synchronization
  * (no allocation, copy to the host or sync inside an op), so a sequence of
  * ops can be captured into a CUDA graph (mp_cuda_graph_*).
@@ -188,7 +192,8 @@ __global__ void k_scale_rows(float *c, int ldc, int m, int n, float beta)
     }
 }
 
-__global__ void k_fill_rows(float *y, int ldy, const float *row, int32_t n_rows, int n_cols)
+__global__ void k_fill_rows(float *__restrict__ y, int ldy, const float *__restrict__ row,
+                            int32_t n_rows, int n_cols)
 {
     for (int64_t i = warp_id(); i < n_rows; i += warp_count()) {
         float *o = y + (size_t)i * ldy;
@@ -256,8 +261,9 @@ __global__ void k_adam(float *__restrict__ p, float *__restrict__ m, float *__re
 /* ===================================================================== */
 
 /* out[v] = bias + sum of the hot rows of w + mass[v] * w[mass_row]. */
-__global__ void k_atom_embed(float *out, const int16_t *hot, const float *mass, const float *w,
-                             const float *bias, int32_t n_atoms, int h, int mass_row)
+__global__ void k_atom_embed(float *__restrict__ out, const int16_t *__restrict__ hot,
+                             const float *__restrict__ mass, const float *__restrict__ w,
+                             const float *__restrict__ bias, int32_t n_atoms, int h, int mass_row)
 {
     const float *wm = w + (size_t)mass_row * h;
     for (int64_t v = warp_id(); v < n_atoms; v += warp_count()) {
@@ -280,8 +286,9 @@ __global__ void k_atom_embed(float *out, const int16_t *hot, const float *mass, 
 }
 
 /* h0[e] = a[src[e]] + sum of the bond's hot rows of wb. */
-__global__ void k_edge_embed(float *h0, const int32_t *edge_src, const int8_t *bond_hot,
-                             const float *a, const float *wb, int32_t n_edges, int h)
+__global__ void k_edge_embed(float *__restrict__ h0, const int32_t *__restrict__ edge_src,
+                             const int8_t *__restrict__ bond_hot, const float *__restrict__ a,
+                             const float *__restrict__ wb, int32_t n_edges, int h)
 {
     for (int64_t e = warp_id(); e < n_edges; e += warp_count()) {
         int s[MP_BOND_MAX_HOT];
@@ -303,8 +310,9 @@ __global__ void k_edge_embed(float *h0, const int32_t *edge_src, const int8_t *b
 
 /* out[v] = sum over k in [in_start[v], in_start[v+1]) of x[in_edge[k] ^ flip],
  * in CSR order: one writer per element, so no atomics and fixed bits. */
-__global__ void k_segment_sum(float *out, const int32_t *in_start, const int32_t *in_edge,
-                              const float *x, int32_t n_atoms, int h, int32_t flip)
+__global__ void k_segment_sum(float *__restrict__ out, const int32_t *__restrict__ in_start,
+                              const int32_t *__restrict__ in_edge, const float *__restrict__ x,
+                              int32_t n_atoms, int h, int32_t flip)
 {
     for (int64_t v = warp_id(); v < n_atoms; v += warp_count()) {
         int32_t k0 = in_start[v], k1 = in_start[v + 1];
@@ -319,25 +327,28 @@ __global__ void k_segment_sum(float *out, const int32_t *in_start, const int32_t
 }
 
 /* out[e] = s[idx[e]] - x[e ^ 1]   (message: idx = src; its adjoint: idx = dst). */
-__global__ void k_gather_sub_rev(float *out, const float *s, const int32_t *idx, const float *x,
+__global__ void k_gather_sub_rev(float *__restrict__ out, const float *__restrict__ s,
+                                 const int32_t *__restrict__ idx, const float *__restrict__ x,
                                  int32_t n_edges, int h)
 {
     for (int64_t e = warp_id(); e < n_edges; e += warp_count()) {
         const float *sr = s + (size_t)idx[e] * h;
         const float *xr = x + (size_t)(e ^ 1) * h;
         float *o = out + (size_t)e * h;
+#pragma unroll 4
         for (int j = lane_id(); j < h; j += 32)
             o[j] = sr[j] - xr[j];
     }
 }
 
 /* out[e] = x[idx[e]]. */
-__global__ void k_gather_rows(float *out, const int32_t *idx, const float *x, int32_t n_rows,
-                              int h)
+__global__ void k_gather_rows(float *__restrict__ out, const int32_t *__restrict__ idx,
+                              const float *__restrict__ x, int32_t n_rows, int h)
 {
     for (int64_t e = warp_id(); e < n_rows; e += warp_count()) {
         const float *xr = x + (size_t)idx[e] * h;
         float *o = out + (size_t)e * h;
+#pragma unroll 4
         for (int j = lane_id(); j < h; j += 32)
             o[j] = xr[j];
     }
@@ -348,8 +359,8 @@ __global__ void k_gather_rows(float *out, const int32_t *idx, const float *x, in
 /* ===================================================================== */
 
 /* agg: 0 mean, 1 sum, 2 norm (scale = inv_norm). */
-__global__ void k_pool(float *out, int ldo, const int32_t *mol_atom, const float *x,
-                       int32_t n_mols, int h, int agg, float inv_norm)
+__global__ void k_pool(float *__restrict__ out, int ldo, const int32_t *__restrict__ mol_atom,
+                       const float *__restrict__ x, int32_t n_mols, int h, int agg, float inv_norm)
 {
     for (int64_t i = warp_id(); i < n_mols; i += warp_count()) {
         int32_t a0 = mol_atom[i], a1 = mol_atom[i + 1];
@@ -370,8 +381,9 @@ __global__ void k_pool(float *out, int ldo, const int32_t *mol_atom, const float
     }
 }
 
-__global__ void k_pool_backward(float *dx, const int32_t *mol_atom, const float *dout, int ldo,
-                                int32_t n_mols, int h, int agg, float inv_norm)
+__global__ void k_pool_backward(float *__restrict__ dx, const int32_t *__restrict__ mol_atom,
+                                const float *__restrict__ dout, int ldo, int32_t n_mols, int h,
+                                int agg, float inv_norm)
 {
     for (int64_t i = warp_id(); i < n_mols; i += warp_count()) {
         int32_t a0 = mol_atom[i], a1 = mol_atom[i + 1];
