@@ -301,9 +301,9 @@ static int compare(fx *f, const char *what, const pair *p, double tol, void **by
     return compare_ex(f, what, p, tol, 0, bytes);
 }
 
-/* After a second GPU run: the buffer must hold exactly `first`'s bytes.
- * Frees `first`. */
-static int same_bytes(fx *f, const char *what, const pair *p, void *first)
+/* After a second GPU run: the buffer must hold exactly the bytes of *first
+ * (from compare).  Frees *first and sets it to NULL. */
+static int same_bytes(fx *f, const char *what, const pair *p, void **first)
 {
     size_t bytes = p->n * sizeof(float);
     void *now = mp_malloc(bytes ? bytes : 1);
@@ -312,16 +312,17 @@ static int same_bytes(fx *f, const char *what, const pair *p, void *first)
         fail(f, "out of host memory");
     else if (f->g->sync(f->g) != MP_OK || f->g->download(f->g, now, p->g, bytes) != MP_OK)
         fail(f, "%s (second run): %s", what, mp_error_message());
-    else if (memcmp(now, first, bytes) != 0) {
+    else if (memcmp(now, *first, bytes) != 0) {
         size_t i = 0;
-        while (i < p->n && !memcmp((char *)now + i * 4, (char *)first + i * 4, 4))
+        while (i < p->n && !memcmp((char *)now + i * 4, (char *)*first + i * 4, 4))
             i++;
         fail(f, "%s: not deterministic: a second run differs at element %zu of %zu", what, i,
              p->n);
     } else
         ok = 1;
     mp_free(now);
-    mp_free(first);
+    mp_free(*first);
+    *first = NULL;
     return ok;
 }
 
@@ -483,9 +484,10 @@ static int case_gemm(fx *f, int prec, int ta, int tb, int m, int n, int k, int p
     }
     if (ok) {
         f->g->gemm(f->g, ta, tb, m, n, k, alpha, A.g, lda, B.g, ldb, beta, C.g, ldc);
-        ok = same_bytes(f, what, &C, first);
+        ok = same_bytes(f, what, &C, &first);
     }
     mp_free(c0);
+    mp_free(first);
     fx_reset(f);
     return ok;
 }
@@ -559,14 +561,18 @@ static int case_rows(fx *f, int32_t rows, int cols)
         ok = compare(f, what, &Y, TOL_FP32, &first) && regpu(f, &Y, NULL);
         if (ok) {
             f->g->fill_rows(f->g, Y.g, ld, R.g, rows, cols);
-            ok = same_bytes(f, what, &Y, first);
+            ok = same_bytes(f, what, &Y, &first);
         }
     }
     if (ok) {
         snprintf(what, sizeof what, "copy2d(rows=%d cols=%d)", (int)rows, cols);
         f->r->copy2d(f->r, D.r, ld2, S.r, ld, rows, cols);
         f->g->copy2d(f->g, D.g, ld2, S.g, ld, rows, cols);
-        ok = compare(f, what, &D, TOL_FP32, NULL);
+        ok = compare(f, what, &D, TOL_FP32, &first) && regpu(f, &D, NULL);
+        if (ok) {
+            f->g->copy2d(f->g, D.g, ld2, S.g, ld, rows, cols);
+            ok = same_bytes(f, what, &D, &first);
+        }
     }
     if (ok) {
         snprintf(what, sizeof what, "col_sum(rows=%d cols=%d ld=%d)", (int)rows, cols, ld);
@@ -575,11 +581,12 @@ static int case_rows(fx *f, int32_t rows, int cols)
         ok = compare(f, what, &CS, TOL_FP32, &first) && regpu(f, &CS, cs0);
         if (ok) {
             f->g->col_sum(f->g, CS.g, X.g, ld, rows, cols);
-            ok = same_bytes(f, what, &CS, first);
+            ok = same_bytes(f, what, &CS, &first);
         }
     }
     mp_free(cs0);
     mp_free(x0);
+    mp_free(first);
     fx_reset(f);
     return ok;
 }
@@ -618,7 +625,7 @@ static int case_elementwise(fx *f, size_t n, double p)
         ok = compare(f, what, &Y, TOL_FP32, &first) && regpu(f, &Y, y0);
         if (ok) {
             f->g->add(f->g, Y.g, X.g, n);
-            ok = same_bytes(f, what, &Y, first);
+            ok = same_bytes(f, what, &Y, &first);
         }
     }
     if (ok) {
@@ -628,7 +635,7 @@ static int case_elementwise(fx *f, size_t n, double p)
         ok = compare_ex(f, what, &Out, TOL_FP32, 1, &first) && regpu(f, &Out, NULL);
         if (ok) {
             f->g->relu_dropout(f->g, Out.g, X.g, n, p, key);
-            ok = same_bytes(f, what, &Out, first);
+            ok = same_bytes(f, what, &Out, &first);
         }
     }
     if (ok) {
@@ -645,7 +652,7 @@ static int case_elementwise(fx *f, size_t n, double p)
         ok = compare_ex(f, what, &Dx, TOL_FP32, 1, &first) && regpu(f, &Dx, NULL);
         if (ok) {
             f->g->relu_dropout_backward(f->g, Dx.g, Out.g, Dy.g, n, p);
-            ok = same_bytes(f, what, &Dx, first);
+            ok = same_bytes(f, what, &Dx, &first);
         }
     }
     if (ok) {
@@ -655,6 +662,7 @@ static int case_elementwise(fx *f, size_t n, double p)
         ok = compare_ex(f, what, &Al2, TOL_FP32, 1, NULL);
     }
     mp_free(y0);
+    mp_free(first);
     fx_reset(f);
     return ok;
 }
@@ -675,7 +683,7 @@ static int case_dropout(fx *f, int32_t rows, int cols, int ld, double p)
         ok = compare_ex(f, what, &Y, TOL_FP32, 1, &first) && regpu(f, &Y, NULL);
         if (ok) {
             f->g->dropout(f->g, Y.g, X.g, rows, cols, ld, p, key);
-            ok = same_bytes(f, what, &Y, first);
+            ok = same_bytes(f, what, &Y, &first);
         }
     }
     if (ok) {
@@ -683,7 +691,11 @@ static int case_dropout(fx *f, int32_t rows, int cols, int ld, double p)
                  cols, ld, p);
         f->r->dropout_backward(f->r, Dx.r, Dy.r, rows, cols, ld, p, key);
         f->g->dropout_backward(f->g, Dx.g, Dy.g, rows, cols, ld, p, key);
-        ok = compare_ex(f, what, &Dx, TOL_FP32, 1, NULL);
+        ok = compare_ex(f, what, &Dx, TOL_FP32, 1, &first) && regpu(f, &Dx, NULL);
+        if (ok) {
+            f->g->dropout_backward(f->g, Dx.g, Dy.g, rows, cols, ld, p, key);
+            ok = same_bytes(f, what, &Dx, &first);
+        }
     }
     if (ok) {
         snprintf(what, sizeof what, "dropout in place(rows=%d cols=%d ld=%d p=%g)", (int)rows,
@@ -692,6 +704,7 @@ static int case_dropout(fx *f, int32_t rows, int cols, int ld, double p)
         f->g->dropout(f->g, Al.g, Al.g, rows, cols, ld, p, key);
         ok = compare_ex(f, what, &Al, TOL_FP32, 1, NULL);
     }
+    mp_free(first);
     fx_reset(f);
     return ok;
 }
@@ -752,7 +765,7 @@ static int case_embed(fx *f, int bi, int h, int slots)
         if (ok) {
             f->g->atom_embed(f->g, Out.g, d.hot[0], d.mass[0], W.g, with_bias ? Bias.g : NULL,
                              g->n_atoms, h, slots);
-            ok = same_bytes(f, what, &Out, first);
+            ok = same_bytes(f, what, &Out, &first);
         }
     }
     if (ok) {
@@ -762,7 +775,7 @@ static int case_embed(fx *f, int bi, int h, int slots)
         ok = compare(f, what, &Dw, TOL_FP32, &first) && regpu(f, &Dw, dw0);
         if (ok) {
             f->g->atom_embed_backward(f->g, Dw.g, d.hot[0], d.mass[0], Dout.g, g->n_atoms, h, slots);
-            ok = same_bytes(f, what, &Dw, first);
+            ok = same_bytes(f, what, &Dw, &first);
         }
     }
     if (ok) {
@@ -772,7 +785,7 @@ static int case_embed(fx *f, int bi, int h, int slots)
         ok = compare(f, what, &H0, TOL_FP32, &first) && regpu(f, &H0, NULL);
         if (ok) {
             f->g->edge_embed(f->g, H0.g, d.src[0], d.bond[0], Aa.g, Wb.g, g->n_edges, h);
-            ok = same_bytes(f, what, &H0, first);
+            ok = same_bytes(f, what, &H0, &first);
         }
     }
     if (ok) {
@@ -787,7 +800,7 @@ static int case_embed(fx *f, int bi, int h, int slots)
         if (ok) {
             f->g->edge_embed_backward(f->g, Da.g, Dwb.g, d.in_start[0], d.in_edge[0], d.bond[0],
                                       Dh0.g, g->n_atoms, g->n_edges, h);
-            ok = same_bytes(f, what, &Da, first) & same_bytes(f, what, &Dwb, first2);
+            ok = same_bytes(f, what, &Da, &first) & same_bytes(f, what, &Dwb, &first2);
             first = first2 = NULL;
         }
         mp_free(first);
@@ -797,6 +810,7 @@ static int case_embed(fx *f, int bi, int h, int slots)
     mp_free(dw0);
     mp_free(dwb0);
     mp_graphs_free(&d.h);
+    mp_free(first);
     fx_reset(f);
     return ok;
 }
@@ -832,7 +846,7 @@ static int case_message(fx *f, int bi, int h)
         if (ok) {
             f->g->message(f->g, Msg.g, S.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
                           g->n_atoms, g->n_edges, h);
-            ok = same_bytes(f, what, &Msg, f1) & same_bytes(f, what, &S, f2);
+            ok = same_bytes(f, what, &Msg, &f1) & same_bytes(f, what, &S, &f2);
             f1 = f2 = NULL;
         }
     }
@@ -847,7 +861,7 @@ static int case_message(fx *f, int bi, int h)
         if (ok) {
             f->g->message_backward(f->g, Dm.g, Ds.g, d.in_start[0], d.in_edge[0], d.dst[0], Dmsg.g,
                                    g->n_atoms, g->n_edges, h);
-            ok = same_bytes(f, what, &Dm, f1) & same_bytes(f, what, &Ds, f2);
+            ok = same_bytes(f, what, &Dm, &f1) & same_bytes(f, what, &Ds, &f2);
             f1 = f2 = NULL;
         }
     }
@@ -858,7 +872,7 @@ static int case_message(fx *f, int bi, int h)
         ok = compare(f, what, &Asum, TOL_FP32, &f1) && regpu(f, &Asum, NULL);
         if (ok) {
             f->g->atom_sum(f->g, Asum.g, d.in_start[0], d.in_edge[0], M.g, g->n_atoms, h);
-            ok = same_bytes(f, what, &Asum, f1);
+            ok = same_bytes(f, what, &Asum, &f1);
             f1 = NULL;
         }
     }
@@ -866,7 +880,12 @@ static int case_message(fx *f, int bi, int h)
         snprintf(what, sizeof what, "atom_sum_backward(%s)", tag);
         f->r->atom_sum_backward(f->r, Dm2.r, d.dst[1], Da.r, g->n_edges, h);
         f->g->atom_sum_backward(f->g, Dm2.g, d.dst[0], Da.g, g->n_edges, h);
-        ok = compare(f, what, &Dm2, TOL_FP32, NULL);
+        ok = compare(f, what, &Dm2, TOL_FP32, &f1) && regpu(f, &Dm2, NULL);
+        if (ok) {
+            f->g->atom_sum_backward(f->g, Dm2.g, d.dst[0], Da.g, g->n_edges, h);
+            ok = same_bytes(f, what, &Dm2, &f1);
+            f1 = NULL;
+        }
     }
     mp_free(f1);
     mp_free(f2);
@@ -899,7 +918,7 @@ static int case_pool(fx *f, int bi, int h, mp_aggregation agg)
         ok = compare(f, what, &Out, TOL_FP32, &first) && regpu(f, &Out, NULL);
         if (ok) {
             f->g->pool(f->g, Out.g, ldo, d.mol_atom[0], X.g, g->n_mols, h, agg, 100.0);
-            ok = same_bytes(f, what, &Out, first);
+            ok = same_bytes(f, what, &Out, &first);
         }
     }
     if (ok) {
@@ -907,9 +926,14 @@ static int case_pool(fx *f, int bi, int h, mp_aggregation agg)
                  (int)g->n_mols, (int)g->n_atoms, h, (int)agg);
         f->r->pool_backward(f->r, Dx.r, d.mol_atom[1], Dout.r, ldo, g->n_mols, h, agg, 100.0);
         f->g->pool_backward(f->g, Dx.g, d.mol_atom[0], Dout.g, ldo, g->n_mols, h, agg, 100.0);
-        ok = compare(f, what, &Dx, TOL_FP32, NULL);
+        ok = compare(f, what, &Dx, TOL_FP32, &first) && regpu(f, &Dx, NULL);
+        if (ok) {
+            f->g->pool_backward(f->g, Dx.g, d.mol_atom[0], Dout.g, ldo, g->n_mols, h, agg, 100.0);
+            ok = same_bytes(f, what, &Dx, &first);
+        }
     }
     mp_graphs_free(&d.h);
+    mp_free(first);
     fx_reset(f);
     return ok;
 }
@@ -985,7 +1009,7 @@ static int case_loss(fx *f, int32_t n, int tasks, mp_loss_kind kind, double dens
              regpu(f, &L, NULL) && regpu(f, &Dy, NULL);
         if (ok) {
             f->g->loss(f->g, L.g, Dy.g, Y.g, T.g, mg, n, tasks, kind);
-            ok = same_bytes(f, what, &L, f1) & same_bytes(f, what, &Dy, f2);
+            ok = same_bytes(f, what, &L, &f1) & same_bytes(f, what, &Dy, &f2);
             f1 = f2 = NULL;
         }
     }
@@ -1035,8 +1059,8 @@ static int case_adam(fx *f, size_t n, long t, double wd)
              regpu(f, &V, v0);
         if (ok) {
             f->g->adam(f->g, P.g, M.g, V.g, G.g, n, 1e-3, 0.9, 0.999, 1e-8, wd, t);
-            ok = same_bytes(f, what, &P, fp) & same_bytes(f, what, &M, fm) &
-                 same_bytes(f, what, &V, fv);
+            ok = same_bytes(f, what, &P, &fp) & same_bytes(f, what, &M, &fm) &
+                 same_bytes(f, what, &V, &fv);
             fp = fm = fv = NULL;
         }
     }
@@ -1083,7 +1107,7 @@ MP_TEST(gpu_adam)
  */
 static const double STEP_TOL_Y[3] = { 1e-5, 5e-3, 5e-2 };
 static const double STEP_TOL_GRAD[3] = { 1e-3, 6e-2, 0.15 };
-static const double STEP_TOL_PARAMS[3] = { 1e-3, 5e-3, 2e-2 };
+static const double STEP_TOL_PARAMS[3] = { 1e-3, 1e-2, 3e-2 };
 
 static int pair_view(pair *p, void *g, void *r, size_t n)
 {
@@ -1146,7 +1170,7 @@ static int case_step(fx *f, int prec, int32_t n_mols, int h, int depth, double p
         snprintf(what, sizeof what, "step[%s] parameters, second model", pn);
         pair P2;
         pair_view(&P2, m2.params, mr.params, m2.n_params);
-        ok = same_bytes(f, what, &P2, b1);
+        ok = same_bytes(f, what, &P2, &b1);
         b1 = NULL;
     }
     mp_free(b1);
@@ -1334,7 +1358,7 @@ MP_TEST(gpu_graph_capture)
         if (ok && mp_cuda_graph_launch(b, graph) != MP_OK)
             ok = fail(&f, "graph launch: %s", mp_error_message());
         if (ok)
-            ok = same_bytes(&f, "second replay vs first", &G, r1);
+            ok = same_bytes(&f, "second replay vs first", &G, (void **)&r1);
         else
             mp_free(r1);
     }
