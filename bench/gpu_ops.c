@@ -497,7 +497,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--hidden"))
             h = (int)arg_long(a, v, 1, 8192);
         else if (!strcmp(a, "--depth"))
-            depth = (int)arg_long(a, v, 1, GS_MAX_DEPTH);
+            depth = (int)arg_long(a, v, 2, GS_MAX_DEPTH);    /* the op rows time W_h */
         else if (!strcmp(a, "--trials"))
             trials = (int)arg_long(a, v, 1, 1000);
         else if (!strcmp(a, "--seed"))
