@@ -51,6 +51,7 @@ static mp_backend *inner;
 WRAPV(T_GEMM, gemm, (mp_backend *b, int ta, int tb, int m, int n, int k, double al, const void *a,
                      int lda, const void *bm, int ldb, double be, void *c, int ldc),
       (inner, ta, tb, m, n, k, al, a, lda, bm, ldb, be, c, ldc))
+WRAPV(T_GEMM, gemm_batch, (mp_backend *b, int count, const mp_gemm *g), (inner, count, g))
 WRAPV(T_EMBED, atom_embed, (mp_backend *b, void *o, const int16_t *h, const float *ms,
                             const void *w, const void *bi, int32_t n, int hd, int mr),
       (inner, o, h, ms, w, bi, n, hd, mr))
@@ -118,6 +119,7 @@ static mp_backend *make_timed(mp_backend *b)
     inner = b;
     timed = *b;
     timed.gemm = w_gemm;
+    timed.gemm_batch = w_gemm_batch;
     timed.atom_embed = w_atom_embed;
     timed.atom_embed_backward = w_atom_embed_backward;
     timed.edge_embed = w_edge_embed;

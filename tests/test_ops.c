@@ -68,7 +68,7 @@ static int all_same(const float *a, const float *b, size_t n, const char *what)
     if (n && memcmp(a, b, n * sizeof *a) != 0) {
         for (size_t i = 0; i < n; i++)
             if (memcmp(&a[i], &b[i], sizeof *a)) {
-                fprintf(stdout, "    %s: 1 vs 2 threads differ at %zu: %.9g vs %.9g\n", what, i,
+                fprintf(stdout, "    %s: not bitwise equal at %zu: %.9g vs %.9g\n", what, i,
                         a[i], b[i]);
                 break;
             }
@@ -139,6 +139,53 @@ MP_TEST(ops_gemm_cpu_matches_ref)
                     mp_free(a); mp_free(bm); mp_free(c0); mp_free(cr); mp_free(c1); mp_free(c2);
                     CHECK_MSG(ok, "gemm m=%d n=%d k=%d ta=%d tb=%d beta=%g", m, n, k, ta, tb, beta);
                 }
+    mp_backend_close(cpu);
+    mp_backend_close(ref);
+}
+
+/* A batch of independent products: the backward pairs (X^T dY, dY W^T) at
+ * several sizes, plus a degenerate one; the same bits for 1 and 2 threads. */
+MP_TEST(ops_gemm_batch_cpu_matches_ref)
+{
+    mp_backend *cpu = open_backend("cpu"), *ref = open_backend("ref");
+    CHECK(cpu && ref);
+    mp_rng r;
+    mp_rng_seed(&r, 14, 0);
+    static const int sizes[][2] = { { 3, 5 }, { 50, 33 }, { 700, 64 }, { 1300, 300 } };
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        int e = sizes[s][0], h = sizes[s][1];
+        float *x = frand(&r, (size_t)e * h, -1, 1), *dy = frand(&r, (size_t)e * h, -1, 1);
+        float *w = frand(&r, (size_t)h * h, -1, 1), *dw0 = frand(&r, (size_t)h * h, -1, 1);
+        float *dx0 = fpoison((size_t)e * h), *c0 = frand(&r, 4, -1, 1);
+        float *dw[3], *dx[3], *c[3];
+        for (int v = 0; v < 3; v++) {
+            dw[v] = fcopy(dw0, (size_t)h * h);
+            dx[v] = fcopy(dx0, (size_t)e * h);
+            c[v] = fcopy(c0, 4);
+            mp_gemm g[3] = {
+                { 1, 0, h, h, e, 1.0, 1.0, x, dy, dw[v], h, h, h },
+                { 0, 1, e, h, h, 1.0, 0.0, dy, w, dx[v], h, h, h },
+                { 0, 0, 2, 2, 0, 1.0, 0.5, x, w, c[v], 1, 2, 2 },   /* k = 0: C = beta C */
+            };
+            mp_backend *bk = v == 0 ? ref : cpu;
+            mp_threads_set(v == 2 ? 2 : 1);
+            bk->gemm_batch(bk, 3, g);
+            mp_threads_set(0);
+        }
+        int ok = all_close(dw[1], dw[0], (size_t)h * h, 2e-5 * e, 1e-5, "batch X^T dY") &&
+                 all_close(dx[1], dx[0], (size_t)e * h, 2e-5 * h, 1e-5, "batch dY W^T") &&
+                 all_close(c[1], c[0], 4, 0, 0, "batch k = 0") &&
+                 all_same(dw[1], dw[2], (size_t)h * h, "batch X^T dY") &&
+                 all_same(dx[1], dx[2], (size_t)e * h, "batch dY W^T");
+        CHECK(c[0][0] == 0.5f * c0[0]);
+        mp_free(x); mp_free(dy); mp_free(w); mp_free(dw0); mp_free(dx0); mp_free(c0);
+        for (int v = 0; v < 3; v++) {
+            mp_free(dw[v]);
+            mp_free(dx[v]);
+            mp_free(c[v]);
+        }
+        CHECK_MSG(ok, "e=%d h=%d", e, h);
+    }
     mp_backend_close(cpu);
     mp_backend_close(ref);
 }
@@ -639,4 +686,46 @@ MP_TEST(ops_backend_open_names)
     CHECK(b->dtype == MP_F32 && b->esize == 4);
     mp_backend_close(b);
     CHECK(strstr(mp_backend_cpu_info(), "OpenBLAS") != NULL);
+}
+
+/* The one-hot scatters fall back to a column split when their slot index
+ * cannot be allocated: same sums in the same order, so the same bits. */
+MP_TEST(ops_scatter_fallback_matches)
+{
+    mp_backend *cpu = open_backend("cpu");
+    CHECK(cpu);
+    for (int gc = 2; gc < N_GRAPH_CASES; gc++) {
+        mp_rng r;
+        mp_rng_seed(&r, 23, (uint64_t)gc);
+        mp_graphs g;
+        CHECK(rg_make(&g, &r, graph_cases[gc].n_mols, graph_cases[gc].atom_fdim, &graph_cases[gc].o));
+        const int h = graph_cases[gc].h, fa = graph_cases[gc].atom_fdim;
+        const size_t na = (size_t)g.n_atoms, ne = (size_t)g.n_edges, nw = (size_t)(fa + MP_BOND_FDIM) * h;
+        float *dw0 = frand(&r, nw, -1, 1), *datoms = frand(&r, na * h, -1, 1);
+        float *dedges = frand(&r, ne * h, -1, 1);
+        float *w1 = fcopy(dw0, nw), *w2 = fcopy(dw0, nw), *w3 = fcopy(dw0, nw);
+        float *da1 = fpoison(na * h), *da2 = fpoison(na * h), *da3 = fpoison(na * h);
+        cpu->atom_embed_backward(cpu, w1, g.atom_hot, g.atom_mass, datoms, g.n_atoms, h, fa - 1);
+        cpu->edge_embed_backward(cpu, da1, w1 + (size_t)fa * h, g.in_start, g.in_edge, g.bond_hot,
+                                 dedges, g.n_atoms, g.n_edges, h);
+        mp_alloc_fail_after(0);   /* the slot index's first allocation fails */
+        cpu->atom_embed_backward(cpu, w2, g.atom_hot, g.atom_mass, datoms, g.n_atoms, h, fa - 1);
+        mp_alloc_fail_after(0);
+        cpu->edge_embed_backward(cpu, da2, w2 + (size_t)fa * h, g.in_start, g.in_edge, g.bond_hot,
+                                 dedges, g.n_atoms, g.n_edges, h);
+        mp_alloc_fail_after(3);   /* the bond index is made, the edge lists are not */
+        cpu->edge_embed_backward(cpu, da3, w3 + (size_t)fa * h, g.in_start, g.in_edge, g.bond_hot,
+                                 dedges, g.n_atoms, g.n_edges, h);
+        mp_alloc_fail_after(-1);
+        int ok = all_same(w2, w1, nw, "atom + bond scatter, fallback") &&
+                 all_same(w3 + (size_t)fa * h, w1 + (size_t)fa * h, (size_t)MP_BOND_FDIM * h,
+                          "bond scatter, late fallback") &&
+                 all_same(da2, da1, na * h, "edge_embed_backward atoms") &&
+                 all_same(da3, da1, na * h, "edge_embed_backward atoms");
+        mp_free(dw0); mp_free(datoms); mp_free(dedges); mp_free(w1); mp_free(w2); mp_free(w3);
+        mp_free(da1); mp_free(da2); mp_free(da3);
+        mp_graphs_free(&g);
+        CHECK_MSG(ok, "graph case %d", gc);
+    }
+    mp_backend_close(cpu);
 }

@@ -83,10 +83,13 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
                      m->cfg.agg_norm);
     b->relu_dropout_backward(b, a->dho, a->ho, a->dho, (size_t)na * h, p);
     b->col_sum(b, G(m->off_bo), a->dho, h, na, h);
-    b->gemm(b, 1, 0, h, h, na, 1.0, a->a, h, a->dho, h, 1.0,
-            MP_AT(m, G(m->off_wo), (size_t)fa * h), h);
+    /* dW_o (message rows) += A^T dZ and dA = dZ W_o^T: independent, one batch */
+    mp_gemm ro[2] = {
+        { 1, 0, h, h, na, 1.0, 1.0, a->a, a->dho, MP_AT(m, G(m->off_wo), (size_t)fa * h), h, h, h },
+        { 0, 1, na, h, h, 1.0, 0.0, a->dho, MP_AT(m, wo, (size_t)fa * h), a->da, h, h, h },
+    };
+    b->gemm_batch(b, 2, ro);
     b->atom_embed_backward(b, G(m->off_wo), g->atom_hot, g->atom_mass, a->dho, na, h, fa - 1);
-    b->gemm(b, 0, 1, na, h, h, 1.0, a->dho, h, MP_AT(m, wo, (size_t)fa * h), h, 0.0, a->da, h);
     b->atom_sum_backward(b, a->dm, g->edge_dst, a->da, ne, h);
 
     /* Message steps, last first.  dm holds d loss / d M_t on entry.  The
@@ -98,8 +101,12 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
         if (!first)
             b->add(b, a->dh0, dz, edge_elems);
         first = 0;
-        b->gemm(b, 1, 0, h, h, ne, 1.0, a->msg[t], h, dz, h, 1.0, G(m->off_wh), h);
-        b->gemm(b, 0, 1, ne, h, h, 1.0, dz, h, wh, h, 0.0, a->dmsg, h);
+        /* dW_h += msg^T dZ and dmsg = dZ W_h^T */
+        mp_gemm st[2] = {
+            { 1, 0, h, h, ne, 1.0, 1.0, a->msg[t], dz, G(m->off_wh), h, h, h },
+            { 0, 1, ne, h, h, 1.0, 0.0, dz, wh, a->dmsg, h, h, h },
+        };
+        b->gemm_batch(b, 2, st);
         b->message_backward(b, a->dm, a->da, g->in_start, g->in_edge, g->edge_dst, a->dmsg, na,
                             ne, h);
     }

@@ -59,12 +59,15 @@ const void *mp_ffn_backward(mp_model *m, int want_cols)
         int din, dout;
         layer_dims(m, l, &din, &dout);
         const void *x = l > 0 ? a->hl[l - 1] : p > 0 ? a->xd0 : a->x0;
-        /* dW += x^T dy; db += column sums of dy */
-        b->gemm(b, 1, 0, din, dout, n, 1.0, x, din, dy, dout, 1.0, G(m->off_fw[l]), dout);
+        /* dW += x^T dy, batched with dx = dy W^T when a dx is wanted;
+         * db += column sums of dy */
+        mp_gemm gw = { 1, 0, din, dout, n, 1.0, 1.0, x, dy, G(m->off_fw[l]), din, dout, dout };
         b->col_sum(b, G(m->off_fb[l]), dy, dout, n, dout);
         if (l > 0) {
-            /* dx = dy W^T, then back through the ReLU + dropout before it */
-            b->gemm(b, 0, 1, n, din, dout, 1.0, dy, dout, P(m->off_fw[l]), dout, 0.0, dx, din);
+            mp_gemm pr[2] = { gw, { 0, 1, n, din, dout, 1.0, 0.0, dy, P(m->off_fw[l]), dx,
+                                    dout, dout, din } };
+            b->gemm_batch(b, 2, pr);
+            /* back through the ReLU + dropout before this layer */
             b->relu_dropout_backward(b, dx, a->hl[l - 1], dx, (size_t)n * din, p);
             void *t = dy;
             dy = dx;
@@ -72,11 +75,15 @@ const void *mp_ffn_backward(mp_model *m, int want_cols)
         } else if (want_cols > 0) {
             /* Only the readout's columns need a gradient: the first
              * want_cols rows of W_0 (row stride of the result: in_dim). */
-            b->gemm(b, 0, 1, n, want_cols, dout, 1.0, dy, dout, P(m->off_fw[0]), dout, 0.0, dx,
-                    m->in_dim);
+            mp_gemm pr[2] = { gw, { 0, 1, n, want_cols, dout, 1.0, 0.0, dy, P(m->off_fw[0]), dx,
+                                    dout, dout, m->in_dim } };
+            b->gemm_batch(b, 2, pr);
             if (p > 0)
                 b->dropout_backward(b, dx, dx, n, want_cols, m->in_dim, p, m->key_in);
             return dx;
+        } else {
+            b->gemm(b, gw.ta, gw.tb, gw.m, gw.n, gw.k, gw.alpha, gw.a, gw.lda, gw.b, gw.ldb,
+                    gw.beta, gw.c, gw.ldc);
         }
     }
     return NULL;

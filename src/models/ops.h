@@ -64,6 +64,15 @@ typedef enum { MP_LOSS_MSE = 0, MP_LOSS_BCE = 1 } mp_loss_kind;
 
 typedef struct mp_backend mp_backend;
 
+/* The arguments of one gemm (see mp_backend.gemm), for gemm_batch. */
+typedef struct {
+    int         ta, tb, m, n, k;
+    double      alpha, beta;
+    const void *a, *b;
+    void       *c;
+    int         lda, ldb, ldc;
+} mp_gemm;
+
 struct mp_backend {
     const char *name;       /* "cpu", "ref", "ref64", "cuda"                     */
     mp_dtype    dtype;      /* element type of every float buffer                */
@@ -91,6 +100,11 @@ struct mp_backend {
     void (*gemm)(mp_backend *b, int ta, int tb, int m, int n, int k, double alpha,
                  const void *a, int lda, const void *bm, int ldb, double beta,
                  void *c, int ldc);
+    /* Independent products (no C overlaps another's A, B or C), each as
+     * gemm, in any order or concurrently: the two products of a backward
+     * step (dW = X^T dY and dX = dY W^T) go together, so each can run
+     * unsplit on its own core.  1 <= count <= 8. */
+    void (*gemm_batch)(mp_backend *b, int count, const mp_gemm *g);
     /* y[i, 0:n_cols] = row[0:n_cols] for every row i (bias before a gemm). */
     void (*fill_rows)(mp_backend *b, void *y, int ldy, const void *row,
                       int32_t n_rows, int n_cols);
@@ -191,7 +205,11 @@ struct mp_backend {
  * Opens a backend by name: "cpu" (OpenBLAS + OpenMP, float), "ref" (plain
  * loops, float) or "ref64" (plain loops, double: the gradient-check oracle).
  * "cuda" answers MP_ERR_NODEVICE until the GPU backend is linked in.  Close
- * with mp_backend_close.  The cpu backend uses mp_threads_get() threads.
+ * with mp_backend_close.  The cpu backend uses mp_threads_get() threads and
+ * sets OpenBLAS to one thread (it splits the products itself).  Its first
+ * open may re-select OpenBLAS's kernels (ops_cpu.c), which briefly sets an
+ * environment variable: open it before starting threads that read the
+ * environment.
  */
 mp_status mp_backend_open(mp_backend **out, const char *name);
 void      mp_backend_close(mp_backend *b);

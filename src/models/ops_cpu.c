@@ -6,9 +6,11 @@
  * any thread count, by construction:
  *   - row ops (gathers, CSR segment sums, pooling, elementwise) give each
  *     output row or element one writer that sums in a fixed order;
- *   - scatters into weight rows (the backward of the one-hot gathers) and the
- *     bias column sums split the *columns* among threads, so each output
- *     element is still summed over the rows in the same order;
+ *   - scatters into weight rows (the backward of the one-hot gathers) give
+ *     each weight row to one thread, which adds its input rows in ascending
+ *     order (through a slot index, see scatter_by_slot); the bias column
+ *     sums split the columns, so each element is still summed over the rows
+ *     in the same order;
  *   - gemm: OpenBLAS runs single-threaded inside our OpenMP threads, on row
  *     blocks of C whose size depends only on the problem shape, never on the
  *     thread count (each block is one deterministic sgemm call).  So there is
@@ -303,35 +305,104 @@ static int gemm_block_rows(int m, int n, int k)
     return rows < 16 ? 16 : rows;
 }
 
+/* One sgemm over rows [r0, r0 + r) of C. */
+static void gemm_rows(const mp_gemm *g, int r0, int r)
+{
+    const float *a = g->a;
+    const float *ap = g->ta ? a + r0 : a + (size_t)r0 * g->lda;
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                g->tb ? CblasTrans : CblasNoTrans, r, g->n, g->k, (float)g->alpha, ap, g->lda,
+                (const float *)g->b, g->ldb, (float)g->beta, (float *)g->c + (size_t)r0 * g->ldc,
+                g->ldc);
+}
+
+/* The degenerate shapes BLAS would reject (k = 0: C = beta C).  Returns 1
+ * when the product is done. */
+static int gemm_trivial(const mp_gemm *g)
+{
+    if (g->m <= 0 || g->n <= 0)
+        return 1;
+    if (g->k > 0)
+        return 0;
+    float *c = g->c;
+    for (int i = 0; i < g->m; i++)
+        for (int j = 0; j < g->n; j++)
+            c[(size_t)i * g->ldc + j] = g->beta == 0 ? 0.0f : (float)g->beta * c[(size_t)i * g->ldc + j];
+    return 1;
+}
+
 static void cpu_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double alpha,
                      const void *av, int lda, const void *bv, int ldb, double beta,
                      void *cv, int ldc)
 {
-    const float *a = av, *bm = bv;
-    float *c = cv;
-    if (m <= 0 || n <= 0)
+    mp_gemm g = { ta, tb, m, n, k, alpha, beta, av, bv, cv, lda, ldb, ldc };
+    if (gemm_trivial(&g))
         return;
-    if (k <= 0) {
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++)
-                c[(size_t)i * ldc + j] = beta == 0 ? 0.0f : (float)beta * c[(size_t)i * ldc + j];
-        return;
-    }
     int rows = gemm_block_rows(m, n, k);
     int nblk = (m + rows - 1) / rows;
     int nt = mp_threads_get();
     if (nt > nblk)
         nt = nblk;
-    if (nt < 1)
-        nt = 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int q = 0; q < nblk; q++) {
-        int r0 = q * rows, r = m - r0 < rows ? m - r0 : rows;
-        const float *ap = ta ? a + r0 : a + (size_t)r0 * lda;
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                    tb ? CblasTrans : CblasNoTrans, r, n, k, (float)alpha, ap, lda,
-                    bm, ldb, (float)beta, c + (size_t)r0 * ldc, ldc);
+    if (nt <= 1) {
+        for (int q = 0; q < nblk; q++)
+            gemm_rows(&g, q * rows, m - q * rows < rows ? m - q * rows : rows);
+        return;
     }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int q = 0; q < nblk; q++)
+        gemm_rows(&g, q * rows, m - q * rows < rows ? m - q * rows : rows);
+}
+
+/* In a batch each product is one block unless it is big enough to keep
+ * several cores busy on its own (>= 120M multiply-adds per block): the
+ * products themselves are the parallel tasks.  Again a function of the
+ * shapes only. */
+static int batch_block_rows(int m, int n, int k)
+{
+    double work = (double)m * n * k;
+    int nblk = 1;
+    while (nblk < 8 && work / (2.0 * nblk) >= 120e6)
+        nblk *= 2;
+    int rows = ((m + nblk - 1) / nblk + 15) & ~15;
+    return rows < 16 ? 16 : rows;
+}
+
+typedef struct {
+    int    g, r0, r;
+    double work;
+} gemm_task;
+
+static void cpu_gemm_batch(mp_backend *b, int count, const mp_gemm *g)
+{
+    gemm_task t[64];
+    int n_tasks = 0;
+    for (int i = 0; i < count && i < 8; i++) {
+        if (gemm_trivial(&g[i]))
+            continue;
+        int rows = batch_block_rows(g[i].m, g[i].n, g[i].k);
+        for (int r0 = 0; r0 < g[i].m; r0 += rows) {
+            int r = g[i].m - r0 < rows ? g[i].m - r0 : rows;
+            t[n_tasks++] = (gemm_task){ i, r0, r, (double)r * g[i].n * g[i].k };
+        }
+    }
+    /* Largest first (a fixed order; which thread runs a task changes no bit). */
+    for (int i = 1; i < n_tasks; i++)
+        for (int j = i; j > 0 && t[j - 1].work < t[j].work; j--) {
+            gemm_task x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    int nt = mp_threads_get();
+    if (nt > n_tasks)
+        nt = n_tasks;
+    if (nt <= 1) {
+        for (int i = 0; i < n_tasks; i++)
+            gemm_rows(&g[t[i].g], t[i].r0, t[i].r);
+        return;
+    }
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int i = 0; i < n_tasks; i++)
+        gemm_rows(&g[t[i].g], t[i].r0, t[i].r);
 }
 
 static void cpu_fill_rows(mp_backend *b, void *yv, int ldy, const void *rowv,
@@ -919,6 +990,7 @@ mp_status mp_backend_cpu_open(mp_backend **out)
     b->copy = cpu_copy;
     b->sync = cpu_sync;
     b->gemm = cpu_gemm;
+    b->gemm_batch = cpu_gemm_batch;
     b->fill_rows = cpu_fill_rows;
     b->col_sum = cpu_col_sum;
     b->copy2d = cpu_copy2d;

@@ -93,6 +93,13 @@ static void ref_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double 
         }
 }
 
+static void ref_gemm_batch(mp_backend *b, int count, const mp_gemm *g)
+{
+    for (int i = 0; i < count; i++)
+        ref_gemm(b, g[i].ta, g[i].tb, g[i].m, g[i].n, g[i].k, g[i].alpha, g[i].a, g[i].lda,
+                 g[i].b, g[i].ldb, g[i].beta, g[i].c, g[i].ldc);
+}
+
 static void ref_fill_rows(mp_backend *b, void *y, int ldy, const void *row,
                           int32_t n_rows, int n_cols)
 {
@@ -410,6 +417,7 @@ mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype)
     b->copy = ref_copy;
     b->sync = ref_sync;
     b->gemm = ref_gemm;
+    b->gemm_batch = ref_gemm_batch;
     b->fill_rows = ref_fill_rows;
     b->col_sum = ref_col_sum;
     b->copy2d = ref_copy2d;
