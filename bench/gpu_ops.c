@@ -6,7 +6,8 @@
  *
  *   - every op of the seam at the shapes one training step calls it with,
  *     reporting microseconds per call, the bytes it must move at least and
- *     the bandwidth that implies (FLOP/s for the products);
+ *     the bandwidth that implies (FLOP/s for the products); rows with 0
+ *     calls are for comparison (e.g. a product alone vs in gemm_batch);
  *   - a whole training step (forward, masked MSE, backward, Adam:
  *     bench/gpu_step.h) launched op by op, and the same step captured once
  *     into a CUDA graph and replayed;
@@ -183,6 +184,16 @@ static void w_gemm_wh_dx(void *x)
     b->gemm(b, 0, 1, c->g->n_edges, m->h, m->h, 1.0, m->dh0, m->h, AT(m->params, m->off_wh),
             m->h, 0.0, m->dmsg, m->h);
 }
+static void w_gemm_wh_pair(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm gh[2] = {
+        { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dh0, AT(m->grads, m->off_wh), h, h, h },
+        { 0, 1, ne, h, h, 1.0, 0.0, m->dh0, AT(m->params, m->off_wh), m->dmsg, h, h, h },
+    };
+    b->gemm_batch(b, 2, gh);
+}
 static void w_atom_sum(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
@@ -358,8 +369,9 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "atom_sum_backward", w_atom_sum_backward, 1, (A + 2 * E) * H * F, 0 },
         { "relu_dropout_backward (edges)", w_relu_backward_edges, depth, 3 * E * H * F, 0 },
         { "add (edges)", w_add_edges, d1, 3 * E * H * F, 0 },
-        { "gemm h x h x E (dW_h)", w_gemm_wh_dw, d1, (2 * E * H + 2 * H * H) * F, 2 * E * H * H },
-        { "gemm E x h x h^T (dMsg)", w_gemm_wh_dx, d1, (2 * E * H + H * H) * F, 2 * E * H * H },
+        { "gemm h x h x E (dW_h) alone", w_gemm_wh_dw, 0, (2 * E * H + 2 * H * H) * F, 2 * E * H * H },
+        { "gemm E x h x h^T (dMsg) alone", w_gemm_wh_dx, 0, (2 * E * H + H * H) * F, 2 * E * H * H },
+        { "gemm_batch dW_h + dMsg", w_gemm_wh_pair, d1, (4 * E * H + 3 * H * H) * F, 4 * E * H * H },
         { "message_backward", w_message_backward, d1, (3 * E + A) * H * F + E * 8, 0 },
         { "edge_embed_backward", w_edge_embed_backward, 1, (2 * E + A) * H * F, 0 },
         { "zero (gradients)", w_zero_grads, 1, P * F, 0 },

@@ -318,21 +318,31 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
 
     b->loss(b, m->loss, m->dy, m->y, m->target, m->mask, nm, T, MP_LOSS_MSE);
     /* head */
+    /* each layer's two backward products (dW = X^T dY, dX = dY W^T) go
+     * together through gemm_batch, as the models do */
     b->col_sum(b, GS_G(m->off_b2), m->dy, T, nm, T);
-    b->gemm(b, 1, 0, h, T, nm, 1.0, m->z1, h, m->dy, T, 1.0, GS_G(m->off_w2), T);
-    b->gemm(b, 0, 1, nm, h, T, 1.0, m->dy, T, GS_P(m->off_w2), T, 0.0, m->dz1, h);
+    mp_gemm g2[2] = {
+        { 1, 0, h, T, nm, 1.0, 1.0, m->z1, m->dy, GS_G(m->off_w2), h, T, T },
+        { 0, 1, nm, h, T, 1.0, 0.0, m->dy, GS_P(m->off_w2), m->dz1, T, T, h },
+    };
+    b->gemm_batch(b, 2, g2);
     b->relu_dropout_backward(b, m->dz1, m->z1, m->dz1, (size_t)nm * h, 0.0);
     b->col_sum(b, GS_G(m->off_b1), m->dz1, h, nm, h);
-    b->gemm(b, 1, 0, h, h, nm, 1.0, m->x0, h, m->dz1, h, 1.0, GS_G(m->off_w1), h);
-    b->gemm(b, 0, 1, nm, h, h, 1.0, m->dz1, h, GS_P(m->off_w1), h, 0.0, m->dx0, h);
+    mp_gemm g1[2] = {
+        { 1, 0, h, h, nm, 1.0, 1.0, m->x0, m->dz1, GS_G(m->off_w1), h, h, h },
+        { 0, 1, nm, h, h, 1.0, 0.0, m->dz1, GS_P(m->off_w1), m->dx0, h, h, h },
+    };
+    b->gemm_batch(b, 2, g1);
     /* readout */
     b->pool_backward(b, m->dho, g->mol_atom, m->dx0, h, nm, h, MP_AGG_MEAN, 100.0);
     b->relu_dropout_backward(b, m->dho, m->ho, m->dho, (size_t)na * h, m->p);
     b->col_sum(b, GS_G(m->off_bo), m->dho, h, na, h);
-    b->gemm(b, 1, 0, h, h, na, 1.0, m->a, h, m->dho, h, 1.0,
-            GS_AT(b, GS_G(m->off_wo), (size_t)fa * h), h);
+    mp_gemm go[2] = {
+        { 1, 0, h, h, na, 1.0, 1.0, m->a, m->dho, GS_AT(b, GS_G(m->off_wo), (size_t)fa * h), h, h, h },
+        { 0, 1, na, h, h, 1.0, 0.0, m->dho, GS_AT(b, wo, (size_t)fa * h), m->da, h, h, h },
+    };
+    b->gemm_batch(b, 2, go);
     b->atom_embed_backward(b, GS_G(m->off_wo), g->atom_hot, g->atom_mass, m->dho, na, h, fa - 1);
-    b->gemm(b, 0, 1, na, h, h, 1.0, m->dho, h, GS_AT(b, wo, (size_t)fa * h), h, 0.0, m->da, h);
     b->atom_sum_backward(b, m->dm, g->edge_dst, m->da, ne, h);
     /* message steps, last first */
     int first = 1;
@@ -342,8 +352,11 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
         if (!first)
             b->add(b, m->dh0, dz, edge_elems);
         first = 0;
-        b->gemm(b, 1, 0, h, h, ne, 1.0, m->msg[t], h, dz, h, 1.0, GS_G(m->off_wh), h);
-        b->gemm(b, 0, 1, ne, h, h, 1.0, dz, h, wh, h, 0.0, m->dmsg, h);
+        mp_gemm gh[2] = {
+            { 1, 0, h, h, ne, 1.0, 1.0, m->msg[t], dz, GS_G(m->off_wh), h, h, h },
+            { 0, 1, ne, h, h, 1.0, 0.0, dz, wh, m->dmsg, h, h, h },
+        };
+        b->gemm_batch(b, 2, gh);
         b->message_backward(b, m->dm, m->da, g->in_start, g->in_edge, g->edge_dst, m->dmsg, na,
                             ne, h);
     }

@@ -492,6 +492,8 @@ static int case_gemm(fx *f, int prec, int ta, int tb, int m, int n, int k, int p
     return ok;
 }
 
+static int case_gemm_batch(fx *f, int prec, int count);
+
 static void gemm_all(fx *f, int prec, int *ok)
 {
     static const int shapes[][3] = {
@@ -511,6 +513,63 @@ static void gemm_all(fx *f, int prec, int *ok)
         *ok = case_gemm(f, prec, 1, 0, 300, 300, 1500, 0, 1.0, 1.0);
     if (*ok)
         *ok = case_gemm(f, prec, 0, 1, 1500, 300, 300, 0, 1.0, 0.0);
+    static const int counts[] = { 1, 2, 3, 8 };
+    for (int i = 0; *ok && i < 4; i++)
+        *ok = case_gemm_batch(f, prec, counts[i]);
+}
+
+/* gemm_batch: count independent products of mixed shapes, each against the
+ * oracle, then the whole batch again for the same bytes. */
+static int case_gemm_batch(fx *f, int prec, int count)
+{
+    static const int shapes[][5] = {     /* ta, tb, m, n, k */
+        { 1, 0, 300, 300, 1500 }, { 0, 1, 1500, 300, 300 }, { 0, 0, 7, 301, 33 },
+        { 1, 1, 64, 1, 300 }, { 0, 0, 5, 3, 0 }, { 1, 0, 33, 7, 1 }, { 0, 1, 1, 1, 1 },
+        { 0, 0, 301, 300, 7 },
+    };
+    char what[200];
+    mp_gemm gg[8], gr[8];
+    pair A[8], B[8], C[8];
+    float *c0[8] = { 0 };
+    void *first[8] = { 0 };
+    int ok = count >= 1 && count <= 8;
+    for (int i = 0; ok && i < count; i++) {
+        int s = (i * 3 + count) % 8;
+        int ta = shapes[s][0], tb = shapes[s][1], m = shapes[s][2], n = shapes[s][3], k = shapes[s][4];
+        int lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
+        double beta = i & 1 ? 1.0 : 0.0;
+        if (beta != 0 && !(c0[i] = rand_floats(f, (size_t)m * ldc)))
+            ok = fail(f, "out of host memory");
+        ok = ok && pair_rand(f, &A[i], (size_t)(ta ? k : m) * lda) &&
+             pair_rand(f, &B[i], (size_t)(tb ? n : k) * ldb) && pair_make(f, &C[i], c0[i], (size_t)m * ldc);
+        if (ok) {
+            gg[i] = (mp_gemm){ ta, tb, m, n, k, 1.0, beta, A[i].g, B[i].g, C[i].g, lda, ldb, ldc };
+            gr[i] = (mp_gemm){ ta, tb, m, n, k, 1.0, beta, A[i].r, B[i].r, C[i].r, lda, ldb, ldc };
+        }
+    }
+    if (ok) {
+        f->r->gemm_batch(f->r, count, gr);
+        f->g->gemm_batch(f->g, count, gg);
+    }
+    for (int i = 0; ok && i < count; i++) {
+        snprintf(what, sizeof what, "gemm_batch[%s](count=%d, product %d: ta=%d tb=%d m=%d n=%d k=%d beta=%g)",
+                 mp_precision_name((mp_precision)prec), count, i, gg[i].ta, gg[i].tb, gg[i].m,
+                 gg[i].n, gg[i].k, gg[i].beta);
+        ok = compare(f, what, &C[i], TOL_PREC[prec], &first[i]) && regpu(f, &C[i], c0[i]);
+    }
+    if (ok)
+        f->g->gemm_batch(f->g, count, gg);
+    for (int i = 0; ok && i < count; i++) {
+        snprintf(what, sizeof what, "gemm_batch[%s](count=%d, product %d)",
+                 mp_precision_name((mp_precision)prec), count, i);
+        ok = same_bytes(f, what, &C[i], &first[i]);
+    }
+    for (int i = 0; i < 8; i++) {
+        mp_free(c0[i]);
+        mp_free(first[i]);
+    }
+    fx_reset(f);
+    return ok;
 }
 
 MP_TEST(gpu_gemm_fp32)

@@ -59,6 +59,14 @@ typedef struct {
     cudaStream_t   stream;
     cublasHandle_t blas;
     void          *blas_ws;
+    /* gemm_batch's second lane: a side stream with its own cuBLAS handle and
+     * workspace, forked from and joined into `stream` by the two events */
+    cudaStream_t   side;
+    cublasHandle_t blas2;
+    void          *blas_ws2;
+    cudaEvent_t    ev_fork, ev_join;
+    cudaStream_t   lane_stream[2];
+    cublasHandle_t lane_blas[2];
     float         *scratch;
     mp_precision   prec;
     int            sm_count;
@@ -704,11 +712,13 @@ static cublasComputeType_t compute_type(mp_precision p)
     }
 }
 
-static void cu_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double alpha,
+/* One product on `lane` (0: the backend's stream and cuBLAS handle, 1: the
+ * side stream gemm_batch runs its second half on, with its own handle and
+ * workspace, so each product's result is the same whichever lane runs it). */
+static void gemm_on(gpu_ctx *c, int lane, int ta, int tb, int m, int n, int k, double alpha,
                     const void *a, int lda, const void *bm, int ldb, double beta, void *cm,
                     int ldc)
 {
-    gpu_ctx *c = CTX(b);
     if (m <= 0 || n <= 0 || !usable(c))
         return;
     if (k <= 0) {
@@ -718,7 +728,7 @@ static void cu_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double a
             record(c, MP_ERR_ARG, __FILE__, __LINE__, "cuda gemm: ldc %d < n %d", ldc, n);
             return;
         }
-        k_scale_rows<<<grid_for(c, (size_t)m, ROWS_PER_BLOCK), THREADS, 0, c->stream>>>(
+        k_scale_rows<<<grid_for(c, (size_t)m, ROWS_PER_BLOCK), THREADS, 0, c->lane_stream[lane]>>>(
             (float *)cm, ldc, m, n, (float)beta);
         LAUNCHED(c, "k_scale_rows");
         return;
@@ -727,7 +737,7 @@ static void cu_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double a
      * row-major buffers read as column-major are the transposes, so the
      * operands swap and keep their own transpose flags. */
     const float al = (float)alpha, be = (float)beta;
-    cublasStatus_t s = cublasGemmEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+    cublasStatus_t s = cublasGemmEx(c->lane_blas[lane], tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &al, bm, CUDA_R_32F,
                                     ldb, a, CUDA_R_32F, lda, &be, cm, CUDA_R_32F, ldc,
                                     compute_type(c->prec), CUBLAS_GEMM_DEFAULT);
@@ -736,6 +746,44 @@ static void cu_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double a
                __LINE__, "cuBLAS error: %s (%s) in gemm ta=%d tb=%d m=%d n=%d k=%d lda=%d "
                "ldb=%d ldc=%d, %s", cublasGetStatusString(s), cublasGetStatusName(s), ta, tb, m,
                n, k, lda, ldb, ldc, mp_precision_name(c->prec));
+}
+
+static void cu_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double alpha,
+                    const void *a, int lda, const void *bm, int ldb, double beta, void *cm,
+                    int ldc)
+{
+    gemm_on(CTX(b), 0, ta, tb, m, n, k, alpha, a, lda, bm, ldb, beta, cm, ldc);
+}
+
+/*
+ * Independent products (ops.h): the even ones on the backend's stream, the
+ * odd ones on the side stream, forked from and joined back into the main
+ * stream by events, so two products share the GPU when neither fills it (the
+ * two of each backward step at small batches).  Both lanes are ordered after
+ * everything queued before and everything queued after waits for both, so to
+ * the caller this is one op on the one stream; under graph capture the fork
+ * and join become two parallel branches of the graph.
+ */
+static void cu_gemm_batch(mp_backend *b, int count, const mp_gemm *g)
+{
+    gpu_ctx *c = CTX(b);
+    if (count <= 0 || !usable(c))
+        return;
+    if (count == 1) {
+        gemm_on(c, 0, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->lda, g->b, g->ldb,
+                g->beta, g->c, g->ldc);
+        return;
+    }
+    if (!CUDA_OK(c, cudaEventRecord(c->ev_fork, c->stream)) ||
+        !CUDA_OK(c, cudaStreamWaitEvent(c->side, c->ev_fork, 0)))
+        return;
+    for (int i = 0; i < count; i++)
+        gemm_on(c, i & 1, g[i].ta, g[i].tb, g[i].m, g[i].n, g[i].k, g[i].alpha, g[i].a, g[i].lda,
+                g[i].b, g[i].ldb, g[i].beta, g[i].c, g[i].ldc);
+    /* Join even after a failed product: a capture must not end with the side
+     * stream still forked. */
+    if (CUDA_OK(c, cudaEventRecord(c->ev_join, c->side)))
+        CUDA_OK(c, cudaStreamWaitEvent(c->stream, c->ev_join, 0));
 }
 
 static void cu_fill_rows(mp_backend *b, void *y, int ldy, const void *row, int32_t n_rows,
@@ -1129,12 +1177,24 @@ static void cu_close(mp_backend *b)
         }
         if (c->stream)
             (void)cudaStreamSynchronize(c->stream);
+        if (c->side)
+            (void)cudaStreamSynchronize(c->side);
         if (c->blas)
             (void)cublasDestroy(c->blas);
+        if (c->blas2)
+            (void)cublasDestroy(c->blas2);
         if (c->blas_ws)
             (void)cudaFree(c->blas_ws);
+        if (c->blas_ws2)
+            (void)cudaFree(c->blas_ws2);
         if (c->scratch)
             (void)cudaFree(c->scratch);
+        if (c->ev_fork)
+            (void)cudaEventDestroy(c->ev_fork);
+        if (c->ev_join)
+            (void)cudaEventDestroy(c->ev_join);
+        if (c->side)
+            (void)cudaStreamDestroy(c->side);
         if (c->stream)
             (void)cudaStreamDestroy(c->stream);
         (void)cudaGetLastError();
@@ -1199,20 +1259,32 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
              drv % 1000 / 10, rt / 1000, rt % 1000 / 10, mp_precision_name(prec));
 
     if (!CUDA_OK(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
+        !CUDA_OK(c, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking)) ||
+        !CUDA_OK(c, cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) ||
+        !CUDA_OK(c, cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming)) ||
         !BLAS_OK(c, cublasCreate(&c->blas)) ||
         !BLAS_OK(c, cublasSetStream(c->blas, c->stream)) ||
-        !BLAS_OK(c, cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST)))
+        !BLAS_OK(c, cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST)) ||
+        !BLAS_OK(c, cublasCreate(&c->blas2)) ||
+        !BLAS_OK(c, cublasSetStream(c->blas2, c->side)) ||
+        !BLAS_OK(c, cublasSetPointerMode(c->blas2, CUBLAS_POINTER_MODE_HOST)))
         return open_fail(b, MP_ERR_INTERNAL);
+    c->lane_stream[0] = c->stream;
+    c->lane_stream[1] = c->side;
+    c->lane_blas[0] = c->blas;
+    c->lane_blas[1] = c->blas2;
     /* Device memory: report what was asked and what is free, as alloc does. */
     b->name = backend_name(prec);
     c->blas_ws = cu_alloc(b, BLAS_WORKSPACE_BYTES);
-    c->scratch = c->blas_ws ? (float *)cu_alloc(b, SCRATCH_ELEMS * sizeof(float)) : NULL;
+    c->blas_ws2 = c->blas_ws ? cu_alloc(b, BLAS_WORKSPACE_BYTES) : NULL;
+    c->scratch = c->blas_ws2 ? (float *)cu_alloc(b, SCRATCH_ELEMS * sizeof(float)) : NULL;
     if (!c->scratch) {
         mp_status st = mp_error_set(MP_ERR_NOMEM, "cuda backend: %s", mp_error_message());
         cu_close(b);
         return st;
     }
-    if (!BLAS_OK(c, cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE_BYTES)))
+    if (!BLAS_OK(c, cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE_BYTES)) ||
+        !BLAS_OK(c, cublasSetWorkspace(c->blas2, c->blas_ws2, BLAS_WORKSPACE_BYTES)))
         return open_fail(b, MP_ERR_INTERNAL);
 
     b->dtype = MP_F32;
@@ -1227,6 +1299,7 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     b->copy = cu_copy;
     b->sync = cu_sync;
     b->gemm = cu_gemm;
+    b->gemm_batch = cu_gemm_batch;
     b->fill_rows = cu_fill_rows;
     b->col_sum = cu_col_sum;
     b->copy2d = cu_copy2d;
