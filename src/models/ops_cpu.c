@@ -572,34 +572,43 @@ static void slot_index_free(slot_index *ix)
     mp_free(ix->list);
 }
 
-/* slots[i * width + q] (-1 = none) for i < n_rows. */
-#define SLOT_INDEX_BUILD(ix, slots, width, n_rows, ok)                        \
-    do {                                                                     \
-        int max_ = -1;                                                       \
-        size_t tot_ = (size_t)(n_rows) * (width);                            \
-        for (size_t k_ = 0; k_ < tot_; k_++)                                 \
-            max_ = (slots)[k_] > max_ ? (slots)[k_] : max_;                  \
-        (ix)->n_slots = max_ + 1;                                            \
-        (ix)->start = mp_calloc((size_t)(ix)->n_slots + 1, sizeof(int32_t)); \
-        (ix)->list = mp_malloc((tot_ ? tot_ : 1) * sizeof(int32_t));         \
-        ok = (ix)->start && (ix)->list;                                      \
-        if (ok) {                                                            \
-            for (size_t k_ = 0; k_ < tot_; k_++)                             \
-                if ((slots)[k_] >= 0)                                        \
-                    (ix)->start[(slots)[k_] + 1]++;                          \
-            for (int s_ = 0; s_ < (ix)->n_slots; s_++)                       \
-                (ix)->start[s_ + 1] += (ix)->start[s_];                      \
-            int32_t *fill_ = mp_malloc(((size_t)(ix)->n_slots + 1) * sizeof(int32_t)); \
-            ok = fill_ != NULL;                                              \
-            if (ok) {                                                        \
-                memcpy(fill_, (ix)->start, (size_t)(ix)->n_slots * sizeof(int32_t)); \
-                for (size_t k_ = 0; k_ < tot_; k_++)                         \
-                    if ((slots)[k_] >= 0)                                    \
-                        (ix)->list[fill_[(slots)[k_]]++] = (int32_t)(k_ / (width)); \
-                mp_free(fill_);                                              \
-            }                                                                \
-        }                                                                    \
-    } while (0)
+/* Slot q of input row i: slots are int16 (atoms) or int8 (bonds), -1 = none. */
+static inline int slot_at(const void *slots, int is16, size_t k)
+{
+    return is16 ? ((const int16_t *)slots)[k] : ((const int8_t *)slots)[k];
+}
+
+/* Builds the index of slots[i * width + q] over n_rows input rows.  Returns
+ * 0 (and leaves ix to slot_index_free) when out of memory. */
+static int slot_index_build(slot_index *ix, const void *slots, int is16, int width, int32_t n_rows)
+{
+    size_t tot = (size_t)n_rows * (size_t)width;
+    int max = -1;
+    for (size_t k = 0; k < tot; k++)
+        if (slot_at(slots, is16, k) > max)
+            max = slot_at(slots, is16, k);
+    ix->n_slots = max + 1;
+    ix->start = mp_calloc((size_t)ix->n_slots + 1, sizeof(int32_t));
+    ix->list = mp_malloc((tot ? tot : 1) * sizeof(int32_t));
+    int32_t *fill = mp_malloc(((size_t)ix->n_slots + 1) * sizeof(int32_t));
+    if (!ix->start || !ix->list || !fill) {
+        mp_free(fill);
+        return 0;
+    }
+    for (size_t k = 0; k < tot; k++)
+        if (slot_at(slots, is16, k) >= 0)
+            ix->start[slot_at(slots, is16, k) + 1]++;
+    for (int sl = 0; sl < ix->n_slots; sl++)
+        ix->start[sl + 1] += ix->start[sl];
+    memcpy(fill, ix->start, (size_t)ix->n_slots * sizeof(int32_t));
+    for (size_t k = 0; k < tot; k++) {
+        int sl = slot_at(slots, is16, k);
+        if (sl >= 0)
+            ix->list[fill[sl]++] = (int32_t)(k / (size_t)width);
+    }
+    mp_free(fill);
+    return 1;
+}
 
 /* This thread's rows [*r0, *r1) of n_rows whose cumulative work (cum[r],
  * cum[n_rows] = total) starts inside its equal share of the total. */
@@ -669,9 +678,7 @@ static void cpu_atom_embed_backward(mp_backend *b, void *dwv, const int16_t *hot
     const float *dout = doutv;
     int nt = threads_for((size_t)n_atoms * h * 4);
     slot_index ix = { 0, NULL, NULL };
-    int ok;
-    SLOT_INDEX_BUILD(&ix, hot, MP_ATOM_MAX_HOT, n_atoms, ok);
-    if (ok) {
+    if (slot_index_build(&ix, hot, 1, MP_ATOM_MAX_HOT, n_atoms)) {
         scatter_by_slot(dw, &ix, dout, h, mass, mass_row, n_atoms, nt);
         slot_index_free(&ix);
         return;
@@ -736,9 +743,7 @@ static void cpu_edge_embed_backward(mp_backend *b, void *dav, void *dwbv,
     /* Bond rows: index the bonds by slot, then each edge of a bond adds its
      * row (edges 2k and 2k+1 in that order, as a sequential scatter would). */
     slot_index ix = { 0, NULL, NULL };
-    int ok;
-    SLOT_INDEX_BUILD(&ix, bond_hot, MP_BOND_MAX_HOT, n_edges / 2, ok);
-    if (ok) {
+    if (slot_index_build(&ix, bond_hot, 0, MP_BOND_MAX_HOT, n_edges / 2)) {
         int32_t *elist = mp_malloc(((size_t)ix.start[ix.n_slots] * 2 + 1) * sizeof *elist);
         int32_t *estart = mp_malloc(((size_t)ix.n_slots + 1) * sizeof *estart);
         if (elist && estart) {
