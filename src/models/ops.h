@@ -217,6 +217,10 @@ void      mp_backend_close(mp_backend *b);
 /* The backends themselves (mp_backend_open dispatches to these). */
 mp_status mp_backend_cpu_open(mp_backend **out);
 mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype);
+/* The CUDA backend ("cuda", "cuda:fp32", "cuda:tf32", "cuda:bf16"), provided
+ * by src/gpu (its CUDA=0 stand-in answers MP_ERR_NODEVICE).  Declared here so
+ * mp_backend_open can dispatch by name; defined in src/gpu/gpu.h's module. */
+mp_status mp_backend_cuda_open_name(mp_backend **out, const char *name);
 
 /* One line for logs: the BLAS core the cpu backend runs on, e.g.
  * "OpenBLAS core SkylakeX (OpenBLAS chose Prescott for this CPU)". */

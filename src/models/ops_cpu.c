@@ -1033,9 +1033,10 @@ mp_status mp_backend_open(mp_backend **out, const char *name)
         return mp_backend_ref_open(out, MP_F32);
     if (strcmp(name, "ref64") == 0)
         return mp_backend_ref_open(out, MP_F64);
-    if (strcmp(name, "cuda") == 0)
-        return mp_error_set(MP_ERR_NODEVICE, "backend cuda: not available in this build");
-    return mp_error_set(MP_ERR_ARG, "unknown backend '%s' (expected cpu, cuda, ref or ref64)",
+    if (strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':'))
+        return mp_backend_cuda_open_name(out, name);
+    return mp_error_set(MP_ERR_ARG, "unknown backend '%s' (expected cpu, cuda[:fp32|tf32|bf16], "
+                        "ref or ref64)",
                         name);
 }
 

@@ -412,6 +412,14 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
                                 strerror(errno));
     }
 
+    /* A missing GPU is found before any work is done. */
+    if (o->backend && strcmp(o->backend, "cpu") != 0) {
+        mp_backend *probe = NULL;
+        if ((st = mp_backend_open(&probe, o->backend)))
+            return st;
+        mp_backend_close(probe);
+    }
+
     double t0 = mp_time_now();
     if ((st = mp_dataset_load(&d, o->data_path, &o->columns)))
         goto done;
