@@ -9,7 +9,7 @@
 #include <string.h>
 
 #define DEFAULT_CHUNK 8192
-#define PREDICT_BATCH 1000
+#define PREDICT_BATCH 256   /* molecules per forward: bounds the activation memory */
 #define MAX_REPORTED_INVALID 20
 
 /* One chunk of input rows: the SMILES strings (owned) and their lines. */

@@ -16,7 +16,7 @@
 #include <errno.h>
 #include <sys/stat.h>
 
-#define EVAL_BATCH 1000          /* inference batch for validation/test      */
+#define EVAL_BATCH 256           /* inference batch for validation/test      */
 #define MP_STREAM_SHUFFLE 201    /* mp_rng stream for the epoch order         */
 #define MAX_REPORTED_INVALID 20
 
