@@ -10,6 +10,12 @@
  * batch of a shuffled pass, the last one partial, as Chemprop iterates).
  * --profile wraps every backend op with a timer and prints where an epoch's
  * time goes (the wrappers cost a little).
+ *
+ * On a machine shared with other busy processes run it (and molprop) with
+ * OMP_WAIT_POLICY=passive: OpenMP threads that spin while a sibling is
+ * descheduled made 2-thread steps ~15x slower here; passive is about as fast
+ * as 1 thread then.  (libgomp reads the variable at load time, so the
+ * program cannot set it for itself.)
  */
 #include "molprop.h"
 #include "../tests/randgraph.h"
@@ -206,9 +212,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", mp_error_message());
         return 1;
     }
-    printf("%s; %d threads; %d molecules, %d atoms, %d directed edges; hidden %d depth %d\n",
-           mp_backend_cpu_info(), mp_threads_get(), g.n_mols, g.n_atoms, g.n_edges, c.hidden,
-           c.depth);
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    printf("%s; %d threads (OMP_WAIT_POLICY %s); %d molecules, %d atoms, %d directed edges; "
+           "hidden %d depth %d\n", mp_backend_cpu_info(), mp_threads_get(), wait ? wait : "unset",
+           g.n_mols, g.n_atoms, g.n_edges, c.hidden, c.depth);
 
     size_t *order = malloc((size_t)n_train * sizeof *order);
     int32_t *idx = malloc((size_t)bs * sizeof *idx);
