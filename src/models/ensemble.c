@@ -182,13 +182,13 @@ mp_status mp_ensemble_predict(mp_ensemble *e, const mp_features *f, const int32_
     int32_t *sel = mp_malloc(sizeof(int32_t) * (size_t)batch_size);
     float *extra = dim ? mp_malloc(sizeof(float) * (size_t)batch_size * (size_t)dim) : NULL;
     float *out = mp_malloc(sizeof(float) * (size_t)batch_size * t);
-    double *val = mp_malloc(sizeof(double) * (size_t)batch_size * t);
-    double *sum = mp_calloc((size_t)batch_size * t, sizeof(double));
-    double *sum2 = mp_calloc((size_t)batch_size * t, sizeof(double));
+    /* Every member's predictions for the batch, kept so the spread is
+     * computed in two passes (mean, then squared deviations). */
+    double *vals = mp_malloc(sizeof(double) * (size_t)n_used * (size_t)batch_size * t);
     mp_graphs batch;
     memset(&batch, 0, sizeof batch);
     mp_status st = MP_OK;
-    if (!sel || (dim && !extra) || !out || !val || !sum || !sum2) {
+    if (!sel || (dim && !extra) || !out || !vals) {
         st = mp_error_set(MP_ERR_NOMEM, "out of memory predicting %d molecules", n);
         goto done;
     }
@@ -199,8 +199,6 @@ mp_status mp_ensemble_predict(mp_ensemble *e, const mp_features *f, const int32_
         for (int32_t i = 0; i < span; i++)
             if (f->g.valid[mols[b0 + i]])
                 sel[nb++] = mols[b0 + i];
-        memset(sum, 0, sizeof(double) * (size_t)nb * t);
-        memset(sum2, 0, sizeof(double) * (size_t)nb * t);
         if (nb > 0) {
             const mp_graphs *gb = NULL;
             if (e->cfg.kind == MP_MODEL_DMPNN) {
@@ -213,6 +211,7 @@ mp_status mp_ensemble_predict(mp_ensemble *e, const mp_features *f, const int32_
                 mp_scaler_transform_f32(&e->feature_scaler, extra, (size_t)nb);
             }
             for (int k = lo; k < hi; k++) {
+                double *val = vals + (size_t)(k - lo) * (size_t)nb * t;
                 if ((st = mp_model_forward(e->members[k], gb, extra, nb, 0, out)))
                     goto done;
                 if (is_cls) {
@@ -220,10 +219,6 @@ mp_status mp_ensemble_predict(mp_ensemble *e, const mp_features *f, const int32_
                         val[i] = 1.0 / (1.0 + exp(-(double)out[i]));
                 } else {
                     mp_scaler_inverse_from_f32(&e->target_scaler, out, val, (size_t)nb);
-                }
-                for (size_t i = 0; i < (size_t)nb * t; i++) {
-                    sum[i] += val[i];
-                    sum2[i] += val[i] * val[i];
                 }
             }
         }
@@ -240,12 +235,18 @@ mp_status mp_ensemble_predict(mp_ensemble *e, const mp_features *f, const int32_
                 continue;
             }
             for (size_t c = 0; c < t; c++) {
-                double mu = sum[(size_t)j * t + c] / n_used;
-                mrow[c] = mu;
-                if (srow) {
-                    double var = sum2[(size_t)j * t + c] / n_used - mu * mu;
-                    srow[c] = var > 0 ? sqrt(var) : 0.0;
+                size_t at = (size_t)j * t + c, stride = (size_t)nb * t;
+                double mu = 0, ss = 0;
+                for (int k = 0; k < n_used; k++)
+                    mu += vals[(size_t)k * stride + at];
+                mu /= n_used;
+                for (int k = 0; k < n_used; k++) {
+                    double dv = vals[(size_t)k * stride + at] - mu;
+                    ss += dv * dv;
                 }
+                mrow[c] = mu;
+                if (srow)
+                    srow[c] = sqrt(ss / n_used);   /* ddof 0, as np.std */
             }
             j++;
         }
@@ -255,9 +256,7 @@ done:
     mp_free(sel);
     mp_free(extra);
     mp_free(out);
-    mp_free(val);
-    mp_free(sum);
-    mp_free(sum2);
+    mp_free(vals);
     return st;
 }
 
