@@ -123,8 +123,10 @@ test-gpu: $(BUILD)/run_tests
 $(BUILD)/bench/%.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
 $(BUILD)/gpu_ops: $(BUILD)/bench/gpu_ops.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
+$(BUILD)/gpu_infer: $(BUILD)/bench/gpu_infer.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
 ifeq ($(CUDA),1)
-bench-gpu: $(BUILD)/gpu_ops
+bench-gpu: $(BUILD)/gpu_ops $(BUILD)/gpu_infer
 else
 bench-gpu:
 	@echo "bench-gpu needs the CUDA build (nvcc on the PATH, CUDA=1)" >&2; exit 1
