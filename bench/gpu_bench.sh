@@ -45,7 +45,7 @@ t0=$(date +%s.%N)
     --split scaffold_balanced --seed 0 --quiet --save-dir "$OUT/hiv-e2e" > "$OUT/hiv_e2e.log" 2>&1
 t1=$(date +%s.%N)
 cat "$OUT/hiv_e2e.log"
-echo "wall $(echo "$t1 - $t0" | bc) s"
+awk -v a="$t0" -v b="$t1" 'BEGIN { printf "wall %.1f s\n", b - a }'
 echo "== 6. accuracy bars, GPU bf16"
 sh bench/accuracy.sh "$OUT/acc" --device gpu --precision bf16 > "$OUT/accuracy.log" 2>&1
 cat "$OUT/accuracy.log"
