@@ -162,6 +162,27 @@ static unsigned grid_for(const gpu_ctx *c, size_t n, size_t items_per_block)
     return blocks ? (unsigned)blocks : 1u;
 }
 
+/* 1 when rows of width h can be moved 16 bytes at a time (kernels_rows.cuh):
+ * h a multiple of 4 and every given base pointer 16-byte aligned (NULL, an
+ * absent optional input, counts as aligned). */
+static int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static int vec4(int h, const void *p0, const void *p1 = NULL, const void *p2 = NULL,
+                const void *p3 = NULL)
+{
+    return h % 4 == 0 && al16(p0) && al16(p1) && al16(p2) && al16(p3);
+}
+
+/* Launch kern<4> (v4) or kern<1> over rows x (h / V) items on the stream. */
+#define LAUNCH_ROWS(c, v4, rows, h, kern, ...)                                             \
+    do {                                                                                  \
+        size_t items_ = (size_t)(rows) * (size_t)((h) / ((v4) ? 4 : 1));                   \
+        unsigned grid_ = grid_for((c), items_, THREADS);                                  \
+        if (v4)                                                                           \
+            kern<4><<<grid_, THREADS, 0, (c)->stream>>>(__VA_ARGS__);                     \
+        else                                                                              \
+            kern<1><<<grid_, THREADS, 0, (c)->stream>>>(__VA_ARGS__);                     \
+    } while (0)
+
 /* Warp-per-row kernels: global warp index and warp count. */
 __device__ __forceinline__ int64_t warp_id(void)
 {
@@ -210,34 +231,6 @@ __global__ void k_fill_rows(float *__restrict__ y, int ldy, const float *__restr
     }
 }
 
-__global__ void k_add(float *__restrict__ y, const float *__restrict__ x, size_t n)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        y[i] += x[i];
-}
-
-/* thr == 0: plain ReLU (scale unused). */
-__global__ void k_relu_dropout(float *y, const float *x, size_t n, uint32_t thr, float scale,
-                               uint64_t key)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float v = x[i] > 0.0f ? x[i] : 0.0f;
-        if (thr)
-            v = d_keep(key, i, thr) ? v * scale : 0.0f;
-        y[i] = v;
-    }
-}
-
-__global__ void k_relu_dropout_backward(float *dx, const float *y, const float *dy, size_t n,
-                                        float scale, int scaled)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        dx[i] = y[i] > 0.0f ? (scaled ? dy[i] * scale : dy[i]) : 0.0f;
-}
-
 __global__ void k_dropout2d(float *y, const float *x, int32_t n_rows, int n_cols, int ld,
                             uint32_t thr, float scale, uint64_t key)
 {
@@ -264,148 +257,7 @@ __global__ void k_adam(float *__restrict__ p, float *__restrict__ m, float *__re
     }
 }
 
-/* ===================================================================== */
-/* Kernels: graph gathers and CSR segment sums                            */
-/* ===================================================================== */
-
-/* out[v] = bias + sum of the hot rows of w + mass[v] * w[mass_row]. */
-__global__ void k_atom_embed(float *__restrict__ out, const int16_t *__restrict__ hot,
-                             const float *__restrict__ mass, const float *__restrict__ w,
-                             const float *__restrict__ bias, int32_t n_atoms, int h, int mass_row)
-{
-    const float *wm = w + (size_t)mass_row * h;
-    for (int64_t v = warp_id(); v < n_atoms; v += warp_count()) {
-        int s[MP_ATOM_MAX_HOT];
-#pragma unroll
-        for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
-            s[q] = hot[(size_t)v * MP_ATOM_MAX_HOT + q];
-        float mv = mass[v];
-        float *o = out + (size_t)v * h;
-        for (int j = lane_id(); j < h; j += 32) {
-            float acc = bias ? bias[j] : 0.0f;
-#pragma unroll
-            for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
-                if (s[q] >= 0)
-                    acc += w[(size_t)s[q] * h + j];
-            acc += mv * wm[j];
-            o[j] = acc;
-        }
-    }
-}
-
-/* h0[e] = a[src[e]] + sum of the bond's hot rows of wb. */
-__global__ void k_edge_embed(float *__restrict__ h0, const int32_t *__restrict__ edge_src,
-                             const int8_t *__restrict__ bond_hot, const float *__restrict__ a,
-                             const float *__restrict__ wb, int32_t n_edges, int h)
-{
-    for (int64_t e = warp_id(); e < n_edges; e += warp_count()) {
-        int s[MP_BOND_MAX_HOT];
-#pragma unroll
-        for (int q = 0; q < MP_BOND_MAX_HOT; q++)
-            s[q] = bond_hot[(size_t)(e >> 1) * MP_BOND_MAX_HOT + q];
-        const float *x = a + (size_t)edge_src[e] * h;
-        float *o = h0 + (size_t)e * h;
-        for (int j = lane_id(); j < h; j += 32) {
-            float acc = x[j];
-#pragma unroll
-            for (int q = 0; q < MP_BOND_MAX_HOT; q++)
-                if (s[q] >= 0)
-                    acc += wb[(size_t)s[q] * h + j];
-            o[j] = acc;
-        }
-    }
-}
-
-/* out[v] = sum over k in [in_start[v], in_start[v+1]) of x[in_edge[k] ^ flip],
- * in CSR order: one writer per element, so no atomics and fixed bits. */
-__global__ void k_segment_sum(float *__restrict__ out, const int32_t *__restrict__ in_start,
-                              const int32_t *__restrict__ in_edge, const float *__restrict__ x,
-                              int32_t n_atoms, int h, int32_t flip)
-{
-    for (int64_t v = warp_id(); v < n_atoms; v += warp_count()) {
-        int32_t k0 = in_start[v], k1 = in_start[v + 1];
-        float *o = out + (size_t)v * h;
-        for (int j = lane_id(); j < h; j += 32) {
-            float acc = 0.0f;
-            for (int32_t k = k0; k < k1; k++)
-                acc += x[(size_t)(in_edge[k] ^ flip) * h + j];
-            o[j] = acc;
-        }
-    }
-}
-
-/* out[e] = s[idx[e]] - x[e ^ 1]   (message: idx = src; its adjoint: idx = dst). */
-__global__ void k_gather_sub_rev(float *__restrict__ out, const float *__restrict__ s,
-                                 const int32_t *__restrict__ idx, const float *__restrict__ x,
-                                 int32_t n_edges, int h)
-{
-    for (int64_t e = warp_id(); e < n_edges; e += warp_count()) {
-        const float *sr = s + (size_t)idx[e] * h;
-        const float *xr = x + (size_t)(e ^ 1) * h;
-        float *o = out + (size_t)e * h;
-#pragma unroll 4
-        for (int j = lane_id(); j < h; j += 32)
-            o[j] = sr[j] - xr[j];
-    }
-}
-
-/* out[e] = x[idx[e]]. */
-__global__ void k_gather_rows(float *__restrict__ out, const int32_t *__restrict__ idx,
-                              const float *__restrict__ x, int32_t n_rows, int h)
-{
-    for (int64_t e = warp_id(); e < n_rows; e += warp_count()) {
-        const float *xr = x + (size_t)idx[e] * h;
-        float *o = out + (size_t)e * h;
-#pragma unroll 4
-        for (int j = lane_id(); j < h; j += 32)
-            o[j] = xr[j];
-    }
-}
-
-/* ===================================================================== */
-/* Kernels: pooling                                                       */
-/* ===================================================================== */
-
-/* agg: 0 mean, 1 sum, 2 norm (scale = inv_norm). */
-__global__ void k_pool(float *__restrict__ out, int ldo, const int32_t *__restrict__ mol_atom,
-                       const float *__restrict__ x, int32_t n_mols, int h, int agg, float inv_norm)
-{
-    for (int64_t i = warp_id(); i < n_mols; i += warp_count()) {
-        int32_t a0 = mol_atom[i], a1 = mol_atom[i + 1];
-        float *o = out + (size_t)i * ldo;
-        for (int j = lane_id(); j < h; j += 32) {
-            float acc = 0.0f;
-#pragma unroll 4
-            for (int32_t v = a0; v < a1; v++)
-                acc += x[(size_t)v * h + j];
-            if (a1 == a0)
-                acc = 0.0f;
-            else if (agg == 0)
-                acc /= (float)(a1 - a0);      /* divide, as torch's sum / a_size does */
-            else if (agg == 2)
-                acc *= inv_norm;
-            o[j] = acc;
-        }
-    }
-}
-
-__global__ void k_pool_backward(float *__restrict__ dx, const int32_t *__restrict__ mol_atom,
-                                const float *__restrict__ dout, int ldo, int32_t n_mols, int h,
-                                int agg, float inv_norm)
-{
-    for (int64_t i = warp_id(); i < n_mols; i += warp_count()) {
-        int32_t a0 = mol_atom[i], a1 = mol_atom[i + 1];
-        if (a1 == a0)
-            continue;
-        const float *g = dout + (size_t)i * ldo;
-        float d = (float)(a1 - a0);
-        for (int j = lane_id(); j < h; j += 32) {
-            float gv = agg == 0 ? g[j] / d : agg == 2 ? g[j] * inv_norm : g[j];
-            for (int32_t v = a0; v < a1; v++)
-                dx[(size_t)v * h + j] = gv;
-        }
-    }
-}
+#include "gpu/kernels_rows.cuh"
 
 /* ===================================================================== */
 /* Kernels: two-level deterministic reductions                            */
@@ -444,6 +296,22 @@ __global__ void k_col_sum_chunks(float *dst, int direct, const float *x, int ldx
 #define SUM_TX 32
 #define SUM_TY 32
 
+/* The same for n_chunks <= SUM_SEQ_MAX: one thread per output adds the
+ * chunks in order (eight loads in flight), no shared memory, no 32 x 32
+ * blocks of mostly idle lanes (small batches: ~20 chunks). */
+#define SUM_SEQ_MAX 32
+
+__global__ void k_sum_chunks_seq(float *dst, const float *part, int32_t n_chunks, size_t width)
+{
+    for (size_t i = gtid(); i < width; i += gstride()) {
+        float s = 0.0f;
+#pragma unroll 8
+        for (int32_t c = 0; c < n_chunks; c++)
+            s += part[(size_t)c * width + i];
+        dst[i] += s;
+    }
+}
+
 __global__ void __launch_bounds__(SUM_TX * SUM_TY)
 k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
 {
@@ -478,8 +346,14 @@ k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
  * else write part[(chunk * n_slots + s) * h + j].  Slots outside [0, n_hot)
  * in `hot` are ignored (the model checks its batches: ops.h callers never
  * pass them).
+ *
+ * Rows go 32 at a time: every lane first issues its 32 loads of g (the
+ * shared accumulators bound occupancy to ~13 warps per SM at 134 slots, so
+ * the bytes in flight per warp are what sets the bandwidth), and lane u
+ * fetches row u's hot list and mass once for the warp; the consuming loop
+ * takes them by shuffle, in row order.
  */
-#define SLOT_UNROLL 8
+#define SLOT_ROWS 32
 
 template <typename HT, int NH>
 __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot_shift,
@@ -501,42 +375,32 @@ __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot
     const int hot_hi = s1 < n_hot ? s1 : n_hot;   /* hot slots of this group: [s0, hot_hi) */
     const bool col = j < h;
 
-    /* SLOT_UNROLL rows per round: their loads are all issued before the first
-     * use, so a warp keeps that many row reads in flight (occupancy is
-     * bounded by the shared accumulators, ~13 warps per SM at 133 slots). */
-    int32_t r = r0;
-    for (; r + SLOT_UNROLL <= r1; r += SLOT_UNROLL) {
-        float gv[SLOT_UNROLL], mv[SLOT_UNROLL];
-        int sl[SLOT_UNROLL][NH];
+    for (int32_t r = r0; r < r1; r += SLOT_ROWS) {
+        const int nr = r1 - r < SLOT_ROWS ? (int)(r1 - r) : SLOT_ROWS;   /* warp-uniform */
+        int my[NH];
+        float mym = 0.0f;
 #pragma unroll
-        for (int u = 0; u < SLOT_UNROLL; u++) {
-            gv[u] = col ? g[(size_t)(r + u) * h + j] : 0.0f;
-            mv[u] = mass ? mass[r + u] : 0.0f;
+        for (int q = 0; q < NH; q++)
+            my[q] = lane < nr ? (int)hot[(size_t)((r + lane) >> hot_shift) * NH + q] : -1;
+        if (mass && lane < nr)
+            mym = mass[r + lane];
+        float gv[SLOT_ROWS];
 #pragma unroll
-            for (int q = 0; q < NH; q++)
-                sl[u][q] = hot[(size_t)((r + u) >> hot_shift) * NH + q];
-        }
+        for (int u = 0; u < SLOT_ROWS; u++)
+            gv[u] = col && u < nr ? g[(size_t)(r + u) * h + j] : 0.0f;
 #pragma unroll
-        for (int u = 0; u < SLOT_UNROLL; u++) {
+        for (int u = 0; u < SLOT_ROWS; u++) {
+            if (u < nr) {
 #pragma unroll
-            for (int q = 0; q < NH; q++) {
-                int s = sl[u][q];
-                if (s >= s0 && s < hot_hi)
-                    acc[(s - s0) * 32 + lane] += gv[u];
+                for (int q = 0; q < NH; q++) {
+                    int s = __shfl_sync(0xffffffffu, my[q], u);
+                    if (s >= s0 && s < hot_hi)
+                        acc[(s - s0) * 32 + lane] += gv[u];
+                }
+                if (mass)
+                    macc += __shfl_sync(0xffffffffu, mym, u) * gv[u];
             }
-            macc += mv[u] * gv[u];
         }
-    }
-    for (; r < r1; r++) {
-        float gv = col ? g[(size_t)r * h + j] : 0.0f;
-#pragma unroll
-        for (int q = 0; q < NH; q++) {
-            int s = hot[(size_t)(r >> hot_shift) * NH + q];
-            if (s >= s0 && s < hot_hi)
-                acc[(s - s0) * 32 + lane] += gv;
-        }
-        if (mass)
-            macc += mass[r] * gv;
     }
     if (!col)
         return;
@@ -686,6 +550,14 @@ static void cu_copy(mp_backend *b, void *dst, const void *src, size_t bytes)
                (ptrdiff_t)(d - s));
         return;
     }
+    if (al16(dst) && al16(src) && bytes % 16 == 0) {
+        /* A kernel: a memcpy node costs more than a kernel node in a graph,
+         * and 16-byte accesses run at the copy bandwidth. */
+        k_copy16<<<grid_for(c, bytes / 16, THREADS), THREADS, 0, c->stream>>>(
+            (uint4 *)dst, (const uint4 *)src, bytes / 16);
+        LAUNCHED(c, "k_copy16");
+        return;
+    }
     CUDA_OK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
@@ -822,6 +694,12 @@ static int32_t chunk_rows(int32_t n_rows, size_t width, int32_t *n_chunks)
 
 static void sum_chunks(gpu_ctx *c, float *dst, int32_t n_chunks, size_t width)
 {
+    if (n_chunks <= SUM_SEQ_MAX) {
+        k_sum_chunks_seq<<<grid_for(c, width, THREADS), THREADS, 0, c->stream>>>(
+            dst, c->scratch, n_chunks, width);
+        LAUNCHED(c, "k_sum_chunks_seq");
+        return;
+    }
     dim3 block(SUM_TX, SUM_TY);
     k_sum_chunks<<<(unsigned)((width + SUM_TX - 1) / SUM_TX), block, 0, c->stream>>>(
         dst, c->scratch, n_chunks, width);
@@ -863,7 +741,7 @@ static void cu_add(mp_backend *b, void *y, const void *x, size_t n)
     gpu_ctx *c = CTX(b);
     if (!n || !usable(c))
         return;
-    k_add<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>((float *)y, (const float *)x, n);
+    LAUNCH_ROWS(c, al16(y) && al16(x), 1, n, k_add, (float *)y, (const float *)x, n);
     LAUNCHED(c, "k_add");
 }
 
@@ -875,8 +753,8 @@ static void cu_relu_dropout(mp_backend *b, void *y, const void *x, size_t n, dou
         return;
     uint32_t thr = mp_dropout_threshold(p);
     float scale = thr && p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-    k_relu_dropout<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>(
-        (float *)y, (const float *)x, n, thr, scale, key);
+    LAUNCH_ROWS(c, al16(y) && al16(x), 1, n, k_relu_dropout, (float *)y, (const float *)x, n,
+                thr, scale, key);
     LAUNCHED(c, "k_relu_dropout");
 }
 
@@ -888,8 +766,8 @@ static void cu_relu_dropout_backward(mp_backend *b, void *dx, const void *y, con
         return;
     int scaled = p > 0 && p < 1;
     float scale = scaled ? (float)(1.0 / (1.0 - p)) : 1.0f;
-    k_relu_dropout_backward<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>(
-        (float *)dx, (const float *)y, (const float *)dy, n, scale, scaled);
+    LAUNCH_ROWS(c, al16(dx) && al16(y) && al16(dy), 1, n, k_relu_dropout_backward, (float *)dx,
+                (const float *)y, (const float *)dy, n, scale, scaled);
     LAUNCHED(c, "k_relu_dropout_backward");
 }
 
@@ -917,19 +795,14 @@ static void cu_dropout_backward(mp_backend *b, void *dx, const void *dy, int32_t
 /* Graph                                                                  */
 /* ===================================================================== */
 
-static unsigned row_grid(const gpu_ctx *c, int64_t rows)
-{
-    return grid_for(c, (size_t)rows, ROWS_PER_BLOCK);
-}
-
 static void cu_atom_embed(mp_backend *b, void *out, const int16_t *hot, const float *mass,
                           const void *w, const void *bias, int32_t n_atoms, int h, int mass_row)
 {
     gpu_ctx *c = CTX(b);
     if (n_atoms <= 0 || h <= 0 || !usable(c))
         return;
-    k_atom_embed<<<row_grid(c, n_atoms), THREADS, 0, c->stream>>>(
-        (float *)out, hot, mass, (const float *)w, (const float *)bias, n_atoms, h, mass_row);
+    LAUNCH_ROWS(c, vec4(h, out, w, bias), n_atoms, h, k_atom_embed, (float *)out, hot, mass,
+                (const float *)w, (const float *)bias, n_atoms, h, mass_row);
     LAUNCHED(c, "k_atom_embed");
 }
 
@@ -973,16 +846,16 @@ static void cu_edge_embed(mp_backend *b, void *h0, const int32_t *edge_src, cons
     gpu_ctx *c = CTX(b);
     if (n_edges <= 0 || h <= 0 || !usable(c))
         return;
-    k_edge_embed<<<row_grid(c, n_edges), THREADS, 0, c->stream>>>(
-        (float *)h0, edge_src, bond_hot, (const float *)a, (const float *)wb, n_edges, h);
+    LAUNCH_ROWS(c, vec4(h, h0, a, wb), n_edges, h, k_edge_embed, (float *)h0, edge_src,
+                bond_hot, (const float *)a, (const float *)wb, n_edges, h);
     LAUNCHED(c, "k_edge_embed");
 }
 
 static void segment_sum(gpu_ctx *c, float *out, const int32_t *in_start, const int32_t *in_edge,
                         const float *x, int32_t n_atoms, int h, int32_t flip)
 {
-    k_segment_sum<<<row_grid(c, n_atoms), THREADS, 0, c->stream>>>(out, in_start, in_edge, x,
-                                                                    n_atoms, h, flip);
+    LAUNCH_ROWS(c, vec4(h, out, x), n_atoms, h, k_segment_sum, out, in_start, in_edge, x,
+                n_atoms, h, flip);
     LAUNCHED(c, "k_segment_sum");
 }
 
@@ -1011,8 +884,8 @@ static void cu_message(mp_backend *b, void *msg, void *s, const int32_t *in_star
     if (n_atoms > 0)
         segment_sum(c, (float *)s, in_start, in_edge, (const float *)m, n_atoms, h, 0);
     if (n_edges > 0 && usable(c)) {
-        k_gather_sub_rev<<<row_grid(c, n_edges), THREADS, 0, c->stream>>>(
-            (float *)msg, (const float *)s, edge_src, (const float *)m, n_edges, h);
+        LAUNCH_ROWS(c, vec4(h, msg, s, m), n_edges, h, k_gather_sub_rev, (float *)msg,
+                    (const float *)s, edge_src, (const float *)m, n_edges, h);
         LAUNCHED(c, "k_gather_sub_rev");
     }
 }
@@ -1027,8 +900,8 @@ static void cu_message_backward(mp_backend *b, void *dm, void *ds, const int32_t
     if (n_atoms > 0)
         segment_sum(c, (float *)ds, in_start, in_edge, (const float *)dmsg, n_atoms, h, 1);
     if (n_edges > 0 && usable(c)) {
-        k_gather_sub_rev<<<row_grid(c, n_edges), THREADS, 0, c->stream>>>(
-            (float *)dm, (const float *)ds, edge_dst, (const float *)dmsg, n_edges, h);
+        LAUNCH_ROWS(c, vec4(h, dm, ds, dmsg), n_edges, h, k_gather_sub_rev, (float *)dm,
+                    (const float *)ds, edge_dst, (const float *)dmsg, n_edges, h);
         LAUNCHED(c, "k_gather_sub_rev");
     }
 }
@@ -1048,8 +921,8 @@ static void cu_atom_sum_backward(mp_backend *b, void *dm, const int32_t *edge_ds
     gpu_ctx *c = CTX(b);
     if (n_edges <= 0 || h <= 0 || !usable(c))
         return;
-    k_gather_rows<<<row_grid(c, n_edges), THREADS, 0, c->stream>>>(
-        (float *)dm, edge_dst, (const float *)da, n_edges, h);
+    LAUNCH_ROWS(c, vec4(h, dm, da), n_edges, h, k_gather_rows, (float *)dm, edge_dst,
+                (const float *)da, n_edges, h);
     LAUNCHED(c, "k_gather_rows");
 }
 
@@ -1061,9 +934,8 @@ static void cu_pool(mp_backend *b, void *out, int ldo, const int32_t *mol_atom, 
     gpu_ctx *c = CTX(b);
     if (n_mols <= 0 || h <= 0 || !usable(c))
         return;
-    k_pool<<<row_grid(c, n_mols), THREADS, 0, c->stream>>>(
-        (float *)out, ldo, mol_atom, (const float *)x, n_mols, h, agg_code(agg),
-        (float)(1.0 / norm));
+    LAUNCH_ROWS(c, vec4(h, out, x) && ldo % 4 == 0, n_mols, h, k_pool, (float *)out, ldo,
+                mol_atom, (const float *)x, n_mols, h, agg_code(agg), (float)(1.0 / norm));
     LAUNCHED(c, "k_pool");
 }
 
@@ -1073,9 +945,8 @@ static void cu_pool_backward(mp_backend *b, void *dx, const int32_t *mol_atom, c
     gpu_ctx *c = CTX(b);
     if (n_mols <= 0 || h <= 0 || !usable(c))
         return;
-    k_pool_backward<<<row_grid(c, n_mols), THREADS, 0, c->stream>>>(
-        (float *)dx, mol_atom, (const float *)dout, ldo, n_mols, h, agg_code(agg),
-        (float)(1.0 / norm));
+    LAUNCH_ROWS(c, vec4(h, dx, dout) && ldo % 4 == 0, n_mols, h, k_pool_backward, (float *)dx,
+                mol_atom, (const float *)dout, ldo, n_mols, h, agg_code(agg), (float)(1.0 / norm));
     LAUNCHED(c, "k_pool_backward");
 }
 
