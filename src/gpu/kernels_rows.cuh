@@ -235,6 +235,39 @@ __global__ void k_gather_sub_rev(float *__restrict__ out, const float *__restric
     }
 }
 
+/* The fused message_backward tail (ops.h message_backward_relu):
+ * g = s[idx[e]] - x[e ^ 1]; dz[e] = y[e] > 0 ? g (* scale) : 0; dh0[e] += dz[e],
+ * the same float operations as k_gather_sub_rev, k_relu_dropout_backward
+ * and k_add one after the other. */
+template <int V>
+__global__ void k_gather_sub_rev_relu(float *__restrict__ dz, float *__restrict__ dh0,
+                                      const float *__restrict__ s,
+                                      const int32_t *__restrict__ idx,
+                                      const float *__restrict__ x, const float *__restrict__ y,
+                                      int32_t n_edges, int h, float scale, int scaled)
+{
+    const unsigned nv = (unsigned)(h / V);
+    const size_t total = (size_t)n_edges * nv;
+    for (size_t t = gtid(); t < total; t += gstride()) {
+        unsigned jv;
+        int64_t e = split_row(t, nv, &jv);
+        const int j = (int)jv * V;
+        const size_t o = (size_t)e * h + j;
+        fv<V> a = ldv<V>(s + (size_t)idx[e] * h + j);
+        fv<V> r = ldv<V>(x + (size_t)(e ^ 1) * h + j);
+        fv<V> yv = ldv<V>(y + o), acc = ldv<V>(dh0 + o);
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            float g = a.v[u] - r.v[u];
+            g = yv.v[u] > 0.0f ? (scaled ? g * scale : g) : 0.0f;
+            a.v[u] = g;
+            acc.v[u] += g;
+        }
+        stv<V>(dz + o, a);
+        stv<V>(dh0 + o, acc);
+    }
+}
+
 /* out[e] = x[idx[e]]. */
 template <int V>
 __global__ void k_gather_rows(float *__restrict__ out, const int32_t *__restrict__ idx,
