@@ -349,11 +349,15 @@ k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
  * in `hot` are ignored (the model checks its batches: ops.h callers never
  * pass them).
  *
- * Rows go 32 at a time: every lane first issues its 32 loads of g (the
- * shared accumulators bound occupancy to ~13 warps per SM at 134 slots, so
- * the bytes in flight per warp are what sets the bandwidth), and lane u
- * fetches row u's hot list and mass once for the warp; the consuming loop
- * takes them by shuffle, in row order.
+ * Rows go 32 at a time: every lane first issues its 32 loads of g, and
+ * lane u fetches row u's hot list and mass once for the warp; the consuming
+ * loop takes them by shuffle, in row order.  What bounds this kernel is not
+ * memory but the chain of shared-memory read-modify-writes (~13 warps per
+ * SM at 134 slots, too few to hide it): a row's slots are distinct (one per
+ * one-hot block), so its NH accumulators are all read, then all written,
+ * one latency per row instead of NH.  A row whose list repeats a slot (the
+ * seam allows it; the featurizer never does it) takes the one-at-a-time
+ * path, so the sums are the same either way.
  */
 #define SLOT_ROWS 32
 
@@ -386,6 +390,17 @@ __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot
             my[q] = lane < nr ? (int)hot[(size_t)((r + lane) >> hot_shift) * NH + q] : -1;
         if (mass && lane < nr)
             mym = mass[r + lane];
+        /* my slots in this group as accumulator offsets (-1: none), and
+         * whether any repeats */
+        bool dup = false;
+#pragma unroll
+        for (int q = 0; q < NH; q++) {
+            my[q] = my[q] >= s0 && my[q] < hot_hi ? (my[q] - s0) * 32 : -1;
+#pragma unroll
+            for (int q2 = 0; q2 < q; q2++)
+                dup |= my[q] >= 0 && my[q] == my[q2];
+        }
+        const unsigned dups = __ballot_sync(0xffffffffu, dup);
         float gv[SLOT_ROWS];
 #pragma unroll
         for (int u = 0; u < SLOT_ROWS; u++)
@@ -393,11 +408,24 @@ __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot
 #pragma unroll
         for (int u = 0; u < SLOT_ROWS; u++) {
             if (u < nr) {
+                int off[NH];
+                float old[NH];
 #pragma unroll
-                for (int q = 0; q < NH; q++) {
-                    int s = __shfl_sync(0xffffffffu, my[q], u);
-                    if (s >= s0 && s < hot_hi)
-                        acc[(s - s0) * 32 + lane] += gv[u];
+                for (int q = 0; q < NH; q++)
+                    off[q] = __shfl_sync(0xffffffffu, my[q], u);
+                if (!((dups >> u) & 1u)) {           /* warp-uniform */
+#pragma unroll
+                    for (int q = 0; q < NH; q++)
+                        old[q] = off[q] >= 0 ? acc[off[q] + lane] : 0.0f;
+#pragma unroll
+                    for (int q = 0; q < NH; q++)
+                        if (off[q] >= 0)
+                            acc[off[q] + lane] = old[q] + gv[u];
+                } else {
+#pragma unroll
+                    for (int q = 0; q < NH; q++)
+                        if (off[q] >= 0)
+                            acc[off[q] + lane] += gv[u];
                 }
                 if (mass)
                     macc += __shfl_sync(0xffffffffu, mym, u) * gv[u];
@@ -672,14 +700,14 @@ static void cu_fill_rows(mp_backend *b, void *y, int ldy, const void *row, int32
 }
 
 /* Rows per chunk of a two-level reduction over n_rows rows whose partial
- * block has `width` floats per chunk: at least 64 rows a chunk, at most 256
+ * block has `width` floats per chunk: at least 64 rows a chunk, at most 1024
  * chunks, and the partials must fit the scratch.  A function of the shape
  * only.  One chunk means "add directly into the destination". */
 static int32_t chunk_rows(int32_t n_rows, size_t width, int32_t *n_chunks)
 {
     int64_t nch = ((int64_t)n_rows + 63) / 64;
-    if (nch > 256)
-        nch = 256;
+    if (nch > 1024)
+        nch = 1024;
     int64_t fit = (int64_t)(SCRATCH_ELEMS / (width ? width : 1));
     if (nch > fit)
         nch = fit;
