@@ -349,15 +349,18 @@ k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
  * in `hot` are ignored (the model checks its batches: ops.h callers never
  * pass them).
  *
- * Rows go 32 at a time: every lane first issues its 32 loads of g, and
- * lane u fetches row u's hot list and mass once for the warp; the consuming
- * loop takes them by shuffle, in row order.  What bounds this kernel is not
- * memory but the chain of shared-memory read-modify-writes (~13 warps per
- * SM at 134 slots, too few to hide it): a row's slots are distinct (one per
- * one-hot block), so its NH accumulators are all read, then all written,
- * one latency per row instead of NH.  A row whose list repeats a slot (the
- * seam allows it; the featurizer never does it) takes the one-at-a-time
- * path, so the sums are the same either way.
+ * Shape of the code (v5; see NOTES.md): rows go 32 at a time.  The 32 loads
+ * of g are issued together, branch-free, and parked in shared memory (each
+ * lane reads back only its own column, so no synchronization); lane u fetches
+ * row u's hot list and mass once for the warp, as accumulator offsets (a
+ * slot outside the group, or none, points at a spare "trash" row), and the
+ * consuming loop takes them by shuffle, in row order, NOT unrolled: a fully
+ * unrolled 32-row x NH-slot body with a branch per access was ~20k PTX
+ * lines, and the instruction fetch, not memory, set the speed.  A row's
+ * slots are distinct (one per one-hot block), so its NH accumulators are all
+ * read, then all written (one shared-memory latency per row); a row whose
+ * list repeats a slot (the seam allows it; the featurizer never does it)
+ * takes the one-at-a-time path, so the sums are the same either way.
  */
 #define SLOT_ROWS 32
 
@@ -366,70 +369,69 @@ __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot
                                   const float *mass, const float *g, int32_t n_rows, int h,
                                   int n_hot, int32_t rows_per_chunk, int group)
 {
-    extern __shared__ float acc[];                /* [group][32] */
+    extern __shared__ float sm[];          /* acc [group + 1][32] (last: trash), gs [32][32] */
+    float *acc = sm, *gs = sm + (size_t)(group + 1) * 32;
     const int lane = threadIdx.x;
     const int j = blockIdx.x * 32 + lane;
     const int32_t c = blockIdx.y;
     const int n_slots = n_hot + (mass ? 1 : 0);
     const int s0 = blockIdx.z * group;
     const int s1 = s0 + group < n_slots ? s0 + group : n_slots;
-    for (int s = s0; s < s1; s++)
-        acc[(s - s0) * 32 + lane] = 0.0f;
+    const int trash = group * 32;
+    for (int s = 0; s <= group; s++)
+        acc[s * 32 + lane] = 0.0f;
     float macc = 0.0f;
     const int32_t r0 = c * rows_per_chunk;
     const int32_t r1 = r0 + rows_per_chunk < n_rows ? r0 + rows_per_chunk : n_rows;
     const int hot_hi = s1 < n_hot ? s1 : n_hot;   /* hot slots of this group: [s0, hot_hi) */
     const bool col = j < h;
+    const int jj = col ? j : 0;                   /* a valid address for idle lanes */
 
     for (int32_t r = r0; r < r1; r += SLOT_ROWS) {
         const int nr = r1 - r < SLOT_ROWS ? (int)(r1 - r) : SLOT_ROWS;   /* warp-uniform */
+        const int32_t rl = r + (lane < nr ? lane : 0);
         int my[NH];
-        float mym = 0.0f;
-#pragma unroll
-        for (int q = 0; q < NH; q++)
-            my[q] = lane < nr ? (int)hot[(size_t)((r + lane) >> hot_shift) * NH + q] : -1;
-        if (mass && lane < nr)
-            mym = mass[r + lane];
-        /* my slots in this group as accumulator offsets (-1: none), and
-         * whether any repeats */
         bool dup = false;
 #pragma unroll
         for (int q = 0; q < NH; q++) {
-            my[q] = my[q] >= s0 && my[q] < hot_hi ? (my[q] - s0) * 32 : -1;
+            int sl = (int)hot[(size_t)(rl >> hot_shift) * NH + q];
+            my[q] = lane < nr && sl >= s0 && sl < hot_hi ? (sl - s0) * 32 : trash;
 #pragma unroll
             for (int q2 = 0; q2 < q; q2++)
-                dup |= my[q] >= 0 && my[q] == my[q2];
+                dup |= my[q] != trash && my[q] == my[q2];
         }
+        const float mym = mass ? mass[rl] : 0.0f;
         const unsigned dups = __ballot_sync(0xffffffffu, dup);
-        float gv[SLOT_ROWS];
+        float v[SLOT_ROWS];
 #pragma unroll
         for (int u = 0; u < SLOT_ROWS; u++)
-            gv[u] = col && u < nr ? g[(size_t)(r + u) * h + j] : 0.0f;
+            v[u] = g[(size_t)(r + (u < nr ? u : 0)) * h + jj];
 #pragma unroll
-        for (int u = 0; u < SLOT_ROWS; u++) {
-            if (u < nr) {
-                int off[NH];
+        for (int u = 0; u < SLOT_ROWS; u++)
+            gs[u * 32 + lane] = col && u < nr ? v[u] : 0.0f;
+#pragma unroll 1
+        for (int u = 0; u < nr; u++) {
+            const float gu = gs[u * 32 + lane];
+            int off[NH];
+#pragma unroll
+            for (int q = 0; q < NH; q++)
+                off[q] = __shfl_sync(0xffffffffu, my[q], u) + lane;
+            if (!((dups >> u) & 1u)) {                   /* warp-uniform */
                 float old[NH];
 #pragma unroll
                 for (int q = 0; q < NH; q++)
-                    off[q] = __shfl_sync(0xffffffffu, my[q], u);
-                if (!((dups >> u) & 1u)) {           /* warp-uniform */
+                    old[q] = acc[off[q]];
 #pragma unroll
-                    for (int q = 0; q < NH; q++)
-                        old[q] = off[q] >= 0 ? acc[off[q] + lane] : 0.0f;
+                for (int q = 0; q < NH; q++)
+                    acc[off[q]] = old[q] + gu;
+            } else {
 #pragma unroll
-                    for (int q = 0; q < NH; q++)
-                        if (off[q] >= 0)
-                            acc[off[q] + lane] = old[q] + gv[u];
-                } else {
-#pragma unroll
-                    for (int q = 0; q < NH; q++)
-                        if (off[q] >= 0)
-                            acc[off[q] + lane] += gv[u];
-                }
-                if (mass)
-                    macc += __shfl_sync(0xffffffffu, mym, u) * gv[u];
+                for (int q = 0; q < NH; q++)
+                    acc[off[q]] += gu;
             }
+            const float mu = __shfl_sync(0xffffffffu, mym, u);
+            if (mass)
+                macc += mu * gu;
         }
     }
     if (!col)
@@ -845,14 +847,16 @@ static void slot_scatter(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, co
     const int n_slots = n_hot + (mass ? 1 : 0);
     if (n_rows <= 0 || h <= 0 || n_slots <= 0)
         return;
-    /* Shared memory: 32 floats per slot; 384 slots = 48 KiB, the default limit. */
-    const int group = n_slots < 384 ? n_slots : 384;
+    /* Shared memory: 32 floats per slot, one trash row and the 32 x 32
+     * staged rows; 320 slots keep it under 48 KiB, the default limit. */
+    const int group = n_slots < 320 ? n_slots : 320;
     const int n_groups = (n_slots + group - 1) / group;
     const size_t width = (size_t)n_slots * h;
     int32_t nch, rows = chunk_rows(n_rows, width, &nch);
     int direct = nch == 1;
     dim3 grid((unsigned)((h + 31) / 32), (unsigned)nch, (unsigned)n_groups);
-    k_slot_sum_chunks<HT, NH><<<grid, 32, (size_t)group * 32 * sizeof(float), c->stream>>>(
+    const size_t smem = ((size_t)(group + 1) * 32 + (size_t)SLOT_ROWS * 32) * sizeof(float);
+    k_slot_sum_chunks<HT, NH><<<grid, 32, smem, c->stream>>>(
         direct ? dw : c->scratch, direct, hot, hot_shift, mass, g, n_rows, h, n_hot, rows, group);
     if (cuda_ok(c, cudaGetLastError(), name, __FILE__, __LINE__) && !direct)
         sum_chunks(c, dw, nch, width);
