@@ -194,6 +194,25 @@ static void w_gemm_wh_pair(void *x)
     };
     b->gemm_batch(b, 2, gh);
 }
+static void w_gemm_res_relu_wh(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->gemm_res_relu(b, c->g->n_edges, m->h, m->h, m->msg[1], m->h, AT(m->params, m->off_wh),
+                     m->h, m->h0, m->h, m->m[1], m->h);
+}
+static void w_gemm_res_relu_wo(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->gemm_res_relu(b, c->g->n_atoms, m->h, m->h, m->a, m->h,
+                     AT(m->params, m->off_wo + (size_t)m->fa * m->h), m->h, m->dho, m->h, m->dho,
+                     m->h);
+}
+static void w_message_backward_relu(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->message_backward_relu(b, m->dm, m->dh0, m->da, g->in_start, g->in_edge, g->edge_dst,
+                             m->dmsg, m->m[0], 0.0, g->n_atoms, g->n_edges, m->h);
+}
 static void w_atom_sum(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
@@ -345,19 +364,26 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     const double A = g.n_atoms, E = g.n_edges, M = batch, H = h, F = 4.0;
     const double P = (double)m.n_params;
     const int d1 = depth - 1;
+    /* fused ops (ops.h), as gpu_step.h / models/dmpnn.c issue them: the
+     * unfused rows they replace get 0 calls (timed alone) */
+    const int fu = b->gemm_res_relu && b->message_backward_relu && depth > 1;
     op_row rows[] = {
         /* forward */
         { "atom_embed (W_i atom part)", w_atom_embed, 1, A * H * F + A * 20, 0 },
         { "edge_embed (H0)", w_edge_embed, 1, 2 * E * H * F + E * 12, 0 },
-        { "relu_dropout p=0 (edges)", w_relu_edges, depth, 2 * E * H * F, 0 },
+        { "relu_dropout p=0 (edges)", w_relu_edges, fu ? 1 : depth, 2 * E * H * F, 0 },
         { "message (S, S[src]-M[rev])", w_message, d1, (3 * E + A) * H * F + E * 8, 0 },
-        { "copy (residual H0)", w_copy_edges, d1, 2 * E * H * F, 0 },
-        { "gemm E x h x h (W_h)", w_gemm_wh, d1, (3 * E * H + H * H) * F, 2 * E * H * H },
+        { "copy (residual H0)", w_copy_edges, fu ? 0 : d1, 2 * E * H * F, 0 },
+        { "gemm E x h x h (W_h)", w_gemm_wh, fu ? 0 : d1, (3 * E * H + H * H) * F, 2 * E * H * H },
+        { "gemm_res_relu E x h x h (W_h fused)", w_gemm_res_relu_wh, fu ? d1 : 0,
+          (3 * E * H + H * H) * F, 2 * E * H * H },
         { "relu_dropout p=0.1 (edges)", w_relu_dropout_edges, 0, 2 * E * H * F, 0 },
         { "atom_sum (readout)", w_atom_sum, 1, (E + A) * H * F + E * 4, 0 },
         { "atom_embed +bias (W_o atom part)", w_atom_embed_bias, 1, A * H * F + A * 20, 0 },
-        { "gemm A x h x h (W_o)", w_gemm_wo, 1, (3 * A * H + H * H) * F, 2 * A * H * H },
-        { "relu_dropout p=0 (atoms)", w_relu_atoms, 1, 2 * A * H * F, 0 },
+        { "gemm A x h x h (W_o)", w_gemm_wo, fu ? 0 : 1, (3 * A * H + H * H) * F, 2 * A * H * H },
+        { "gemm_res_relu A x h x h (W_o fused)", w_gemm_res_relu_wo, fu ? 1 : 0,
+          (3 * A * H + H * H) * F, 2 * A * H * H },
+        { "relu_dropout p=0 (atoms)", w_relu_atoms, fu ? 0 : 1, 2 * A * H * F, 0 },
         { "pool (mean)", w_pool, 1, (A + M) * H * F, 0 },
         { "gemm B x h x h (FFN)", w_gemm_ffn, 2, (3 * M * H + H * H) * F, 2 * M * H * H },
         { "loss (masked MSE)", w_loss, 1, 4 * M * F, 0 },
@@ -367,12 +393,14 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "col_sum (b_o grad)", w_col_sum_atoms, 1, A * H * F, 0 },
         { "atom_embed_backward (W_o, W_i)", w_atom_embed_backward, 2, A * H * F + A * 20, 0 },
         { "atom_sum_backward", w_atom_sum_backward, 1, (A + 2 * E) * H * F, 0 },
-        { "relu_dropout_backward (edges)", w_relu_backward_edges, depth, 3 * E * H * F, 0 },
-        { "add (edges)", w_add_edges, d1, 3 * E * H * F, 0 },
+        { "relu_dropout_backward (edges)", w_relu_backward_edges, fu ? 1 : depth, 3 * E * H * F, 0 },
+        { "add (edges)", w_add_edges, fu ? 0 : d1, 3 * E * H * F, 0 },
         { "gemm h x h x E (dW_h) alone", w_gemm_wh_dw, 0, (2 * E * H + 2 * H * H) * F, 2 * E * H * H },
         { "gemm E x h x h^T (dMsg) alone", w_gemm_wh_dx, 0, (2 * E * H + H * H) * F, 2 * E * H * H },
         { "gemm_batch dW_h + dMsg", w_gemm_wh_pair, d1, (4 * E * H + 3 * H * H) * F, 4 * E * H * H },
-        { "message_backward", w_message_backward, d1, (3 * E + A) * H * F + E * 8, 0 },
+        { "message_backward", w_message_backward, fu ? 0 : d1, (3 * E + A) * H * F + E * 8, 0 },
+        { "message_backward_relu (fused)", w_message_backward_relu, fu ? d1 : 0,
+          (7 * E + A) * H * F + E * 8, 0 },
         { "edge_embed_backward", w_edge_embed_backward, 1, (2 * E + A) * H * F, 0 },
         { "zero (gradients)", w_zero_grads, 1, P * F, 0 },
         { "adam", w_adam, 1, 7 * P * F, 0 },

@@ -290,14 +290,26 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
     for (int t = 1; t < m->depth; t++) {
         b->message(b, m->msg[t], m->as, g->in_start, g->in_edge, g->edge_src, m->m[t - 1], na,
                    ne, h);
+        if (b->gemm_res_relu) {   /* fused, as models/dmpnn.c */
+            b->gemm_res_relu(b, ne, h, h, m->msg[t], h, wh, h, m->h0, h, m->m[t], h);
+            if (m->p > 0)
+                b->relu_dropout(b, m->m[t], m->m[t], edge_elems, m->p, key + (uint64_t)t);
+            continue;
+        }
         b->copy(b, m->m[t], m->h0, edge_elems * b->esize);
         b->gemm(b, 0, 0, ne, h, h, 1.0, m->msg[t], h, wh, h, 1.0, m->m[t], h);
         b->relu_dropout(b, m->m[t], m->m[t], edge_elems, m->p, key + (uint64_t)t);
     }
     b->atom_sum(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], na, h);
     b->atom_embed(b, m->ho, g->atom_hot, g->atom_mass, wo, GS_P(m->off_bo), na, h, fa - 1);
-    b->gemm(b, 0, 0, na, h, h, 1.0, m->a, h, GS_AT(b, wo, (size_t)fa * h), h, 1.0, m->ho, h);
-    b->relu_dropout(b, m->ho, m->ho, (size_t)na * h, m->p, key + 100);
+    if (b->gemm_res_relu) {
+        b->gemm_res_relu(b, na, h, h, m->a, h, GS_AT(b, wo, (size_t)fa * h), h, m->ho, h, m->ho, h);
+        if (m->p > 0)
+            b->relu_dropout(b, m->ho, m->ho, (size_t)na * h, m->p, key + 100);
+    } else {
+        b->gemm(b, 0, 0, na, h, h, 1.0, m->a, h, GS_AT(b, wo, (size_t)fa * h), h, 1.0, m->ho, h);
+        b->relu_dropout(b, m->ho, m->ho, (size_t)na * h, m->p, key + 100);
+    }
     b->pool(b, m->x0, h, g->mol_atom, m->ho, nm, h, MP_AGG_MEAN, 100.0);
     /* head: z1 = ReLU(x0 W1 + b1), y = z1 W2 + b2 */
     b->fill_rows(b, m->z1, h, GS_P(m->off_b1), nm, h);
@@ -345,6 +357,26 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
     b->atom_embed_backward(b, GS_G(m->off_wo), g->atom_hot, g->atom_mass, m->dho, na, h, fa - 1);
     b->atom_sum_backward(b, m->dm, g->edge_dst, m->da, ne, h);
     /* message steps, last first */
+    if (b->message_backward_relu && m->depth > 1) {   /* fused, as models/dmpnn.c */
+        b->relu_dropout_backward(b, m->dh0, m->m[m->depth - 1], m->dm, edge_elems, m->p);
+        void *dz = m->dh0;
+        for (int t = m->depth - 1; t >= 1; t--) {
+            mp_gemm gh[2] = {
+                { 1, 0, h, h, ne, 1.0, 1.0, m->msg[t], dz, GS_G(m->off_wh), h, h, h },
+                { 0, 1, ne, h, h, 1.0, 0.0, dz, wh, m->dmsg, h, h, h },
+            };
+            b->gemm_batch(b, 2, gh);
+            b->message_backward_relu(b, m->dm, m->dh0, m->da, g->in_start, g->in_edge,
+                                     g->edge_dst, m->dmsg, m->m[t - 1], t - 1 >= 1 ? m->p : 0.0,
+                                     na, ne, h);
+            dz = m->dm;
+        }
+        b->edge_embed_backward(b, m->da, GS_AT(b, GS_G(m->off_wi), (size_t)fa * h), g->in_start,
+                               g->in_edge, g->bond_hot, m->dh0, na, ne, h);
+        b->atom_embed_backward(b, GS_G(m->off_wi), g->atom_hot, g->atom_mass, m->da, na, h,
+                               fa - 1);
+        return;
+    }
     int first = 1;
     for (int t = m->depth - 1; t >= 1; t--) {
         void *dz = first ? m->dh0 : m->dm;

@@ -494,6 +494,51 @@ static int case_gemm(fx *f, int prec, int ta, int tb, int m, int n, int k, int p
 
 static int case_gemm_batch(fx *f, int prec, int count);
 
+/* gemm_res_relu (ops.h): c = ReLU(r + a w) against the oracle, then again
+ * for the same bytes.  pad widens every leading dimension (unaligned rows:
+ * the GPU's fused path must state the true alignment); inplace: c == r. */
+static int case_gemm_res_relu(fx *f, int prec, int m, int n, int k, int pad, int inplace)
+{
+    int lda = k + pad, ldw = n + pad, ldr = n + pad, ldc = n + pad;
+    char what[160];
+    snprintf(what, sizeof what, "gemm_res_relu[%s](m=%d n=%d k=%d pad=%d inplace=%d)",
+             mp_precision_name((mp_precision)prec), m, n, k, pad, inplace);
+    pair A, W, R, C;
+    float *r0 = rand_floats(f, (size_t)m * ldr);
+    int ok = r0 && pair_rand(f, &A, (size_t)m * lda) && pair_rand(f, &W, (size_t)k * ldw) &&
+             pair_make(f, &R, r0, (size_t)m * ldr) &&
+             (inplace || pair_make(f, &C, NULL, (size_t)m * ldc));
+    const pair *out = inplace ? &R : &C;
+    void *first = NULL;
+    if (ok) {
+        f->r->gemm_res_relu(f->r, m, n, k, A.r, lda, W.r, ldw, R.r, ldr, out->r, ldc);
+        f->g->gemm_res_relu(f->g, m, n, k, A.g, lda, W.g, ldw, R.g, ldr, out->g, ldc);
+        ok = compare(f, what, out, TOL_PREC[prec], &first) &&
+             (inplace ? regpu(f, &R, r0) : regpu(f, &C, NULL));
+    }
+    if (ok) {
+        f->g->gemm_res_relu(f->g, m, n, k, A.g, lda, W.g, ldw, R.g, ldr, out->g, ldc);
+        ok = same_bytes(f, what, out, &first);
+    }
+    /* no negative output anywhere the product wrote: the ReLU ran */
+    if (ok) {
+        size_t nc = (size_t)m * ldc;
+        float *c = mp_malloc(nc * sizeof(float) + 1);
+        if (!c)
+            ok = fail(f, "out of host memory");
+        else if (f->g->download(f->g, c, out->g, nc * sizeof(float)) != MP_OK)
+            ok = fail(f, "%s: download: %s", what, mp_error_message());
+        for (size_t i = 0; ok && i < nc; i++)
+            if ((int)(i % (size_t)ldc) < n && c[i] < 0)
+                ok = fail(f, "%s: element %zu is negative (%g)", what, i, c[i]);
+        mp_free(c);
+    }
+    mp_free(r0);
+    mp_free(first);
+    fx_reset(f);
+    return ok;
+}
+
 static void gemm_all(fx *f, int prec, int *ok)
 {
     static const int shapes[][3] = {
@@ -516,6 +561,15 @@ static void gemm_all(fx *f, int prec, int *ok)
     static const int counts[] = { 1, 2, 3, 8 };
     for (int i = 0; *ok && i < 4; i++)
         *ok = case_gemm_batch(f, prec, counts[i]);
+    /* the fused update: the D-MPNN shapes (W_h over the edges, W_o in place
+     * over the atoms), odd and empty ones */
+    static const int rr[][5] = {
+        { 1, 1, 1, 0, 0 }, { 7, 5, 3, 0, 0 }, { 7, 5, 3, 1, 1 }, { 5, 7, 0, 0, 0 },
+        { 2502, 300, 300, 0, 0 }, { 1179, 300, 300, 0, 1 }, { 301, 300, 300, 3, 0 },
+        { 300, 301, 7, 0, 1 },
+    };
+    for (size_t s = 0; *ok && s < sizeof rr / sizeof rr[0]; s++)
+        *ok = case_gemm_res_relu(f, prec, rr[s][0], rr[s][1], rr[s][2], rr[s][3], rr[s][4]);
 }
 
 /* gemm_batch: count independent products of mixed shapes, each against the
@@ -923,6 +977,36 @@ static int case_message(fx *f, int bi, int h)
             ok = same_bytes(f, what, &Dm, &f1) & same_bytes(f, what, &Ds, &f2);
             f1 = f2 = NULL;
         }
+    }
+    /* the fused message_backward_relu, p = 0 and p = 0.25 (scaled) */
+    for (int pi = 0; ok && pi < 2; pi++) {
+        const double p = pi ? 0.25 : 0.0;
+        pair Dz, Dh0, Y, Ds2;
+        float *h0 = rand_floats(f, E * H);
+        ok = h0 && pair_make(f, &Dz, NULL, E * H) && pair_make(f, &Dh0, h0, E * H) &&
+             pair_rand(f, &Y, E * H) && pair_make(f, &Ds2, NULL, A * H);
+        snprintf(what, sizeof what, "message_backward_relu(%s p=%g)", tag, p);
+        if (ok) {
+            f->r->message_backward_relu(f->r, Dz.r, Dh0.r, Ds2.r, d.in_start[1], d.in_edge[1],
+                                        d.dst[1], Dmsg.r, Y.r, p, g->n_atoms, g->n_edges, h);
+            f->g->message_backward_relu(f->g, Dz.g, Dh0.g, Ds2.g, d.in_start[0], d.in_edge[0],
+                                        d.dst[0], Dmsg.g, Y.g, p, g->n_atoms, g->n_edges, h);
+            void *f3 = NULL;
+            ok = compare_ex(f, what, &Dz, TOL_FP32, 1, &f1) &&
+                 compare(f, what, &Dh0, TOL_FP32, &f2) && compare(f, what, &Ds2, TOL_FP32, &f3) &&
+                 regpu(f, &Dz, NULL) && regpu(f, &Dh0, h0) && regpu(f, &Ds2, NULL);
+            if (ok) {
+                f->g->message_backward_relu(f->g, Dz.g, Dh0.g, Ds2.g, d.in_start[0], d.in_edge[0],
+                                            d.dst[0], Dmsg.g, Y.g, p, g->n_atoms, g->n_edges, h);
+                ok = same_bytes(f, what, &Dz, &f1) & same_bytes(f, what, &Dh0, &f2) &
+                     same_bytes(f, what, &Ds2, &f3);
+            }
+            mp_free(f3);
+        }
+        mp_free(h0);
+        mp_free(f1);
+        mp_free(f2);
+        f1 = f2 = NULL;
     }
     if (ok) {
         snprintf(what, sizeof what, "atom_sum(%s)", tag);

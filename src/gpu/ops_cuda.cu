@@ -35,6 +35,7 @@
  */
 #include "gpu/gpu.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -67,6 +68,7 @@ typedef struct {
     cudaEvent_t    ev_fork, ev_join;
     cudaStream_t   lane_stream[2];
     cublasHandle_t lane_blas[2];
+    cublasLtHandle_t lt;         /* gemm_res_relu's fused epilogue; shares blas_ws */
     float         *scratch;
     mp_precision   prec;
     int            sm_count;
@@ -162,6 +164,27 @@ static unsigned grid_for(const gpu_ctx *c, size_t n, size_t items_per_block)
     return blocks ? (unsigned)blocks : 1u;
 }
 
+/* 1 when rows of width h can be moved 16 bytes at a time (kernels_rows.cuh):
+ * h a multiple of 4 and every given base pointer 16-byte aligned (NULL, an
+ * absent optional input, counts as aligned). */
+static int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static int vec4(int h, const void *p0, const void *p1 = NULL, const void *p2 = NULL,
+                const void *p3 = NULL)
+{
+    return h % 4 == 0 && al16(p0) && al16(p1) && al16(p2) && al16(p3);
+}
+
+/* Launch kern<4> (v4) or kern<1> over rows x (h / V) items on the stream. */
+#define LAUNCH_ROWS(c, v4, rows, h, kern, ...)                                             \
+    do {                                                                                  \
+        size_t items_ = (size_t)(rows) * (size_t)((h) / ((v4) ? 4 : 1));                   \
+        unsigned grid_ = grid_for((c), items_, THREADS);                                  \
+        if (v4)                                                                           \
+            kern<4><<<grid_, THREADS, 0, (c)->stream>>>(__VA_ARGS__);                     \
+        else                                                                              \
+            kern<1><<<grid_, THREADS, 0, (c)->stream>>>(__VA_ARGS__);                     \
+    } while (0)
+
 /* Warp-per-row kernels: global warp index and warp count. */
 __device__ __forceinline__ int64_t warp_id(void)
 {
@@ -210,34 +233,6 @@ __global__ void k_fill_rows(float *__restrict__ y, int ldy, const float *__restr
     }
 }
 
-__global__ void k_add(float *__restrict__ y, const float *__restrict__ x, size_t n)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        y[i] += x[i];
-}
-
-/* thr == 0: plain ReLU (scale unused). */
-__global__ void k_relu_dropout(float *y, const float *x, size_t n, uint32_t thr, float scale,
-                               uint64_t key)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float v = x[i] > 0.0f ? x[i] : 0.0f;
-        if (thr)
-            v = d_keep(key, i, thr) ? v * scale : 0.0f;
-        y[i] = v;
-    }
-}
-
-__global__ void k_relu_dropout_backward(float *dx, const float *y, const float *dy, size_t n,
-                                        float scale, int scaled)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        dx[i] = y[i] > 0.0f ? (scaled ? dy[i] * scale : dy[i]) : 0.0f;
-}
-
 __global__ void k_dropout2d(float *y, const float *x, int32_t n_rows, int n_cols, int ld,
                             uint32_t thr, float scale, uint64_t key)
 {
@@ -264,148 +259,7 @@ __global__ void k_adam(float *__restrict__ p, float *__restrict__ m, float *__re
     }
 }
 
-/* ===================================================================== */
-/* Kernels: graph gathers and CSR segment sums                            */
-/* ===================================================================== */
-
-/* out[v] = bias + sum of the hot rows of w + mass[v] * w[mass_row]. */
-__global__ void k_atom_embed(float *__restrict__ out, const int16_t *__restrict__ hot,
-                             const float *__restrict__ mass, const float *__restrict__ w,
-                             const float *__restrict__ bias, int32_t n_atoms, int h, int mass_row)
-{
-    const float *wm = w + (size_t)mass_row * h;
-    for (int64_t v = warp_id(); v < n_atoms; v += warp_count()) {
-        int s[MP_ATOM_MAX_HOT];
-#pragma unroll
-        for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
-            s[q] = hot[(size_t)v * MP_ATOM_MAX_HOT + q];
-        float mv = mass[v];
-        float *o = out + (size_t)v * h;
-        for (int j = lane_id(); j < h; j += 32) {
-            float acc = bias ? bias[j] : 0.0f;
-#pragma unroll
-            for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
-                if (s[q] >= 0)
-                    acc += w[(size_t)s[q] * h + j];
-            acc += mv * wm[j];
-            o[j] = acc;
-        }
-    }
-}
-
-/* h0[e] = a[src[e]] + sum of the bond's hot rows of wb. */
-__global__ void k_edge_embed(float *__restrict__ h0, const int32_t *__restrict__ edge_src,
-                             const int8_t *__restrict__ bond_hot, const float *__restrict__ a,
-                             const float *__restrict__ wb, int32_t n_edges, int h)
-{
-    for (int64_t e = warp_id(); e < n_edges; e += warp_count()) {
-        int s[MP_BOND_MAX_HOT];
-#pragma unroll
-        for (int q = 0; q < MP_BOND_MAX_HOT; q++)
-            s[q] = bond_hot[(size_t)(e >> 1) * MP_BOND_MAX_HOT + q];
-        const float *x = a + (size_t)edge_src[e] * h;
-        float *o = h0 + (size_t)e * h;
-        for (int j = lane_id(); j < h; j += 32) {
-            float acc = x[j];
-#pragma unroll
-            for (int q = 0; q < MP_BOND_MAX_HOT; q++)
-                if (s[q] >= 0)
-                    acc += wb[(size_t)s[q] * h + j];
-            o[j] = acc;
-        }
-    }
-}
-
-/* out[v] = sum over k in [in_start[v], in_start[v+1]) of x[in_edge[k] ^ flip],
- * in CSR order: one writer per element, so no atomics and fixed bits. */
-__global__ void k_segment_sum(float *__restrict__ out, const int32_t *__restrict__ in_start,
-                              const int32_t *__restrict__ in_edge, const float *__restrict__ x,
-                              int32_t n_atoms, int h, int32_t flip)
-{
-    for (int64_t v = warp_id(); v < n_atoms; v += warp_count()) {
-        int32_t k0 = in_start[v], k1 = in_start[v + 1];
-        float *o = out + (size_t)v * h;
-        for (int j = lane_id(); j < h; j += 32) {
-            float acc = 0.0f;
-            for (int32_t k = k0; k < k1; k++)
-                acc += x[(size_t)(in_edge[k] ^ flip) * h + j];
-            o[j] = acc;
-        }
-    }
-}
-
-/* out[e] = s[idx[e]] - x[e ^ 1]   (message: idx = src; its adjoint: idx = dst). */
-__global__ void k_gather_sub_rev(float *__restrict__ out, const float *__restrict__ s,
-                                 const int32_t *__restrict__ idx, const float *__restrict__ x,
-                                 int32_t n_edges, int h)
-{
-    for (int64_t e = warp_id(); e < n_edges; e += warp_count()) {
-        const float *sr = s + (size_t)idx[e] * h;
-        const float *xr = x + (size_t)(e ^ 1) * h;
-        float *o = out + (size_t)e * h;
-#pragma unroll 4
-        for (int j = lane_id(); j < h; j += 32)
-            o[j] = sr[j] - xr[j];
-    }
-}
-
-/* out[e] = x[idx[e]]. */
-__global__ void k_gather_rows(float *__restrict__ out, const int32_t *__restrict__ idx,
-                              const float *__restrict__ x, int32_t n_rows, int h)
-{
-    for (int64_t e = warp_id(); e < n_rows; e += warp_count()) {
-        const float *xr = x + (size_t)idx[e] * h;
-        float *o = out + (size_t)e * h;
-#pragma unroll 4
-        for (int j = lane_id(); j < h; j += 32)
-            o[j] = xr[j];
-    }
-}
-
-/* ===================================================================== */
-/* Kernels: pooling                                                       */
-/* ===================================================================== */
-
-/* agg: 0 mean, 1 sum, 2 norm (scale = inv_norm). */
-__global__ void k_pool(float *__restrict__ out, int ldo, const int32_t *__restrict__ mol_atom,
-                       const float *__restrict__ x, int32_t n_mols, int h, int agg, float inv_norm)
-{
-    for (int64_t i = warp_id(); i < n_mols; i += warp_count()) {
-        int32_t a0 = mol_atom[i], a1 = mol_atom[i + 1];
-        float *o = out + (size_t)i * ldo;
-        for (int j = lane_id(); j < h; j += 32) {
-            float acc = 0.0f;
-#pragma unroll 4
-            for (int32_t v = a0; v < a1; v++)
-                acc += x[(size_t)v * h + j];
-            if (a1 == a0)
-                acc = 0.0f;
-            else if (agg == 0)
-                acc /= (float)(a1 - a0);      /* divide, as torch's sum / a_size does */
-            else if (agg == 2)
-                acc *= inv_norm;
-            o[j] = acc;
-        }
-    }
-}
-
-__global__ void k_pool_backward(float *__restrict__ dx, const int32_t *__restrict__ mol_atom,
-                                const float *__restrict__ dout, int ldo, int32_t n_mols, int h,
-                                int agg, float inv_norm)
-{
-    for (int64_t i = warp_id(); i < n_mols; i += warp_count()) {
-        int32_t a0 = mol_atom[i], a1 = mol_atom[i + 1];
-        if (a1 == a0)
-            continue;
-        const float *g = dout + (size_t)i * ldo;
-        float d = (float)(a1 - a0);
-        for (int j = lane_id(); j < h; j += 32) {
-            float gv = agg == 0 ? g[j] / d : agg == 2 ? g[j] * inv_norm : g[j];
-            for (int32_t v = a0; v < a1; v++)
-                dx[(size_t)v * h + j] = gv;
-        }
-    }
-}
+#include "gpu/kernels_rows.cuh"
 
 /* ===================================================================== */
 /* Kernels: two-level deterministic reductions                            */
@@ -444,6 +298,22 @@ __global__ void k_col_sum_chunks(float *dst, int direct, const float *x, int ldx
 #define SUM_TX 32
 #define SUM_TY 32
 
+/* The same for n_chunks <= SUM_SEQ_MAX: one thread per output adds the
+ * chunks in order (eight loads in flight), no shared memory, no 32 x 32
+ * blocks of mostly idle lanes (small batches: ~20 chunks). */
+#define SUM_SEQ_MAX 32
+
+__global__ void k_sum_chunks_seq(float *dst, const float *part, int32_t n_chunks, size_t width)
+{
+    for (size_t i = gtid(); i < width; i += gstride()) {
+        float s = 0.0f;
+#pragma unroll 8
+        for (int32_t c = 0; c < n_chunks; c++)
+            s += part[(size_t)c * width + i];
+        dst[i] += s;
+    }
+}
+
 __global__ void __launch_bounds__(SUM_TX * SUM_TY)
 k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
 {
@@ -478,65 +348,91 @@ k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
  * else write part[(chunk * n_slots + s) * h + j].  Slots outside [0, n_hot)
  * in `hot` are ignored (the model checks its batches: ops.h callers never
  * pass them).
+ *
+ * Shape of the code (v5; see NOTES.md): rows go 32 at a time.  The 32 loads
+ * of g are issued together, branch-free, and parked in shared memory (each
+ * lane reads back only its own column, so no synchronization); lane u fetches
+ * row u's hot list and mass once for the warp, as accumulator offsets (a
+ * slot outside the group, or none, points at a spare "trash" row), and the
+ * consuming loop takes them by shuffle, in row order, NOT unrolled: a fully
+ * unrolled 32-row x NH-slot body with a branch per access was ~20k PTX
+ * lines, and the instruction fetch, not memory, set the speed.  A row's
+ * slots are distinct (one per one-hot block), so its NH accumulators are all
+ * read, then all written (one shared-memory latency per row); a row whose
+ * list repeats a slot (the seam allows it; the featurizer never does it)
+ * takes the one-at-a-time path, so the sums are the same either way.
  */
-#define SLOT_UNROLL 8
+#define SLOT_ROWS 32
 
 template <typename HT, int NH>
 __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot_shift,
                                   const float *mass, const float *g, int32_t n_rows, int h,
                                   int n_hot, int32_t rows_per_chunk, int group)
 {
-    extern __shared__ float acc[];                /* [group][32] */
+    extern __shared__ float sm[];          /* acc [group + 1][32] (last: trash), gs [32][32] */
+    float *acc = sm, *gs = sm + (size_t)(group + 1) * 32;
     const int lane = threadIdx.x;
     const int j = blockIdx.x * 32 + lane;
     const int32_t c = blockIdx.y;
     const int n_slots = n_hot + (mass ? 1 : 0);
     const int s0 = blockIdx.z * group;
     const int s1 = s0 + group < n_slots ? s0 + group : n_slots;
-    for (int s = s0; s < s1; s++)
-        acc[(s - s0) * 32 + lane] = 0.0f;
+    const int trash = group * 32;
+    for (int s = 0; s <= group; s++)
+        acc[s * 32 + lane] = 0.0f;
     float macc = 0.0f;
     const int32_t r0 = c * rows_per_chunk;
     const int32_t r1 = r0 + rows_per_chunk < n_rows ? r0 + rows_per_chunk : n_rows;
     const int hot_hi = s1 < n_hot ? s1 : n_hot;   /* hot slots of this group: [s0, hot_hi) */
     const bool col = j < h;
+    const int jj = col ? j : 0;                   /* a valid address for idle lanes */
 
-    /* SLOT_UNROLL rows per round: their loads are all issued before the first
-     * use, so a warp keeps that many row reads in flight (occupancy is
-     * bounded by the shared accumulators, ~13 warps per SM at 133 slots). */
-    int32_t r = r0;
-    for (; r + SLOT_UNROLL <= r1; r += SLOT_UNROLL) {
-        float gv[SLOT_UNROLL], mv[SLOT_UNROLL];
-        int sl[SLOT_UNROLL][NH];
-#pragma unroll
-        for (int u = 0; u < SLOT_UNROLL; u++) {
-            gv[u] = col ? g[(size_t)(r + u) * h + j] : 0.0f;
-            mv[u] = mass ? mass[r + u] : 0.0f;
-#pragma unroll
-            for (int q = 0; q < NH; q++)
-                sl[u][q] = hot[(size_t)((r + u) >> hot_shift) * NH + q];
-        }
-#pragma unroll
-        for (int u = 0; u < SLOT_UNROLL; u++) {
-#pragma unroll
-            for (int q = 0; q < NH; q++) {
-                int s = sl[u][q];
-                if (s >= s0 && s < hot_hi)
-                    acc[(s - s0) * 32 + lane] += gv[u];
-            }
-            macc += mv[u] * gv[u];
-        }
-    }
-    for (; r < r1; r++) {
-        float gv = col ? g[(size_t)r * h + j] : 0.0f;
+    for (int32_t r = r0; r < r1; r += SLOT_ROWS) {
+        const int nr = r1 - r < SLOT_ROWS ? (int)(r1 - r) : SLOT_ROWS;   /* warp-uniform */
+        const int32_t rl = r + (lane < nr ? lane : 0);
+        int my[NH];
+        bool dup = false;
 #pragma unroll
         for (int q = 0; q < NH; q++) {
-            int s = hot[(size_t)(r >> hot_shift) * NH + q];
-            if (s >= s0 && s < hot_hi)
-                acc[(s - s0) * 32 + lane] += gv;
+            int sl = (int)hot[(size_t)(rl >> hot_shift) * NH + q];
+            my[q] = lane < nr && sl >= s0 && sl < hot_hi ? (sl - s0) * 32 : trash;
+#pragma unroll
+            for (int q2 = 0; q2 < q; q2++)
+                dup |= my[q] != trash && my[q] == my[q2];
         }
-        if (mass)
-            macc += mass[r] * gv;
+        const float mym = mass ? mass[rl] : 0.0f;
+        const unsigned dups = __ballot_sync(0xffffffffu, dup);
+        float v[SLOT_ROWS];
+#pragma unroll
+        for (int u = 0; u < SLOT_ROWS; u++)
+            v[u] = g[(size_t)(r + (u < nr ? u : 0)) * h + jj];
+#pragma unroll
+        for (int u = 0; u < SLOT_ROWS; u++)
+            gs[u * 32 + lane] = col && u < nr ? v[u] : 0.0f;
+#pragma unroll 1
+        for (int u = 0; u < nr; u++) {
+            const float gu = gs[u * 32 + lane];
+            int off[NH];
+#pragma unroll
+            for (int q = 0; q < NH; q++)
+                off[q] = __shfl_sync(0xffffffffu, my[q], u) + lane;
+            if (!((dups >> u) & 1u)) {                   /* warp-uniform */
+                float old[NH];
+#pragma unroll
+                for (int q = 0; q < NH; q++)
+                    old[q] = acc[off[q]];
+#pragma unroll
+                for (int q = 0; q < NH; q++)
+                    acc[off[q]] = old[q] + gu;
+            } else {
+#pragma unroll
+                for (int q = 0; q < NH; q++)
+                    acc[off[q]] += gu;
+            }
+            const float mu = __shfl_sync(0xffffffffu, mym, u);
+            if (mass)
+                macc += mu * gu;
+        }
     }
     if (!col)
         return;
@@ -686,6 +582,14 @@ static void cu_copy(mp_backend *b, void *dst, const void *src, size_t bytes)
                (ptrdiff_t)(d - s));
         return;
     }
+    if (al16(dst) && al16(src) && bytes % 16 == 0) {
+        /* A kernel: a memcpy node costs more than a kernel node in a graph,
+         * and 16-byte accesses run at the copy bandwidth. */
+        k_copy16<<<grid_for(c, bytes / 16, THREADS), THREADS, 0, c->stream>>>(
+            (uint4 *)dst, (const uint4 *)src, bytes / 16);
+        LAUNCHED(c, "k_copy16");
+        return;
+    }
     CUDA_OK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
@@ -798,14 +702,14 @@ static void cu_fill_rows(mp_backend *b, void *y, int ldy, const void *row, int32
 }
 
 /* Rows per chunk of a two-level reduction over n_rows rows whose partial
- * block has `width` floats per chunk: at least 64 rows a chunk, at most 256
+ * block has `width` floats per chunk: at least 64 rows a chunk, at most 1024
  * chunks, and the partials must fit the scratch.  A function of the shape
  * only.  One chunk means "add directly into the destination". */
 static int32_t chunk_rows(int32_t n_rows, size_t width, int32_t *n_chunks)
 {
     int64_t nch = ((int64_t)n_rows + 63) / 64;
-    if (nch > 256)
-        nch = 256;
+    if (nch > 1024)
+        nch = 1024;
     int64_t fit = (int64_t)(SCRATCH_ELEMS / (width ? width : 1));
     if (nch > fit)
         nch = fit;
@@ -822,6 +726,12 @@ static int32_t chunk_rows(int32_t n_rows, size_t width, int32_t *n_chunks)
 
 static void sum_chunks(gpu_ctx *c, float *dst, int32_t n_chunks, size_t width)
 {
+    if (n_chunks <= SUM_SEQ_MAX) {
+        k_sum_chunks_seq<<<grid_for(c, width, THREADS), THREADS, 0, c->stream>>>(
+            dst, c->scratch, n_chunks, width);
+        LAUNCHED(c, "k_sum_chunks_seq");
+        return;
+    }
     dim3 block(SUM_TX, SUM_TY);
     k_sum_chunks<<<(unsigned)((width + SUM_TX - 1) / SUM_TX), block, 0, c->stream>>>(
         dst, c->scratch, n_chunks, width);
@@ -863,7 +773,7 @@ static void cu_add(mp_backend *b, void *y, const void *x, size_t n)
     gpu_ctx *c = CTX(b);
     if (!n || !usable(c))
         return;
-    k_add<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>((float *)y, (const float *)x, n);
+    LAUNCH_ROWS(c, al16(y) && al16(x), 1, n, k_add, (float *)y, (const float *)x, n);
     LAUNCHED(c, "k_add");
 }
 
@@ -875,8 +785,8 @@ static void cu_relu_dropout(mp_backend *b, void *y, const void *x, size_t n, dou
         return;
     uint32_t thr = mp_dropout_threshold(p);
     float scale = thr && p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-    k_relu_dropout<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>(
-        (float *)y, (const float *)x, n, thr, scale, key);
+    LAUNCH_ROWS(c, al16(y) && al16(x), 1, n, k_relu_dropout, (float *)y, (const float *)x, n,
+                thr, scale, key);
     LAUNCHED(c, "k_relu_dropout");
 }
 
@@ -888,8 +798,8 @@ static void cu_relu_dropout_backward(mp_backend *b, void *dx, const void *y, con
         return;
     int scaled = p > 0 && p < 1;
     float scale = scaled ? (float)(1.0 / (1.0 - p)) : 1.0f;
-    k_relu_dropout_backward<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>(
-        (float *)dx, (const float *)y, (const float *)dy, n, scale, scaled);
+    LAUNCH_ROWS(c, al16(dx) && al16(y) && al16(dy), 1, n, k_relu_dropout_backward, (float *)dx,
+                (const float *)y, (const float *)dy, n, scale, scaled);
     LAUNCHED(c, "k_relu_dropout_backward");
 }
 
@@ -917,19 +827,14 @@ static void cu_dropout_backward(mp_backend *b, void *dx, const void *dy, int32_t
 /* Graph                                                                  */
 /* ===================================================================== */
 
-static unsigned row_grid(const gpu_ctx *c, int64_t rows)
-{
-    return grid_for(c, (size_t)rows, ROWS_PER_BLOCK);
-}
-
 static void cu_atom_embed(mp_backend *b, void *out, const int16_t *hot, const float *mass,
                           const void *w, const void *bias, int32_t n_atoms, int h, int mass_row)
 {
     gpu_ctx *c = CTX(b);
     if (n_atoms <= 0 || h <= 0 || !usable(c))
         return;
-    k_atom_embed<<<row_grid(c, n_atoms), THREADS, 0, c->stream>>>(
-        (float *)out, hot, mass, (const float *)w, (const float *)bias, n_atoms, h, mass_row);
+    LAUNCH_ROWS(c, vec4(h, out, w, bias), n_atoms, h, k_atom_embed, (float *)out, hot, mass,
+                (const float *)w, (const float *)bias, n_atoms, h, mass_row);
     LAUNCHED(c, "k_atom_embed");
 }
 
@@ -942,14 +847,16 @@ static void slot_scatter(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, co
     const int n_slots = n_hot + (mass ? 1 : 0);
     if (n_rows <= 0 || h <= 0 || n_slots <= 0)
         return;
-    /* Shared memory: 32 floats per slot; 384 slots = 48 KiB, the default limit. */
-    const int group = n_slots < 384 ? n_slots : 384;
+    /* Shared memory: 32 floats per slot, one trash row and the 32 x 32
+     * staged rows; 320 slots keep it under 48 KiB, the default limit. */
+    const int group = n_slots < 320 ? n_slots : 320;
     const int n_groups = (n_slots + group - 1) / group;
     const size_t width = (size_t)n_slots * h;
     int32_t nch, rows = chunk_rows(n_rows, width, &nch);
     int direct = nch == 1;
     dim3 grid((unsigned)((h + 31) / 32), (unsigned)nch, (unsigned)n_groups);
-    k_slot_sum_chunks<HT, NH><<<grid, 32, (size_t)group * 32 * sizeof(float), c->stream>>>(
+    const size_t smem = ((size_t)(group + 1) * 32 + (size_t)SLOT_ROWS * 32) * sizeof(float);
+    k_slot_sum_chunks<HT, NH><<<grid, 32, smem, c->stream>>>(
         direct ? dw : c->scratch, direct, hot, hot_shift, mass, g, n_rows, h, n_hot, rows, group);
     if (cuda_ok(c, cudaGetLastError(), name, __FILE__, __LINE__) && !direct)
         sum_chunks(c, dw, nch, width);
@@ -973,16 +880,16 @@ static void cu_edge_embed(mp_backend *b, void *h0, const int32_t *edge_src, cons
     gpu_ctx *c = CTX(b);
     if (n_edges <= 0 || h <= 0 || !usable(c))
         return;
-    k_edge_embed<<<row_grid(c, n_edges), THREADS, 0, c->stream>>>(
-        (float *)h0, edge_src, bond_hot, (const float *)a, (const float *)wb, n_edges, h);
+    LAUNCH_ROWS(c, vec4(h, h0, a, wb), n_edges, h, k_edge_embed, (float *)h0, edge_src,
+                bond_hot, (const float *)a, (const float *)wb, n_edges, h);
     LAUNCHED(c, "k_edge_embed");
 }
 
 static void segment_sum(gpu_ctx *c, float *out, const int32_t *in_start, const int32_t *in_edge,
                         const float *x, int32_t n_atoms, int h, int32_t flip)
 {
-    k_segment_sum<<<row_grid(c, n_atoms), THREADS, 0, c->stream>>>(out, in_start, in_edge, x,
-                                                                    n_atoms, h, flip);
+    LAUNCH_ROWS(c, vec4(h, out, x), n_atoms, h, k_segment_sum, out, in_start, in_edge, x,
+                n_atoms, h, flip);
     LAUNCHED(c, "k_segment_sum");
 }
 
@@ -1011,8 +918,8 @@ static void cu_message(mp_backend *b, void *msg, void *s, const int32_t *in_star
     if (n_atoms > 0)
         segment_sum(c, (float *)s, in_start, in_edge, (const float *)m, n_atoms, h, 0);
     if (n_edges > 0 && usable(c)) {
-        k_gather_sub_rev<<<row_grid(c, n_edges), THREADS, 0, c->stream>>>(
-            (float *)msg, (const float *)s, edge_src, (const float *)m, n_edges, h);
+        LAUNCH_ROWS(c, vec4(h, msg, s, m), n_edges, h, k_gather_sub_rev, (float *)msg,
+                    (const float *)s, edge_src, (const float *)m, n_edges, h);
         LAUNCHED(c, "k_gather_sub_rev");
     }
 }
@@ -1027,8 +934,8 @@ static void cu_message_backward(mp_backend *b, void *dm, void *ds, const int32_t
     if (n_atoms > 0)
         segment_sum(c, (float *)ds, in_start, in_edge, (const float *)dmsg, n_atoms, h, 1);
     if (n_edges > 0 && usable(c)) {
-        k_gather_sub_rev<<<row_grid(c, n_edges), THREADS, 0, c->stream>>>(
-            (float *)dm, (const float *)ds, edge_dst, (const float *)dmsg, n_edges, h);
+        LAUNCH_ROWS(c, vec4(h, dm, ds, dmsg), n_edges, h, k_gather_sub_rev, (float *)dm,
+                    (const float *)ds, edge_dst, (const float *)dmsg, n_edges, h);
         LAUNCHED(c, "k_gather_sub_rev");
     }
 }
@@ -1048,8 +955,8 @@ static void cu_atom_sum_backward(mp_backend *b, void *dm, const int32_t *edge_ds
     gpu_ctx *c = CTX(b);
     if (n_edges <= 0 || h <= 0 || !usable(c))
         return;
-    k_gather_rows<<<row_grid(c, n_edges), THREADS, 0, c->stream>>>(
-        (float *)dm, edge_dst, (const float *)da, n_edges, h);
+    LAUNCH_ROWS(c, vec4(h, dm, da), n_edges, h, k_gather_rows, (float *)dm, edge_dst,
+                (const float *)da, n_edges, h);
     LAUNCHED(c, "k_gather_rows");
 }
 
@@ -1061,9 +968,8 @@ static void cu_pool(mp_backend *b, void *out, int ldo, const int32_t *mol_atom, 
     gpu_ctx *c = CTX(b);
     if (n_mols <= 0 || h <= 0 || !usable(c))
         return;
-    k_pool<<<row_grid(c, n_mols), THREADS, 0, c->stream>>>(
-        (float *)out, ldo, mol_atom, (const float *)x, n_mols, h, agg_code(agg),
-        (float)(1.0 / norm));
+    LAUNCH_ROWS(c, vec4(h, out, x) && ldo % 4 == 0, n_mols, h, k_pool, (float *)out, ldo,
+                mol_atom, (const float *)x, n_mols, h, agg_code(agg), (float)(1.0 / norm));
     LAUNCHED(c, "k_pool");
 }
 
@@ -1073,10 +979,141 @@ static void cu_pool_backward(mp_backend *b, void *dx, const int32_t *mol_atom, c
     gpu_ctx *c = CTX(b);
     if (n_mols <= 0 || h <= 0 || !usable(c))
         return;
-    k_pool_backward<<<row_grid(c, n_mols), THREADS, 0, c->stream>>>(
-        (float *)dx, mol_atom, (const float *)dout, ldo, n_mols, h, agg_code(agg),
-        (float)(1.0 / norm));
+    LAUNCH_ROWS(c, vec4(h, dx, dout) && ldo % 4 == 0, n_mols, h, k_pool_backward, (float *)dx,
+                mol_atom, (const float *)dout, ldo, n_mols, h, agg_code(agg), (float)(1.0 / norm));
     LAUNCHED(c, "k_pool_backward");
+}
+
+/* ===================================================================== */
+/* Fused ops (ops.h: gemm_res_relu, message_backward_relu)                */
+/* ===================================================================== */
+
+/*
+ * c = ReLU(r + a w) as one cuBLASLt product with the residual as its C
+ * operand (beta 1) and the ReLU epilogue: one pass over the output instead
+ * of a copy, a product reading C, and a ReLU pass.  Row-major over
+ * column-major as in gemm_on: C^T = W^T A^T + R^T, so Lt's A is w (n x k),
+ * its B is a (k x m).  The algorithm is the heuristic's first for the shape
+ * and the fixed workspace, so the same on every call (same bits).  When Lt
+ * offers no algorithm (or refuses the layout), the unfused ops run instead.
+ */
+/* The alignment of p in bytes, as Lt's preferences take it (at most 256). */
+static uint32_t align_of(const void *p)
+{
+    uint32_t al = 256;
+    while (al > 4 && ((uintptr_t)p & (al - 1)))
+        al >>= 1;
+    return al;
+}
+
+static int lt_res_relu(gpu_ctx *c, int m, int n, int k, const void *a, int lda, const void *w,
+                       int ldw, const void *r, int ldr, void *cm, int ldc)
+{
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0, done = 0;
+    const cublasOperation_t no = CUBLAS_OP_N;
+    const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_RELU;
+    const size_t ws = BLAS_WORKSPACE_BYTES;
+    /* Lt assumes 256-byte aligned operands unless told: a sub-block of the
+     * parameter block is not, so state what each pointer really has. */
+    const uint32_t al_a = align_of(w), al_b = align_of(a), al_c = align_of(r),
+                   al_d = align_of(cm);
+    memset(&res, 0, sizeof res);
+    if (cublasLtMatmulDescCreate(&op, compute_type(c->prec), CUDA_R_32F) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &no, sizeof no) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof no) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, (uint64_t)n, (uint64_t)k, ldw) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, (uint64_t)k, (uint64_t)m, lda) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, ldr) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)n, (uint64_t)m, ldc) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                             &al_a, sizeof al_a) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                             &al_b, sizeof al_b) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                             &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                             &al_d, sizeof al_d) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, ld, pref, 1, &res, &found) ==
+            CUBLAS_STATUS_SUCCESS &&
+        found > 0) {
+        const float one = 1.0f;
+        cublasStatus_t st = cublasLtMatmul(c->lt, op, &one, w, la, a, lb, &one, r, lc, cm, ld,
+                                           &res.algo, c->blas_ws, ws, c->stream);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            record(c, st == CUBLAS_STATUS_ALLOC_FAILED ? MP_ERR_NOMEM : MP_ERR_INTERNAL,
+                   __FILE__, __LINE__, "cuBLASLt error: %s (%s) in gemm_res_relu m=%d n=%d k=%d "
+                   "lda=%d ldw=%d ldr=%d ldc=%d, %s", cublasGetStatusString(st),
+                   cublasGetStatusName(st), m, n, k, lda, ldw, ldr, ldc,
+                   mp_precision_name(c->prec));
+        done = 1;
+    }
+    if (pref)
+        (void)cublasLtMatmulPreferenceDestroy(pref);
+    if (ld)
+        (void)cublasLtMatrixLayoutDestroy(ld);
+    if (lc)
+        (void)cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        (void)cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        (void)cublasLtMatrixLayoutDestroy(la);
+    if (op)
+        (void)cublasLtMatmulDescDestroy(op);
+    return done;
+}
+
+static void cu_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, int lda,
+                             const void *w, int ldw, const void *r, int ldr, void *cm, int ldc)
+{
+    gpu_ctx *c = CTX(b);
+    if (m <= 0 || n <= 0 || !usable(c))
+        return;
+    if (cm == r && ldc != ldr) {
+        record(c, MP_ERR_ARG, __FILE__, __LINE__,
+               "cuda gemm_res_relu: c == r needs ldc == ldr (%d != %d)", ldc, ldr);
+        return;
+    }
+    /* Lt needs k >= 1 (k == 0 is c = ReLU(r), composed below). */
+    if (k > 0 && lt_res_relu(c, m, n, k, a, lda, w, ldw, r, ldr, cm, ldc))
+        return;
+    mp_ops_gemm_res_relu_composed(b, m, n, k, a, lda, w, ldw, r, ldr, cm, ldc);
+}
+
+static void cu_message_backward_relu(mp_backend *b, void *dz, void *dh0, void *ds,
+                                     const int32_t *in_start, const int32_t *in_edge,
+                                     const int32_t *edge_dst, const void *dmsg, const void *y,
+                                     double p, int32_t n_atoms, int32_t n_edges, int h)
+{
+    gpu_ctx *c = CTX(b);
+    if (h <= 0 || !usable(c))
+        return;
+    if (n_atoms > 0)
+        segment_sum(c, (float *)ds, in_start, in_edge, (const float *)dmsg, n_atoms, h, 1);
+    if (n_edges > 0 && usable(c)) {
+        /* the scale exactly as cu_relu_dropout_backward computes it */
+        int scaled = p > 0 && p < 1;
+        float scale = scaled ? (float)(1.0 / (1.0 - p)) : 1.0f;
+        LAUNCH_ROWS(c, vec4(h, dz, dh0, ds, dmsg) && al16(y), n_edges, h,
+                    k_gather_sub_rev_relu, (float *)dz, (float *)dh0, (const float *)ds,
+                    edge_dst, (const float *)dmsg, (const float *)y, n_edges, h, scale, scaled);
+        LAUNCHED(c, "k_gather_sub_rev_relu");
+    }
 }
 
 /* ===================================================================== */
@@ -1183,6 +1220,8 @@ static void cu_close(mp_backend *b)
             (void)cublasDestroy(c->blas);
         if (c->blas2)
             (void)cublasDestroy(c->blas2);
+        if (c->lt)
+            (void)cublasLtDestroy(c->lt);
         if (c->blas_ws)
             (void)cudaFree(c->blas_ws);
         if (c->blas_ws2)
@@ -1267,7 +1306,8 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
         !BLAS_OK(c, cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST)) ||
         !BLAS_OK(c, cublasCreate(&c->blas2)) ||
         !BLAS_OK(c, cublasSetStream(c->blas2, c->side)) ||
-        !BLAS_OK(c, cublasSetPointerMode(c->blas2, CUBLAS_POINTER_MODE_HOST)))
+        !BLAS_OK(c, cublasSetPointerMode(c->blas2, CUBLAS_POINTER_MODE_HOST)) ||
+        !BLAS_OK(c, cublasLtCreate(&c->lt)))
         return open_fail(b, MP_ERR_INTERNAL);
     c->lane_stream[0] = c->stream;
     c->lane_stream[1] = c->side;
@@ -1320,6 +1360,8 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     b->pool_backward = cu_pool_backward;
     b->loss = cu_loss;
     b->adam = cu_adam;
+    b->gemm_res_relu = cu_gemm_res_relu;
+    b->message_backward_relu = cu_message_backward_relu;
     *out = b;
     return MP_OK;
 }

@@ -47,18 +47,35 @@ void mp_dmpnn_forward(mp_model *m, int training)
         b->message(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src, a->m[t - 1], na,
                    ne, h);
         /* M_t = H0 + msg W_h: the residual is the pre-activation H0 */
+        uint64_t key = p > 0 ? mp_rng_u64(&m->drop_rng) : 0;
+        if (b->gemm_res_relu) {
+            /* fused residual + ReLU (ops.h); dropout, if any, after it:
+             * dropout of ReLU(ReLU(x)) is exactly relu_dropout of x */
+            b->gemm_res_relu(b, ne, h, h, a->msg[t], h, wh, h, a->h0, h, a->m[t], h);
+            if (p > 0)
+                b->relu_dropout(b, a->m[t], a->m[t], edge_elems, p, key);
+            continue;
+        }
         b->copy(b, a->m[t], a->h0, edge_elems * m->esize);
         b->gemm(b, 0, 0, ne, h, h, 1.0, a->msg[t], h, wh, h, 1.0, a->m[t], h);
-        uint64_t key = p > 0 ? mp_rng_u64(&m->drop_rng) : 0;
         b->relu_dropout(b, a->m[t], a->m[t], edge_elems, p, key);
     }
 
     /* Readout: h_v = Dropout(ReLU(W_o [x_v ; a_v] + b_o)). */
     b->atom_sum(b, a->a, g->in_start, g->in_edge, a->m[depth - 1], na, h);
     b->atom_embed(b, a->ho, g->atom_hot, g->atom_mass, wo, bo, na, h, fa - 1);
-    b->gemm(b, 0, 0, na, h, h, 1.0, a->a, h, MP_AT(m, wo, (size_t)fa * h), h, 1.0, a->ho, h);
     uint64_t key = p > 0 ? mp_rng_u64(&m->drop_rng) : 0;
-    b->relu_dropout(b, a->ho, a->ho, (size_t)na * h, p, key);
+    if (b->gemm_res_relu) {
+        /* in place: ho = ReLU(ho + a W_o), then the dropout if any */
+        b->gemm_res_relu(b, na, h, h, a->a, h, MP_AT(m, wo, (size_t)fa * h), h, a->ho, h, a->ho,
+                         h);
+        if (p > 0)
+            b->relu_dropout(b, a->ho, a->ho, (size_t)na * h, p, key);
+    } else {
+        b->gemm(b, 0, 0, na, h, h, 1.0, a->a, h, MP_AT(m, wo, (size_t)fa * h), h, 1.0, a->ho,
+                h);
+        b->relu_dropout(b, a->ho, a->ho, (size_t)na * h, p, key);
+    }
 
     b->pool(b, a->x0, m->in_dim, g->mol_atom, a->ho, g->n_mols, h, m->cfg.aggregation,
             m->cfg.agg_norm);
@@ -94,28 +111,47 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
 
     /* Message steps, last first.  dm holds d loss / d M_t on entry.  The
      * first dZ goes straight into dh0 (no copy), later ones are added. */
-    int first = 1;
-    for (int t = depth - 1; t >= 1; t--) {
-        void *dz = first ? a->dh0 : a->dm;
-        b->relu_dropout_backward(b, dz, a->m[t], a->dm, edge_elems, p);
-        if (!first)
-            b->add(b, a->dh0, dz, edge_elems);
-        first = 0;
-        /* dW_h += msg^T dZ and dmsg = dZ W_h^T */
-        mp_gemm st[2] = {
-            { 1, 0, h, h, ne, 1.0, 1.0, a->msg[t], dz, G(m->off_wh), h, h, h },
-            { 0, 1, ne, h, h, 1.0, 0.0, dz, wh, a->dmsg, h, h, h },
-        };
-        b->gemm_batch(b, 2, st);
-        b->message_backward(b, a->dm, a->da, g->in_start, g->in_edge, g->edge_dst, a->dmsg, na,
-                            ne, h);
-    }
-    /* M_0 = ReLU(H0). */
-    if (first) {
-        b->relu_dropout_backward(b, a->dh0, a->m[0], a->dm, edge_elems, 0.0);
+    if (b->message_backward_relu && depth > 1) {
+        /* Fused (ops.h): each message_backward also applies the ReLU /
+         * dropout backward of M_{t-1} and adds the result into dh0, so dm
+         * leaves it holding dZ_{t-1}: the same ops as the loop below. */
+        b->relu_dropout_backward(b, a->dh0, a->m[depth - 1], a->dm, edge_elems, p);
+        void *dz = a->dh0;
+        for (int t = depth - 1; t >= 1; t--) {
+            mp_gemm st[2] = {
+                { 1, 0, h, h, ne, 1.0, 1.0, a->msg[t], dz, G(m->off_wh), h, h, h },
+                { 0, 1, ne, h, h, 1.0, 0.0, dz, wh, a->dmsg, h, h, h },
+            };
+            b->gemm_batch(b, 2, st);
+            b->message_backward_relu(b, a->dm, a->dh0, a->da, g->in_start, g->in_edge,
+                                     g->edge_dst, a->dmsg, a->m[t - 1], t - 1 >= 1 ? p : 0.0, na,
+                                     ne, h);
+            dz = a->dm;
+        }
     } else {
-        b->relu_dropout_backward(b, a->dm, a->m[0], a->dm, edge_elems, 0.0);
-        b->add(b, a->dh0, a->dm, edge_elems);
+        int first = 1;
+        for (int t = depth - 1; t >= 1; t--) {
+            void *dz = first ? a->dh0 : a->dm;
+            b->relu_dropout_backward(b, dz, a->m[t], a->dm, edge_elems, p);
+            if (!first)
+                b->add(b, a->dh0, dz, edge_elems);
+            first = 0;
+            /* dW_h += msg^T dZ and dmsg = dZ W_h^T */
+            mp_gemm st[2] = {
+                { 1, 0, h, h, ne, 1.0, 1.0, a->msg[t], dz, G(m->off_wh), h, h, h },
+                { 0, 1, ne, h, h, 1.0, 0.0, dz, wh, a->dmsg, h, h, h },
+            };
+            b->gemm_batch(b, 2, st);
+            b->message_backward(b, a->dm, a->da, g->in_start, g->in_edge, g->edge_dst,
+                                a->dmsg, na, ne, h);
+        }
+        /* M_0 = ReLU(H0). */
+        if (first) {
+            b->relu_dropout_backward(b, a->dh0, a->m[0], a->dm, edge_elems, 0.0);
+        } else {
+            b->relu_dropout_backward(b, a->dm, a->m[0], a->dm, edge_elems, 0.0);
+            b->add(b, a->dh0, a->dm, edge_elems);
+        }
     }
 
     /* W_i: bond rows from every edge, atom rows from the edges each atom sends. */

@@ -199,7 +199,37 @@ struct mp_backend {
     void (*adam)(mp_backend *b, void *p, void *m, void *v, const void *g, size_t n,
                  double lr, double beta1, double beta2, double eps,
                  double weight_decay, long t);
+
+    /* ---- fused (optional: NULL means "issue the unfused ops") ---------- */
+    /* c[m x n] = ReLU(r + a w), a [m x k], w [k x n], r [m x n], row-major,
+     * no transposes: the D-MPNN update M_t = ReLU(H0 + msg W_h) in one pass
+     * (the GPU fuses the residual and the ReLU into the product's epilogue).
+     * The same as copy2d(c <- r), gemm(beta 1), ReLU.  c may equal r (then
+     * ldc == ldr); c must not overlap a or w. */
+    void (*gemm_res_relu)(mp_backend *b, int m, int n, int k, const void *a, int lda,
+                          const void *w, int ldw, const void *r, int ldr, void *c, int ldc);
+    /* message_backward, then relu_dropout_backward through y, then add:
+     * ds[v] = sum_{k in in(v)} dmsg[k ^ 1] (scratch), and for every edge e
+     * g = ds[dst[e]] - dmsg[e ^ 1], dz[e] = y[e] > 0 ? g / (1 - p) : 0
+     * (p == 0: g), dh0[e] += dz[e].  Overwrites dz; no argument aliases
+     * another. */
+    void (*message_backward_relu)(mp_backend *b, void *dz, void *dh0, void *ds,
+                                  const int32_t *in_start, const int32_t *in_edge,
+                                  const int32_t *edge_dst, const void *dmsg, const void *y,
+                                  double p, int32_t n_atoms, int32_t n_edges, int h);
 };
+
+/* The fused ops as the unfused ops they replace (copy2d, gemm, relu_dropout;
+ * message_backward, relu_dropout_backward, add): what the cpu and ref
+ * backends use, bit for bit what the model computed before the fusion. */
+void mp_ops_gemm_res_relu_composed(mp_backend *b, int m, int n, int k, const void *a, int lda,
+                                   const void *w, int ldw, const void *r, int ldr, void *c,
+                                   int ldc);
+void mp_ops_message_backward_relu_composed(mp_backend *b, void *dz, void *dh0, void *ds,
+                                           const int32_t *in_start, const int32_t *in_edge,
+                                           const int32_t *edge_dst, const void *dmsg,
+                                           const void *y, double p, int32_t n_atoms,
+                                           int32_t n_edges, int h);
 
 /*
  * Opens a backend by name: "cpu" (OpenBLAS + OpenMP, float), "ref" (plain

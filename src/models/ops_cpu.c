@@ -1016,6 +1016,8 @@ mp_status mp_backend_cpu_open(mp_backend **out)
     b->pool_backward = cpu_pool_backward;
     b->loss = cpu_loss;
     b->adam = cpu_adam;
+    b->gemm_res_relu = mp_ops_gemm_res_relu_composed;
+    b->message_backward_relu = mp_ops_message_backward_relu_composed;
     *out = b;
     return MP_OK;
 }

@@ -391,6 +391,43 @@ static void ref_adam(mp_backend *b, void *p, void *m, void *v, const void *g, si
 }
 
 /* ===================================================================== */
+/* Fused ops, composed of the unfused ones (ops.h; cpu and ref use these)  */
+/* ===================================================================== */
+
+void mp_ops_gemm_res_relu_composed(mp_backend *b, int m, int n, int k, const void *a, int lda,
+                                   const void *w, int ldw, const void *r, int ldr, void *c,
+                                   int ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (c != r)
+        b->copy2d(b, c, ldc, r, ldr, m, n);
+    b->gemm(b, 0, 0, m, n, k, 1.0, a, lda, w, ldw, 1.0, c, ldc);
+    if (ldc == n) {
+        b->relu_dropout(b, c, c, (size_t)m * n, 0.0, 0);
+        return;
+    }
+    for (int i = 0; i < m; i++) {
+        void *row = (char *)c + (size_t)i * ldc * b->esize;
+        b->relu_dropout(b, row, row, (size_t)n, 0.0, 0);
+    }
+}
+
+void mp_ops_message_backward_relu_composed(mp_backend *b, void *dz, void *dh0, void *ds,
+                                           const int32_t *in_start, const int32_t *in_edge,
+                                           const int32_t *edge_dst, const void *dmsg,
+                                           const void *y, double p, int32_t n_atoms,
+                                           int32_t n_edges, int h)
+{
+    b->message_backward(b, dz, ds, in_start, in_edge, edge_dst, dmsg, n_atoms, n_edges, h);
+    if (n_edges <= 0 || h <= 0)
+        return;
+    const size_t n = (size_t)n_edges * h;
+    b->relu_dropout_backward(b, dz, y, dz, n, p);
+    b->add(b, dh0, dz, n);
+}
+
+/* ===================================================================== */
 /* Open / close                                                           */
 /* ===================================================================== */
 
@@ -438,6 +475,8 @@ mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype)
     b->pool_backward = ref_pool_backward;
     b->loss = ref_loss;
     b->adam = ref_adam;
+    b->gemm_res_relu = mp_ops_gemm_res_relu_composed;
+    b->message_backward_relu = mp_ops_message_backward_relu_composed;
     *out = b;
     return MP_OK;
 }
