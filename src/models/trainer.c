@@ -8,6 +8,7 @@
 
 #include "core/progress.h"
 #include "data/registry.h"
+#include "models/resident.h"
 #include "models/schedule.h"
 
 #include <math.h>
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 
 #define EVAL_BATCH 1000          /* inference batch for validation/test      */
+#define EVAL_BATCH_GPU 4096      /* the same on a device backend             */
 #define MP_STREAM_SHUFFLE 201    /* mp_rng stream for the epoch order         */
 #define MAX_REPORTED_INVALID 20
 
@@ -43,6 +45,8 @@ mp_train_opts mp_train_opts_default(void)
     o.ensemble_size = 1;
     o.seed = 0;
     o.backend = "cpu";
+    o.resident = -1;
+    o.graph = -1;
     return o;
 }
 
@@ -174,6 +178,7 @@ typedef struct {
     mp_metric            metric;
     int                  classification;
     int                  feat_dim;
+    int32_t              eval_batch;
     mp_progress         *progress;
 } train_ctx;
 
@@ -195,6 +200,9 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
     mp_score_status *why = mp_malloc(sizeof(mp_score_status) * t);
     mp_graphs batch;
     memset(&batch, 0, sizeof batch);
+    mp_resident *res = NULL;
+    int32_t n_steps = (int32_t)((c->n_train + (int64_t)bs - 1) / bs);
+    double *lrs = NULL, *step_loss = NULL;
     if (!order || !mols || (c->feat_dim && !extra) || !tgt || !best || !valpred || !per_task || !why) {
         st = mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
         goto done;
@@ -205,12 +213,32 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
         int32_t ma, me, va = 0, ve = 0;
         mp_graphs_batch_bounds(&c->f->g, c->train, c->n_train, bs, &ma, &me);
         if (c->n_val > 0)
-            mp_graphs_batch_bounds(&c->f->g, c->val, c->n_val, EVAL_BATCH, &va, &ve);
-        int32_t mm = bs > EVAL_BATCH ? bs : EVAL_BATCH;
+            mp_graphs_batch_bounds(&c->f->g, c->val, c->n_val, c->eval_batch, &va, &ve);
+        int32_t mm = bs > c->eval_batch ? bs : c->eval_batch;
         if ((st = mp_model_reserve(m, mm, ma > va ? ma : va, me > ve ? me : ve)))
             goto done;
-    } else if ((st = mp_model_reserve(m, bs > EVAL_BATCH ? bs : EVAL_BATCH, 0, 0))) {
+    } else if ((st = mp_model_reserve(m, bs > c->eval_batch ? bs : c->eval_batch, 0, 0))) {
         goto done;
+    }
+
+    /* Device-resident epochs: on the GPU by default (or when asked). */
+    mp_backend *dev = c->e->backend;
+    int resident = o->resident < 0 ? !dev->host_memory : o->resident;
+    if (resident) {
+        mp_resident_opts ro = { .batch_size = bs, .max_batches = n_steps,
+                                .use_graph = o->graph != 0 && !dev->host_memory &&
+                                             !(o->dropout > 0) };
+        if (o->model == MP_MODEL_DMPNN)
+            mp_graphs_batch_bounds(&c->f->g, c->train, c->n_train, bs, &ro.cap_atoms,
+                                   &ro.cap_edges);
+        lrs = mp_malloc(sizeof(double) * (size_t)n_steps);
+        step_loss = mp_malloc(sizeof(double) * (size_t)n_steps);
+        if (!lrs || !step_loss) {
+            st = mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
+            goto done;
+        }
+        if ((st = mp_resident_create(&res, m, &ro)))
+            goto done;
     }
 
     mp_rng rng;
@@ -233,7 +261,36 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
         mp_rng_shuffle(&rng, order, (size_t)c->n_train);
         double loss_sum = 0;
         int n_batches = 0;
-        for (int32_t b0 = 0; b0 < c->n_train; b0 += bs) {
+        if (res) {
+            /* Pack the epoch (the same batches in the same order as below),
+             * then run it on the device. */
+            int32_t s = 0;
+            for (int32_t b0 = 0; b0 < c->n_train; b0 += bs, s++) {
+                int32_t n = c->n_train - b0 < bs ? c->n_train - b0 : bs;
+                for (int32_t i = 0; i < n; i++) {
+                    mols[i] = (int32_t)order[b0 + i];
+                    memcpy(tgt + (size_t)i * t, c->targets_scaled + (size_t)mols[i] * t,
+                           t * sizeof(float));
+                }
+                if (extra) {
+                    mp_feature_set_fill(c->e->features, c->f, mols, n, extra);
+                    mp_scaler_transform_f32(&c->e->feature_scaler, extra, (size_t)n);
+                }
+                if ((st = mp_resident_pack(res, s, o->model == MP_MODEL_DMPNN ? &c->f->g : NULL,
+                                           mols, n, tgt, extra)))
+                    goto done;
+                lrs[s] = noam.lr;
+                mp_noam_step(&noam);
+            }
+            if ((st = mp_resident_run(res, s, lrs, step_loss)))
+                goto done;
+            for (int32_t i = 0; i < s; i++) {
+                loss_sum += step_loss[i];
+                n_batches++;
+                mp_progress_step(c->progress, step_loss[i]);
+            }
+        }
+        for (int32_t b0 = 0; !res && b0 < c->n_train; b0 += bs) {
             int32_t n = c->n_train - b0 < bs ? c->n_train - b0 : bs;
             for (int32_t i = 0; i < n; i++) {
                 mols[i] = (int32_t)order[b0 + i];
@@ -265,7 +322,7 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
         double val_mean = NAN;
         size_t skipped = 0;
         if (c->n_val > 0) {
-            if ((st = mp_ensemble_predict(c->e, c->f, c->val, c->n_val, k, 1, EVAL_BATCH,
+            if ((st = mp_ensemble_predict(c->e, c->f, c->val, c->n_val, k, 1, c->eval_batch,
                                           valpred, NULL)) ||
                 (st = score_rows(c->d, c->val, c->n_val, valpred, c->metric,
                                  c->classification, per_task, why, &val_mean, &skipped)))
@@ -284,6 +341,9 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
     *best_epoch_out = best_epoch;
 
 done:
+    mp_resident_free(res);
+    mp_free(lrs);
+    mp_free(step_loss);
     mp_graphs_free(&batch);
     mp_free(order);
     mp_free(mols);
@@ -598,6 +658,7 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
                     .train = sets[0], .val = sets[1], .n_train = (int32_t)sp.n[0],
                     .n_val = (int32_t)sp.n[1], .metric = res->metric,
                     .classification = classification, .feat_dim = feat_dim,
+                    .eval_batch = e->backend->host_memory ? EVAL_BATCH : EVAL_BATCH_GPU,
                     .progress = &prog };
     for (int k = 0; k < o->ensemble_size; k++) {
         mp_progress_begin_on(&prog, stderr, o->quiet ? MP_PROGRESS_QUIET : MP_PROGRESS_AUTO,
@@ -631,7 +692,7 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
     for (size_t i = 0; i < t; i++)
         res->val_per_task[i] = res->test_per_task[i] = NAN;
     if (sp.n[1]) {
-        if ((st = mp_ensemble_predict(e, f, sets[1], (int32_t)sp.n[1], 0, 0, EVAL_BATCH,
+        if ((st = mp_ensemble_predict(e, f, sets[1], (int32_t)sp.n[1], 0, 0, c.eval_batch,
                                       valpred, NULL)) ||
             (st = score_rows(d, sets[1], (int32_t)sp.n[1], valpred, res->metric,
                              classification, res->val_per_task, why, &res->val_mean, &skipped)))
@@ -640,7 +701,7 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
             warn_skipped(d, "validation", why);
     }
     if (sp.n[2]) {
-        if ((st = mp_ensemble_predict(e, f, sets[2], (int32_t)sp.n[2], 0, 0, EVAL_BATCH,
+        if ((st = mp_ensemble_predict(e, f, sets[2], (int32_t)sp.n[2], 0, 0, c.eval_batch,
                                       testpred, teststd)) ||
             (st = score_rows(d, sets[2], (int32_t)sp.n[2], testpred, res->metric,
                              classification, res->test_per_task, why, &res->test_mean,
