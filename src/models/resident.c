@@ -37,7 +37,8 @@ struct mp_resident {
     void       *losses;              /* host copy of the losses                  */
     mp_dev_batch bt;
     mp_cuda_graph *graph;
-    void       *graph_arena;         /* the arena the graph was captured on      */
+    void       *graph_arena;         /* the arena the graph was captured on,     */
+    int32_t     graph_caps[3];       /* with these capacities                    */
 };
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -340,7 +341,8 @@ static mp_status one_step(mp_resident *r, const float *sched_dev)
         mp_model_step_bound(m, sched_dev, r->dev_k, r->dev_losses);
         return MP_OK;
     }
-    if (r->graph && r->graph_arena != m->arena) {
+    if (r->graph && (r->graph_arena != m->arena || r->graph_caps[0] != m->cap_mols ||
+                     r->graph_caps[1] != m->cap_atoms || r->graph_caps[2] != m->cap_edges)) {
         mp_cuda_graph_free(r->graph);
         r->graph = NULL;
     }
@@ -352,6 +354,9 @@ static mp_status one_step(mp_resident *r, const float *sched_dev)
         if ((st = mp_cuda_graph_end(b, &r->graph)) != MP_OK)
             return st;
         r->graph_arena = m->arena;
+        r->graph_caps[0] = m->cap_mols;
+        r->graph_caps[1] = m->cap_atoms;
+        r->graph_caps[2] = m->cap_edges;
     }
     return mp_cuda_graph_launch(b, r->graph);
 }
