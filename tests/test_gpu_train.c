@@ -189,14 +189,27 @@ static void padded_vs_unpadded(mp_test_result *mp__r, const char *backend, doubl
     CHECK_OK(mp_resident_pack(r, 1, &g_feat->g, mols, N, tgt, extra));
     CHECK_OK(mp_resident_pack(r, 0, &g_feat->g, mols, N, tgt, extra));
     if (kind == MP_MODEL_DMPNN) {
-        /* the slot really is padded: a padding molecule with atoms and edges */
+        /* the slot really is padded: the real molecules as the batch has
+         * them, then padding molecules of at most 64 atoms and padding atoms
+         * of at most 32 incoming edges, the whole capacity used */
         mp_graphs v;
+        int32_t cm, ca, ce;
+        mp_resident_caps(r, &cm, &ca, &ce);
         CHECK_OK(mp_resident_slot_view(r, 0, &v, NULL, NULL));
-        CHECK_EQ_INT(v.n_mols, N + 4);
-        CHECK_EQ_INT(v.n_atoms, batch.n_atoms + 10);
-        CHECK_EQ_INT(v.n_edges, batch.n_edges + 6);
-        CHECK_EQ_INT(v.mol_atom[N], batch.n_atoms);
-        CHECK_EQ_INT(v.mol_atom[N + 1], batch.n_atoms + 10);
+        CHECK_EQ_INT(ce, batch.n_edges + 6);
+        CHECK_EQ_INT(ca, batch.n_atoms + 10 + (ce + 31) / 32);
+        CHECK(cm >= N + 4 + ca / 64);
+        CHECK_EQ_INT(v.n_mols, cm);
+        CHECK_EQ_INT(v.n_atoms, ca);
+        CHECK_EQ_INT(v.n_edges, ce);
+        for (int i = 0; i <= N; i++)
+            CHECK_EQ_INT(v.mol_atom[i], batch.mol_atom[i]);
+        CHECK_EQ_INT(v.mol_atom[cm], ca);
+        CHECK(v.mol_atom[N + 1] > v.mol_atom[N]);     /* padding atoms exist */
+        for (int32_t i = N; i < cm; i++)
+            CHECK(v.mol_atom[i + 1] - v.mol_atom[i] <= 64);
+        for (int32_t a = batch.n_atoms; a < ca; a++)
+            CHECK(v.in_start[a + 1] - v.in_start[a] <= 32);
         CHECK_EQ_INT(v.in_start[batch.n_atoms + 1] - v.in_start[batch.n_atoms], 6);
     }
     double lrs[1] = { lr };

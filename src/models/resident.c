@@ -36,10 +36,18 @@ struct mp_resident {
     float      *sched;               /* host copy of the schedule                */
     void       *losses;              /* host copy of the losses                  */
     mp_dev_batch bt;
+    double      t_upload, t_steps;   /* seconds in the last run                  */
     mp_cuda_graph *graph;
     void       *graph_arena;         /* the arena the graph was captured on,     */
     int32_t     graph_caps[3];       /* with these capacities                    */
 };
+
+/* Padding density: at most PAD_EDGES incoming edges per padding atom and
+ * PAD_ATOMS atoms per padding molecule (a real atom has a handful of edges,
+ * a real molecule tens of atoms; the row ops walk one row per warp, so one
+ * padding row holding thousands would be a straggler of milliseconds). */
+#define PAD_EDGES 32
+#define PAD_ATOMS 64
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -132,9 +140,19 @@ mp_status mp_resident_create(mp_resident **out, mp_model *m, const mp_resident_o
     r->extra_dim = c->extra_dim;
     r->es = b->esize;
     if (r->dmpnn) {
-        r->cm = o->batch_size + 1;           /* + the padding molecule */
-        r->ca = o->cap_atoms + 1;            /* at least one padding atom */
+        /* Room for the padding spread thin (see pack_graph): one padding
+         * atom per PAD_EDGES edges, one padding molecule per PAD_ATOMS
+         * atoms, so no row op has a long serial row to walk. */
         r->ce = o->cap_edges + (o->cap_edges & 1);
+        int64_t ca = (int64_t)o->cap_atoms + 1 + (r->ce + PAD_EDGES - 1) / PAD_EDGES;
+        int64_t cm = (int64_t)o->batch_size + 1 + (ca + PAD_ATOMS - 1) / PAD_ATOMS;
+        if (ca >= INT32_MAX || cm >= INT32_MAX) {
+            mp_free(r);
+            return mp_error_set(MP_ERR_ARG, "resident training: batch too large (%lld atoms)",
+                                (long long)ca);
+        }
+        r->ca = (int32_t)ca;
+        r->cm = (int32_t)cm;
     } else {
         r->cm = o->batch_size;
     }
@@ -233,8 +251,10 @@ static mp_status pack_graph(mp_resident *r, char *s, const mp_graphs *g, const i
         mol_atom[i + 1] = na;
         mol_edge[i + 1] = ne;
     }
-    /* The padding molecule n: atoms na .. ca-1, edges ne .. ce-1 (pairs on
-     * atom na); molecules after it are empty. */
+    /* The padding: atoms na .. ca-1 without hot slots or mass, in molecules
+     * n, n+1, ... of PAD_ATOMS atoms each; edges ne .. ce-1 as pairs of
+     * self-loops, PAD_EDGES to an atom from atom na on.  Molecules after
+     * the last padding atom are empty. */
     for (int32_t v = na; v < r->ca; v++) {
         for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
             hot[(size_t)v * MP_ATOM_MAX_HOT + q] = -1;
@@ -243,15 +263,17 @@ static mp_status pack_graph(mp_resident *r, char *s, const mp_graphs *g, const i
     memset(bond + (size_t)ne / 2 * MP_BOND_MAX_HOT, 0xff,
            (size_t)(r->ce - ne) / 2 * MP_BOND_MAX_HOT);
     for (int32_t e = ne; e < r->ce; e++) {
-        src[e] = dst[e] = na;
+        src[e] = dst[e] = na + (e - ne) / PAD_EDGES;
         in_edge[e] = e;
     }
-    in_start[na] = ne;
-    for (int32_t v = na + 1; v <= r->ca; v++)
-        in_start[v] = r->ce;
+    for (int32_t v = na; v <= r->ca; v++) {
+        int64_t k = (int64_t)ne + (int64_t)(v - na) * PAD_EDGES;
+        in_start[v] = k < r->ce ? (int32_t)k : r->ce;
+    }
     for (int32_t i = n + 1; i <= r->cm; i++) {
-        mol_atom[i] = r->ca;
-        mol_edge[i] = r->ce;
+        int64_t a = (int64_t)na + (int64_t)(i - n) * PAD_ATOMS;
+        mol_atom[i] = a < r->ca ? (int32_t)a : r->ca;
+        mol_edge[i] = in_start[mol_atom[i]];
     }
     return MP_OK;
 }
@@ -379,12 +401,15 @@ mp_status mp_resident_run(mp_resident *r, int32_t n_steps, const double *lrs, do
         mp_adam_sched_entry(lrs[i], 0.9, 0.999, t0 + i + 1, r->sched + 2 * (size_t)i);
     }
     int32_t zero = 0;
+    double t_start = mp_time_now();
     if ((st = b->upload(b, r->dev_epoch, r->host, (size_t)n_steps * r->L.bytes)) != MP_OK ||
         (st = b->upload(b, r->dev_sched, r->sched, sizeof(float) * 2 * (size_t)n_steps)) ||
         (st = b->upload(b, r->dev_k, &zero, sizeof zero)) != MP_OK)
         return st;
     if ((st = mp_model_bind(m, &r->bt)) != MP_OK)
         return st;
+    double t_bound = mp_time_now();
+    r->t_upload = t_bound - t_start;
     for (int32_t i = 0; i < n_steps; i++) {
         b->copy(b, r->dev_step, r->dev_epoch + (size_t)i * r->L.bytes, r->L.bytes);
         if ((st = one_step(r, r->dev_sched)) != MP_OK)
@@ -393,9 +418,16 @@ mp_status mp_resident_run(mp_resident *r, int32_t n_steps, const double *lrs, do
     if ((st = b->sync(b)) != MP_OK ||
         (st = b->download(b, r->losses, r->dev_losses, r->es * (size_t)n_steps)) != MP_OK)
         return st;
+    r->t_steps = mp_time_now() - t_bound;
     mp_model_add_adam_steps(m, n_steps);
     for (int32_t i = 0; i < n_steps; i++)
         losses[i] = r->es == sizeof(double) ? ((double *)r->losses)[i]
                                             : (double)((float *)r->losses)[i];
     return MP_OK;
+}
+
+void mp_resident_times(const mp_resident *r, double *upload, double *steps)
+{
+    *upload = r->t_upload;
+    *steps = r->t_steps;
 }

@@ -13,12 +13,15 @@
  *              mp_resident_run(r, n_batches, lrs, losses);
  *   mp_resident_free(r);
  *
- * Padding.  A slot holds batch_size + 1 molecules, cap_atoms + 1 atoms and
- * cap_edges directed edges (rounded up to even).  The real molecules come
- * first, in batch order, exactly as mp_graphs_select lays them out; then one
- * padding molecule owns every unused atom (no hot slots, mass 0) and every
- * unused edge (pairs from its first atom to itself, no bond slots); the
- * molecules after it are empty.  Padding rows have loss mask 0, so they add
+ * Padding.  A slot holds cap_edges directed edges (rounded up to even),
+ * cap_atoms + 1 + cap_edges / 32 atoms and batch_size + 1 + atoms / 64
+ * molecules (mp_resident_caps).  The real molecules come first, in batch
+ * order, exactly as mp_graphs_select lays them out; then padding molecules
+ * of up to 64 atoms (no hot slots, mass 0) own the unused atoms, and the
+ * unused edges are pairs of self-loops, at most 32 into one padding atom (so
+ * no padding row is a long serial walk for the GPU's one-warp-per-row ops);
+ * molecules after the last padding atom are empty.  Padding rows have loss
+ * mask 0, so they add
  * exactly zero to the loss and to every gradient (tests/test_gpu_train.c
  * compares padded and unpadded gradients).
  */
@@ -68,6 +71,10 @@ mp_status mp_resident_pack(mp_resident *r, int32_t slot, const mp_graphs *g,
  * schedule, the steps, one download of the losses into losses[0..n_steps).
  */
 mp_status mp_resident_run(mp_resident *r, int32_t n_steps, const double *lrs, double *losses);
+
+/* Seconds the last mp_resident_run spent uploading (slots, schedule) and
+ * running the steps (through the final sync and the losses' download). */
+void mp_resident_times(const mp_resident *r, double *upload, double *steps);
 
 /* The padded capacities of a slot (for tests and logs). */
 void mp_resident_caps(const mp_resident *r, int32_t *mols, int32_t *atoms, int32_t *edges);

@@ -241,6 +241,10 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
             goto done;
     }
 
+    /* MOLPROP_GPU_PROFILE=1: where each epoch's time goes, on stderr. */
+    const char *prof_env = getenv("MOLPROP_GPU_PROFILE");
+    int profile = prof_env && *prof_env && strcmp(prof_env, "0") != 0;
+
     mp_rng rng;
     mp_rng_seed(&rng, o->seed + (uint64_t)k, MP_STREAM_SHUFFLE);
     mp_noam noam;
@@ -261,6 +265,7 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
         mp_rng_shuffle(&rng, order, (size_t)c->n_train);
         double loss_sum = 0;
         int n_batches = 0;
+        double tp0 = mp_time_now(), tp1 = tp0, tp2 = tp0;
         if (res) {
             /* Pack the epoch (the same batches in the same order as below),
              * then run it on the device. */
@@ -282,8 +287,10 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
                 lrs[s] = noam.lr;
                 mp_noam_step(&noam);
             }
+            tp1 = mp_time_now();
             if ((st = mp_resident_run(res, s, lrs, step_loss)))
                 goto done;
+            tp2 = mp_time_now();
             for (int32_t i = 0; i < s; i++) {
                 loss_sum += step_loss[i];
                 n_batches++;
@@ -319,6 +326,7 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
             mp_progress_step(c->progress, loss);
         }
 
+        double tv_train = mp_time_now();
         double val_mean = NAN;
         size_t skipped = 0;
         if (c->n_val > 0) {
@@ -327,6 +335,16 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
                 (st = score_rows(c->d, c->val, c->n_val, valpred, c->metric,
                                  c->classification, per_task, why, &val_mean, &skipped)))
                 goto done;
+        }
+        if (profile) {
+            double tv = mp_time_now(), up = 0, run = 0;
+            if (res)
+                mp_resident_times(res, &up, &run);
+            else
+                tp2 = tp1 = tp0;
+            fprintf(stderr, "profile epoch %d: pack %.3f s, upload %.3f s, steps %.3f s%s, "
+                    "train loop %.3f s, validation %.3f s\n", epoch, tp1 - tp0, up, run,
+                    res ? "" : " (host loop)", res ? tp2 - tp0 : tv_train - tp0, tv - tv_train);
         }
         if (better(c->metric, val_mean, best_score) || (c->n_val == 0 && epoch == o->epochs)) {
             best_score = val_mean;
