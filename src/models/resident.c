@@ -13,7 +13,8 @@
 
 /* Byte offsets of the arrays inside one slot. */
 typedef struct {
-    size_t hot, mass, bond, src, dst, in_start, in_edge, mol_atom, target, mask, extra, bytes;
+    size_t hot, mass, bond, src, dst, in_start, in_edge, mol_atom, mol_edge, target, mask, extra;
+    size_t bytes;
 } slot_layout;
 
 struct mp_resident {
@@ -26,8 +27,6 @@ struct mp_resident {
     size_t      es;
     slot_layout L;
     char       *host;                /* max_batches slots                        */
-    int32_t    *mol_edge;            /* cm + 1: host-only, for the check          */
-    int32_t     n_packed;            /* slots packed since the last run (max + 1) */
     char       *dev_epoch;           /* max_batches slots on the device          */
     char       *dev_step;            /* the slot the model is bound to           */
     float      *dev_sched;           /* 2 x max_batches                          */
@@ -65,6 +64,7 @@ static void make_layout(mp_resident *r)
     PUT(in_start, (A + 1) * sizeof(int32_t));
     PUT(in_edge, E * sizeof(int32_t));
     PUT(mol_atom, (B + 1) * sizeof(int32_t));
+    PUT(mol_edge, (B + 1) * sizeof(int32_t));   /* for the check; unused on the device */
     PUT(target, B * (size_t)r->n_tasks * r->es);
     PUT(mask, B * (size_t)r->n_tasks);
     PUT(extra, B * (size_t)r->extra_dim * r->es);
@@ -105,7 +105,6 @@ void mp_resident_free(mp_resident *r)
     b->free(b, r->dev_k);
     b->free(b, r->dev_losses);
     mp_free(r->host);
-    mp_free(r->mol_edge);
     mp_free(r->sched);
     mp_free(r->losses);
     mp_free(r);
@@ -159,10 +158,9 @@ mp_status mp_resident_create(mp_resident **out, mp_model *m, const mp_resident_o
     make_layout(r);
     size_t nb = (size_t)o->max_batches, total = nb * r->L.bytes;
     r->host = mp_calloc(nb, r->L.bytes);
-    r->mol_edge = mp_malloc(sizeof(int32_t) * ((size_t)r->cm + 1));
     r->sched = mp_malloc(sizeof(float) * 2 * nb);
     r->losses = mp_malloc(r->es * nb);
-    if (!r->host || !r->mol_edge || !r->sched || !r->losses) {
+    if (!r->host || !r->sched || !r->losses) {
         mp_resident_free(r);
         return mp_error_set(MP_ERR_NOMEM, "resident training: out of host memory (%zu MiB for "
                             "%zu batches)", total >> 20, nb);
@@ -213,7 +211,7 @@ static mp_status pack_graph(mp_resident *r, char *s, const mp_graphs *g, const i
     int8_t *bond = (int8_t *)(s + L->bond);
     int32_t *src = (int32_t *)(s + L->src), *dst = (int32_t *)(s + L->dst);
     int32_t *in_start = (int32_t *)(s + L->in_start), *in_edge = (int32_t *)(s + L->in_edge);
-    int32_t *mol_atom = (int32_t *)(s + L->mol_atom), *mol_edge = r->mol_edge;
+    int32_t *mol_atom = (int32_t *)(s + L->mol_atom), *mol_edge = (int32_t *)(s + L->mol_edge);
     int32_t na = 0, ne = 0;
     mol_atom[0] = mol_edge[0] = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -292,7 +290,7 @@ mp_status mp_resident_slot_view(mp_resident *r, int32_t slot, mp_graphs *v,
     v->n_atoms = r->ca;
     v->n_edges = r->ce;
     v->mol_atom = (int32_t *)(s + L->mol_atom);
-    v->mol_edge = r->mol_edge;
+    v->mol_edge = (int32_t *)(s + L->mol_edge);
     v->atom_hot = (int16_t *)(s + L->hot);
     v->atom_mass = (float *)(s + L->mass);
     v->bond_hot = (int8_t *)(s + L->bond);

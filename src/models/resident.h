@@ -59,7 +59,9 @@ void      mp_resident_free(mp_resident *r);
  * missing) and extra features [n x extra_dim] (standardized; NULL when the
  * model takes none), then the padding.  The packed slot is checked like any
  * batch (mp_batch_check); MP_ERR_ARG when the batch exceeds the capacities,
- * MP_ERR_FORMAT for a bad graph or an infinite target.
+ * MP_ERR_FORMAT for a bad graph or an infinite target.  Different slots may
+ * be packed concurrently (each writes only its own slot); the error message
+ * is the calling thread's.
  */
 mp_status mp_resident_pack(mp_resident *r, int32_t slot, const mp_graphs *g,
                            const int32_t *mols, int32_t n, const float *targets,

@@ -12,6 +12,7 @@
 #include "models/schedule.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -182,6 +183,85 @@ typedef struct {
     mp_progress         *progress;
 } train_ctx;
 
+/* Per-thread buffers for packing an epoch's slots in parallel. */
+typedef struct {
+    int      n;
+    int32_t *mols;      /* n x batch_size           */
+    float   *tgt;       /* n x batch_size x tasks   */
+    float   *extra;     /* n x batch_size x feat_dim */
+} pack_bufs;
+
+static void pack_bufs_free(pack_bufs *p)
+{
+    if (!p)
+        return;
+    mp_free(p->mols);
+    mp_free(p->tgt);
+    mp_free(p->extra);
+    mp_free(p);
+}
+
+static pack_bufs *pack_bufs_new(int n, int32_t bs, size_t t, int dim)
+{
+    pack_bufs *p = mp_calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->n = n;
+    p->mols = mp_malloc(sizeof(int32_t) * (size_t)n * (size_t)bs);
+    p->tgt = mp_malloc(sizeof(float) * (size_t)n * (size_t)bs * t);
+    p->extra = dim ? mp_malloc(sizeof(float) * (size_t)n * (size_t)bs * (size_t)dim) : NULL;
+    if (!p->mols || !p->tgt || (dim && !p->extra)) {
+        pack_bufs_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Packs slot s of the epoch in `order` (batch s = order[s*bs ...]) with the
+ * buffers of thread `tid`. */
+static mp_status pack_slot(const train_ctx *c, mp_resident *res, const size_t *order, int32_t s,
+                           pack_bufs *pk, int tid)
+{
+    const mp_train_opts *o = c->o;
+    int32_t bs = o->batch_size, b0 = s * bs;
+    int32_t n = c->n_train - b0 < bs ? c->n_train - b0 : bs;
+    size_t t = c->d->n_tasks;
+    int32_t *mols = pk->mols + (size_t)tid * (size_t)bs;
+    float *tgt = pk->tgt + (size_t)tid * (size_t)bs * t;
+    float *extra = c->feat_dim ? pk->extra + (size_t)tid * (size_t)bs * (size_t)c->feat_dim
+                               : NULL;
+    for (int32_t i = 0; i < n; i++) {
+        mols[i] = (int32_t)order[b0 + i];
+        memcpy(tgt + (size_t)i * t, c->targets_scaled + (size_t)mols[i] * t, t * sizeof(float));
+    }
+    if (extra) {
+        mp_feature_set_fill(c->e->features, c->f, mols, n, extra);
+        mp_scaler_transform_f32(&c->e->feature_scaler, extra, (size_t)n);
+    }
+    return mp_resident_pack(res, s, o->model == MP_MODEL_DMPNN ? &c->f->g : NULL, mols, n, tgt,
+                            extra);
+}
+
+/* Packs every slot of an epoch, in parallel; on a failure the first failing
+ * slot is packed again on this thread, for its message. */
+static mp_status pack_epoch(const train_ctx *c, mp_resident *res, const size_t *order,
+                            int32_t n_steps, pack_bufs *pk)
+{
+    int32_t bad = INT32_MAX;
+#pragma omp parallel for num_threads(pk->n) schedule(dynamic, 4)
+    for (int32_t s = 0; s < n_steps; s++) {
+        if (pack_slot(c, res, order, s, pk, omp_get_thread_num()) != MP_OK) {
+#pragma omp critical(mp_pack_epoch)
+            if (s < bad)
+                bad = s;
+        }
+    }
+    if (bad == INT32_MAX)
+        return MP_OK;
+    mp_status st = pack_slot(c, res, order, bad, pk, 0);
+    return st != MP_OK ? st : mp_error_set(MP_ERR_INTERNAL, "packing batch %d failed", (int)bad);
+}
+
 static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
 {
     const mp_train_opts *o = c->o;
@@ -201,6 +281,7 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
     mp_graphs batch;
     memset(&batch, 0, sizeof batch);
     mp_resident *res = NULL;
+    pack_bufs *pk = NULL;
     int32_t n_steps = (int32_t)((c->n_train + (int64_t)bs - 1) / bs);
     double *lrs = NULL, *step_loss = NULL;
     if (!order || !mols || (c->feat_dim && !extra) || !tgt || !best || !valpred || !per_task || !why) {
@@ -237,6 +318,12 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
             st = mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
             goto done;
         }
+        int nth = mp_threads_get();
+        nth = nth < 1 ? 1 : nth > n_steps ? (int)n_steps : nth;
+        if (!(pk = pack_bufs_new(nth, bs, t, c->feat_dim))) {
+            st = mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
+            goto done;
+        }
         if ((st = mp_resident_create(&res, m, &ro)))
             goto done;
     }
@@ -267,26 +354,15 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
         int n_batches = 0;
         double tp0 = mp_time_now(), tp1 = tp0, tp2 = tp0;
         if (res) {
-            /* Pack the epoch (the same batches in the same order as below),
-             * then run it on the device. */
+            /* Pack the epoch (the same batches in the same order as the host
+             * loop below), slots in parallel, then run it on the device. */
             int32_t s = 0;
             for (int32_t b0 = 0; b0 < c->n_train; b0 += bs, s++) {
-                int32_t n = c->n_train - b0 < bs ? c->n_train - b0 : bs;
-                for (int32_t i = 0; i < n; i++) {
-                    mols[i] = (int32_t)order[b0 + i];
-                    memcpy(tgt + (size_t)i * t, c->targets_scaled + (size_t)mols[i] * t,
-                           t * sizeof(float));
-                }
-                if (extra) {
-                    mp_feature_set_fill(c->e->features, c->f, mols, n, extra);
-                    mp_scaler_transform_f32(&c->e->feature_scaler, extra, (size_t)n);
-                }
-                if ((st = mp_resident_pack(res, s, o->model == MP_MODEL_DMPNN ? &c->f->g : NULL,
-                                           mols, n, tgt, extra)))
-                    goto done;
                 lrs[s] = noam.lr;
                 mp_noam_step(&noam);
             }
+            if ((st = pack_epoch(c, res, order, n_steps, pk)))
+                goto done;
             tp1 = mp_time_now();
             if ((st = mp_resident_run(res, s, lrs, step_loss)))
                 goto done;
@@ -360,6 +436,7 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
 
 done:
     mp_resident_free(res);
+    pack_bufs_free(pk);
     mp_free(lrs);
     mp_free(step_loss);
     mp_graphs_free(&batch);
