@@ -51,6 +51,10 @@ static void train_usage(FILE *fp)
 "  --threads N              CPU threads (default: all cores)\n"
 "  --device cpu|gpu         (default cpu)\n"
 "  --precision P            fp32 | tf32 | bf16 on the GPU (default fp32)\n"
+"  --resident on|off        keep each epoch on the device and run its steps\n"
+"                           there (default: on with --device gpu)\n"
+"  --graph on|off           replay one captured CUDA graph per step (default\n"
+"                           on when resident on the GPU without dropout)\n"
 "output:\n"
 "  --save-dir D             where model.mpm and metrics.json go (required)\n"
 "  --quiet                  no progress output\n");
@@ -60,7 +64,7 @@ enum {
     O_DATA = 256, O_SMILES, O_TARGETS, O_IGNORE, O_TASK, O_METRIC, O_SPLIT, O_SIZES, O_FOLDS,
     O_SEED, O_MODEL, O_FEATURES, O_LAYOUT, O_HIDDEN, O_DEPTH, O_DROPOUT, O_FFN_LAYERS,
     O_FFN_HIDDEN, O_AGG, O_ENSEMBLE, O_EPOCHS, O_BATCH, O_WARMUP, O_INIT_LR, O_MAX_LR,
-    O_FINAL_LR, O_THREADS, O_DEVICE, O_PRECISION, O_SAVE, O_QUIET, O_HELP
+    O_FINAL_LR, O_THREADS, O_DEVICE, O_PRECISION, O_RESIDENT, O_GRAPH, O_SAVE, O_QUIET, O_HELP
 };
 
 static const struct option train_options[] = {
@@ -93,6 +97,8 @@ static const struct option train_options[] = {
     { "threads", required_argument, 0, O_THREADS },
     { "device", required_argument, 0, O_DEVICE },
     { "precision", required_argument, 0, O_PRECISION },
+    { "resident", required_argument, 0, O_RESIDENT },
+    { "graph", required_argument, 0, O_GRAPH },
     { "save-dir", required_argument, 0, O_SAVE },
     { "quiet", no_argument, 0, O_QUIET },
     { "help", no_argument, 0, O_HELP },
@@ -214,6 +220,13 @@ int cli_train(int argc, char **argv)
             break;
         case O_DEVICE: device = optarg; break;
         case O_PRECISION: precision = optarg; break;
+        case O_RESIDENT:
+        case O_GRAPH:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+                return cli_fail(V, "--%s expects on or off, got '%s'",
+                                c == O_RESIDENT ? "resident" : "graph", optarg);
+            *(c == O_RESIDENT ? &o.resident : &o.graph) = strcmp(optarg, "on") == 0;
+            break;
         case O_SAVE: o.save_dir = optarg; break;
         case O_QUIET: o.quiet = 1; break;
         case O_HELP: train_usage(stdout); return 0;

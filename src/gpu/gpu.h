@@ -115,6 +115,11 @@ void *mp_backend_cuda_stream(mp_backend *b);
  * context (an illegal address) cannot be forgotten: later calls fail again. */
 void mp_backend_cuda_clear_error(mp_backend *b);
 
+/* Gives a cuda backend the device-scheduled training ops of ops.h
+ * (adam_sched, step_end; train_cuda.cu).  mp_backend_cuda_open_name does it;
+ * call it after mp_backend_cuda_open.  Does nothing for another backend. */
+void mp_backend_cuda_train_ops(mp_backend *b);
+
 /* ===================================================================== */
 /* CUDA graphs                                                            */
 /* ===================================================================== */

@@ -45,5 +45,8 @@ mp_status mp_backend_cuda_open_name(mp_backend **out, const char *name)
     if (name[4] == ':' && mp_precision_parse(name + 5, &p) != MP_OK)
         return mp_error_set(MP_ERR_ARG, "backend '%s': unknown precision '%s' (expected "
                             "cuda, cuda:fp32, cuda:tf32 or cuda:bf16)", name, name + 5);
-    return mp_backend_cuda_open(out, p);
+    mp_status st = mp_backend_cuda_open(out, p);
+    if (st == MP_OK)
+        mp_backend_cuda_train_ops(*out);
+    return st;
 }

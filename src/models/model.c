@@ -296,6 +296,7 @@ mp_status mp_model_reserve(mp_model *m, int32_t max_mols, int32_t max_atoms, int
     if (m->arena && max_mols <= m->cap_mols && max_atoms <= m->cap_atoms &&
         max_edges <= m->cap_edges)
         return MP_OK;
+    m->bound = 0;
     int32_t nm = max_mols > m->cap_mols ? max_mols : m->cap_mols;
     int32_t na = max_atoms > m->cap_atoms ? max_atoms : m->cap_atoms;
     int32_t ne = max_edges > m->cap_edges ? max_edges : m->cap_edges;
@@ -328,6 +329,7 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
     mp_backend *b = m->b;
     mp_status st;
     m->have_forward = 0;
+    mp_model_unbind(m);
     if (n_mols < 0)
         return mp_error_set(MP_ERR_ARG, "model forward: n_mols = %d", (int)n_mols);
     if (c->extra_dim > 0 && n_mols > 0 && !extra)
@@ -418,6 +420,84 @@ mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss
         *loss = l;
     return MP_OK;
 }
+
+/* ===================================================================== */
+/* Device-resident steps                                                  */
+/* ===================================================================== */
+
+mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
+{
+    const mp_model_config *c = &m->cfg;
+    if (!bt || bt->n_mols < 1 || bt->n_atoms < 0 || bt->n_edges < 0 || (bt->n_edges & 1))
+        return mp_error_set(MP_ERR_ARG, "model bind: bad batch sizes");
+    if (!m->b->adam_sched || !m->b->step_end)
+        return mp_error_set(MP_ERR_ARG, "model bind: backend '%s' has no device-scheduled "
+                            "step ops", m->b->name);
+    if ((c->extra_dim > 0 && !bt->extra) || !bt->target || !bt->mask)
+        return mp_error_set(MP_ERR_ARG, "model bind: batch buffers missing");
+    int dm = c->kind == MP_MODEL_DMPNN;
+    mp_status st = mp_model_reserve(m, bt->n_mols, dm ? bt->n_atoms : 0, dm ? bt->n_edges : 0);
+    if (st != MP_OK)
+        return st;
+    mp_acts *a = &m->a;
+    if (dm) {
+        a->g.n_mols = bt->n_mols;
+        a->g.n_atoms = bt->n_atoms;
+        a->g.n_edges = bt->n_edges;
+        a->g.atom_hot = bt->atom_hot;
+        a->g.atom_mass = bt->atom_mass;
+        a->g.bond_hot = bt->bond_hot;
+        a->g.edge_src = bt->edge_src;
+        a->g.edge_dst = bt->edge_dst;
+        a->g.in_start = bt->in_start;
+        a->g.in_edge = bt->in_edge;
+        a->g.mol_atom = bt->mol_atom;
+        if (c->extra_dim > 0)
+            a->extra = bt->extra;
+    }
+    a->target = bt->target;
+    a->mask = bt->mask;
+    m->n_mols = bt->n_mols;
+    m->have_forward = 0;
+    m->bound = 1;
+    m->bound_extra = bt->extra;
+    return MP_OK;
+}
+
+void mp_model_unbind(mp_model *m)
+{
+    if (!m->bound)
+        return;
+    m->bound = 0;
+    m->have_forward = 0;
+    layout_acts(m, m->arena, m->cap_mols, m->cap_atoms, m->cap_edges);
+}
+
+void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *losses)
+{
+    const mp_model_config *c = &m->cfg;
+    mp_backend *b = m->b;
+    if (!m->bound)
+        return;
+    b->zero(b, m->grads, m->n_params * m->esize);
+    if (c->kind == MP_MODEL_FFN)
+        b->copy(b, m->a.x0, m->bound_extra, (size_t)m->n_mols * c->extra_dim * m->esize);
+    m->p = c->dropout;
+    if (c->kind == MP_MODEL_DMPNN)
+        mp_dmpnn_forward(m, 1);
+    mp_ffn_forward(m, 1);
+    b->loss(b, m->a.loss, m->a.g0, m->a.out, m->a.target, m->a.mask, m->n_mols, c->n_tasks,
+            c->task == MP_MODEL_CLASSIFICATION ? MP_LOSS_BCE : MP_LOSS_MSE);
+    const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->h : 0);
+    if (c->kind == MP_MODEL_DMPNN)
+        mp_dmpnn_backward(m, dx0);
+    b->adam_sched(b, m->params, m->adam_m, m->adam_v, m->grads, m->n_params, sched, k_dev, 0.9,
+                  0.999, 1e-8, 0.0);
+    b->step_end(b, k_dev, losses, m->a.loss);
+}
+
+long mp_model_adam_steps(const mp_model *m) { return m->adam_t; }
+void mp_model_add_adam_steps(mp_model *m, long n) { m->adam_t += n; }
 
 void mp_model_zero_grad(mp_model *m)
 {

@@ -139,6 +139,50 @@ void      mp_model_zero_grad(mp_model *m);
  * torch.optim.Adam) with learning rate lr; the step counter is the model's. */
 mp_status mp_model_adam_step(mp_model *m, double lr);
 
+/*
+ * Device-resident steps (resident.c drives them).  A batch already on the
+ * device, of FIXED sizes, in buffers the caller owns: the graph arrays of
+ * n_mols molecules, n_atoms atoms and n_edges directed edges (the layout of
+ * mp_graphs, without mol_edge), extra [n_mols x extra_dim] (model element
+ * type; the FFN model's input), target [n_mols x n_tasks] (0 where missing)
+ * and mask [n_mols x n_tasks] (1 = labelled).  Padding rows have mask 0 and
+ * so add exactly nothing to the loss or the gradients.
+ */
+typedef struct {
+    int32_t  n_mols, n_atoms, n_edges;
+    int16_t *atom_hot;
+    float   *atom_mass;
+    int8_t  *bond_hot;
+    int32_t *edge_src, *edge_dst, *in_start, *in_edge, *mol_atom;
+    void    *extra, *target;
+    uint8_t *mask;
+} mp_dev_batch;
+
+/* Points the model's inputs at `bt` (reserving activations for its sizes
+ * first).  Stays bound until mp_model_forward or a reserve that grows the
+ * activations (both unbind), or mp_model_unbind.  The batch is not checked:
+ * the caller built it from checked graphs (mp_batch_check). */
+mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt);
+void      mp_model_unbind(mp_model *m);
+
+/*
+ * One whole training step on the bound batch, queued on the backend and
+ * nothing else (no upload, download, sync or allocation, so it can be
+ * captured in a CUDA graph and replayed): zero the gradients, forward with
+ * dropout, masked loss, backward, adam_sched with the scalars sched[2k],
+ * sched[2k+1] (k = k_dev[0]), then losses[k] = the loss and k_dev[0] += 1.
+ * Dropout keys are drawn on the host when the step is issued, so a replayed
+ * capture of a model with dropout would reuse them: resident.c captures only
+ * models without dropout.  The host Adam counter is not advanced: call
+ * mp_model_add_adam_steps with the number of steps run.
+ */
+void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *losses);
+
+/* The host Adam step counter (steps taken so far), and advancing it for
+ * steps run on the device. */
+long mp_model_adam_steps(const mp_model *m);
+void mp_model_add_adam_steps(mp_model *m, long n);
+
 /* The parameter block and its views. */
 size_t               mp_model_n_params(const mp_model *m);
 const mp_param_view *mp_model_views(const mp_model *m, int *n_views);

@@ -71,6 +71,9 @@ struct mp_model {
     int32_t cap_mols, cap_atoms, cap_edges;
     mp_acts a;
 
+    int    bound;                   /* inputs point at an mp_dev_batch     */
+    void  *bound_extra;             /* its extra (the FFN model's input)   */
+
     /* the last forward */
     int32_t n_mols;
     int     have_forward;

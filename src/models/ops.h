@@ -45,6 +45,7 @@
 #include "core/core.h"
 #include "featurize/featurize.h"
 
+#include <math.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -217,6 +218,20 @@ struct mp_backend {
                                   const int32_t *in_start, const int32_t *in_edge,
                                   const int32_t *edge_dst, const void *dmsg, const void *y,
                                   double p, int32_t n_atoms, int32_t n_edges, int h);
+    /* ---- device-scheduled training steps (resident.c) ----------------- */
+    /* Adam as above, but the step's two scalars come from device memory, so
+     * that one captured step can be replayed with a new learning rate and
+     * step count each time: with k = k_dev[0], step = sched[2k] (lr / (1 -
+     * b1^t)) and bc2s = sched[2k + 1] (sqrt(1 - b2^t)), made on the host by
+     * mp_adam_sched_entry.  sched is float whatever the dtype.  On cpu and cuda
+     * this is bitwise what adam gives for the lr and t of that entry (ref
+     * uses the float-rounded scalars in its double arithmetic). */
+    void (*adam_sched)(mp_backend *b, void *p, void *m, void *v, const void *g, size_t n,
+                       const float *sched, const int32_t *k_dev, double beta1, double beta2,
+                       double eps, double weight_decay);
+    /* Ends a step: losses[k] = loss[0]; k_dev[0] += 1 (k = k_dev[0] before).
+     * losses and loss are of the backend's element type. */
+    void (*step_end)(mp_backend *b, int32_t *k_dev, void *losses, const void *loss);
 };
 
 /* The fused ops as the unfused ops they replace (copy2d, gemm, relu_dropout;
@@ -230,6 +245,16 @@ void mp_ops_message_backward_relu_composed(mp_backend *b, void *dz, void *dh0, v
                                            const int32_t *edge_dst, const void *dmsg,
                                            const void *y, double p, int32_t n_atoms,
                                            int32_t n_edges, int h);
+
+/* The two float scalars of one Adam step (see adam_sched), computed exactly
+ * as every backend's adam computes them from lr and t (t >= 1). */
+static inline void mp_adam_sched_entry(double lr, double beta1, double beta2, long t,
+                                       float out[2])
+{
+    double bc1 = 1 - pow(beta1, (double)t), bc2 = 1 - pow(beta2, (double)t);
+    out[0] = (float)(lr / bc1);
+    out[1] = (float)sqrt(bc2);
+}
 
 /*
  * Opens a backend by name: "cpu" (OpenBLAS + OpenMP, float), "ref" (plain

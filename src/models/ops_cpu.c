@@ -969,6 +969,24 @@ static void cpu_adam(mp_backend *b, void *p, void *m, void *v, const void *g, si
     PARALLEL_RANGE(n, 16, adam_range(p, m, v, g, a, z, k));
 }
 
+/* adam with the step's scalars read from (host) memory at index k_dev[0]. */
+static void cpu_adam_sched(mp_backend *b, void *p, void *m, void *v, const void *g, size_t n,
+                           const float *sched, const int32_t *k_dev, double beta1, double beta2,
+                           double eps, double weight_decay)
+{
+    const float *e = sched + 2 * (size_t)k_dev[0];
+    adam_k k = { (float)beta1, (float)beta2, (float)(1 - beta1), (float)(1 - beta2),
+                 e[0], e[1], (float)eps, (float)weight_decay };
+    int nt = threads_for(n / 4);
+    PARALLEL_RANGE(n, 16, adam_range(p, m, v, g, a, z, k));
+}
+
+static void cpu_step_end(mp_backend *b, int32_t *k_dev, void *losses, const void *loss)
+{
+    ((float *)losses)[k_dev[0]] = *(const float *)loss;
+    k_dev[0]++;
+}
+
 /* ===================================================================== */
 /* Open / close                                                           */
 /* ===================================================================== */
@@ -1018,6 +1036,8 @@ mp_status mp_backend_cpu_open(mp_backend **out)
     b->adam = cpu_adam;
     b->gemm_res_relu = mp_ops_gemm_res_relu_composed;
     b->message_backward_relu = mp_ops_message_backward_relu_composed;
+    b->adam_sched = cpu_adam_sched;
+    b->step_end = cpu_step_end;
     *out = b;
     return MP_OK;
 }

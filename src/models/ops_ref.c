@@ -390,6 +390,29 @@ static void ref_adam(mp_backend *b, void *p, void *m, void *v, const void *g, si
     }
 }
 
+/* adam with the step's scalars (float) read at index k_dev[0]; the update
+ * itself in the backend's way (double arithmetic). */
+static void ref_adam_sched(mp_backend *b, void *p, void *m, void *v, const void *g, size_t n,
+                           const float *sched, const int32_t *k_dev, double beta1, double beta2,
+                           double eps, double weight_decay)
+{
+    double step = sched[2 * (size_t)k_dev[0]], bc2s = sched[2 * (size_t)k_dev[0] + 1];
+    for (size_t i = 0; i < n; i++) {
+        double gi = LD(g, i) + weight_decay * LD(p, i);
+        double mi = beta1 * LD(m, i) + (1 - beta1) * gi;
+        double vi = beta2 * LD(v, i) + (1 - beta2) * gi * gi;
+        ST(m, i, mi);
+        ST(v, i, vi);
+        ST(p, i, LD(p, i) - step * mi / (sqrt(vi) / bc2s + eps));
+    }
+}
+
+static void ref_step_end(mp_backend *b, int32_t *k_dev, void *losses, const void *loss)
+{
+    ST(losses, k_dev[0], LD(loss, 0));
+    k_dev[0]++;
+}
+
 /* ===================================================================== */
 /* Fused ops, composed of the unfused ones (ops.h; cpu and ref use these)  */
 /* ===================================================================== */
@@ -477,6 +500,8 @@ mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype)
     b->adam = ref_adam;
     b->gemm_res_relu = mp_ops_gemm_res_relu_composed;
     b->message_backward_relu = mp_ops_message_backward_relu_composed;
+    b->adam_sched = ref_adam_sched;
+    b->step_end = ref_step_end;
     *out = b;
     return MP_OK;
 }

@@ -8,15 +8,18 @@
 
 #include "core/progress.h"
 #include "data/registry.h"
+#include "models/resident.h"
 #include "models/schedule.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
 #include <sys/stat.h>
 
 #define EVAL_BATCH 256           /* inference batch for validation/test      */
+#define EVAL_BATCH_GPU 4096      /* the same on a device backend             */
 #define MP_STREAM_SHUFFLE 201    /* mp_rng stream for the epoch order         */
 #define MAX_REPORTED_INVALID 20
 
@@ -43,6 +46,8 @@ mp_train_opts mp_train_opts_default(void)
     o.ensemble_size = 1;
     o.seed = 0;
     o.backend = "cpu";
+    o.resident = -1;
+    o.graph = -1;
     return o;
 }
 
@@ -174,8 +179,88 @@ typedef struct {
     mp_metric            metric;
     int                  classification;
     int                  feat_dim;
+    int32_t              eval_batch;
     mp_progress         *progress;
 } train_ctx;
+
+/* Per-thread buffers for packing an epoch's slots in parallel. */
+typedef struct {
+    int      n;
+    int32_t *mols;      /* n x batch_size           */
+    float   *tgt;       /* n x batch_size x tasks   */
+    float   *extra;     /* n x batch_size x feat_dim */
+} pack_bufs;
+
+static void pack_bufs_free(pack_bufs *p)
+{
+    if (!p)
+        return;
+    mp_free(p->mols);
+    mp_free(p->tgt);
+    mp_free(p->extra);
+    mp_free(p);
+}
+
+static pack_bufs *pack_bufs_new(int n, int32_t bs, size_t t, int dim)
+{
+    pack_bufs *p = mp_calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->n = n;
+    p->mols = mp_malloc(sizeof(int32_t) * (size_t)n * (size_t)bs);
+    p->tgt = mp_malloc(sizeof(float) * (size_t)n * (size_t)bs * t);
+    p->extra = dim ? mp_malloc(sizeof(float) * (size_t)n * (size_t)bs * (size_t)dim) : NULL;
+    if (!p->mols || !p->tgt || (dim && !p->extra)) {
+        pack_bufs_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Packs slot s of the epoch in `order` (batch s = order[s*bs ...]) with the
+ * buffers of thread `tid`. */
+static mp_status pack_slot(const train_ctx *c, mp_resident *res, const size_t *order, int32_t s,
+                           pack_bufs *pk, int tid)
+{
+    const mp_train_opts *o = c->o;
+    int32_t bs = o->batch_size, b0 = s * bs;
+    int32_t n = c->n_train - b0 < bs ? c->n_train - b0 : bs;
+    size_t t = c->d->n_tasks;
+    int32_t *mols = pk->mols + (size_t)tid * (size_t)bs;
+    float *tgt = pk->tgt + (size_t)tid * (size_t)bs * t;
+    float *extra = c->feat_dim ? pk->extra + (size_t)tid * (size_t)bs * (size_t)c->feat_dim
+                               : NULL;
+    for (int32_t i = 0; i < n; i++) {
+        mols[i] = (int32_t)order[b0 + i];
+        memcpy(tgt + (size_t)i * t, c->targets_scaled + (size_t)mols[i] * t, t * sizeof(float));
+    }
+    if (extra) {
+        mp_feature_set_fill(c->e->features, c->f, mols, n, extra);
+        mp_scaler_transform_f32(&c->e->feature_scaler, extra, (size_t)n);
+    }
+    return mp_resident_pack(res, s, o->model == MP_MODEL_DMPNN ? &c->f->g : NULL, mols, n, tgt,
+                            extra);
+}
+
+/* Packs every slot of an epoch, in parallel; on a failure the first failing
+ * slot is packed again on this thread, for its message. */
+static mp_status pack_epoch(const train_ctx *c, mp_resident *res, const size_t *order,
+                            int32_t n_steps, pack_bufs *pk)
+{
+    int32_t bad = INT32_MAX;
+#pragma omp parallel for num_threads(pk->n) schedule(dynamic, 4)
+    for (int32_t s = 0; s < n_steps; s++) {
+        if (pack_slot(c, res, order, s, pk, omp_get_thread_num()) != MP_OK) {
+#pragma omp critical(mp_pack_epoch)
+            if (s < bad)
+                bad = s;
+        }
+    }
+    if (bad == INT32_MAX)
+        return MP_OK;
+    mp_status st = pack_slot(c, res, order, bad, pk, 0);
+    return st != MP_OK ? st : mp_error_set(MP_ERR_INTERNAL, "packing batch %d failed", (int)bad);
+}
 
 static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
 {
@@ -195,6 +280,10 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
     mp_score_status *why = mp_malloc(sizeof(mp_score_status) * t);
     mp_graphs batch;
     memset(&batch, 0, sizeof batch);
+    mp_resident *res = NULL;
+    pack_bufs *pk = NULL;
+    int32_t n_steps = (int32_t)((c->n_train + (int64_t)bs - 1) / bs);
+    double *lrs = NULL, *step_loss = NULL;
     if (!order || !mols || (c->feat_dim && !extra) || !tgt || !best || !valpred || !per_task || !why) {
         st = mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
         goto done;
@@ -205,13 +294,43 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
         int32_t ma, me, va = 0, ve = 0;
         mp_graphs_batch_bounds(&c->f->g, c->train, c->n_train, bs, &ma, &me);
         if (c->n_val > 0)
-            mp_graphs_batch_bounds(&c->f->g, c->val, c->n_val, EVAL_BATCH, &va, &ve);
-        int32_t mm = bs > EVAL_BATCH ? bs : EVAL_BATCH;
+            mp_graphs_batch_bounds(&c->f->g, c->val, c->n_val, c->eval_batch, &va, &ve);
+        int32_t mm = bs > c->eval_batch ? bs : c->eval_batch;
         if ((st = mp_model_reserve(m, mm, ma > va ? ma : va, me > ve ? me : ve)))
             goto done;
-    } else if ((st = mp_model_reserve(m, bs > EVAL_BATCH ? bs : EVAL_BATCH, 0, 0))) {
+    } else if ((st = mp_model_reserve(m, bs > c->eval_batch ? bs : c->eval_batch, 0, 0))) {
         goto done;
     }
+
+    /* Device-resident epochs: on the GPU by default (or when asked). */
+    mp_backend *dev = c->e->backend;
+    int resident = o->resident < 0 ? !dev->host_memory : o->resident;
+    if (resident) {
+        mp_resident_opts ro = { .batch_size = bs, .max_batches = n_steps,
+                                .use_graph = o->graph != 0 && !dev->host_memory &&
+                                             !(o->dropout > 0) };
+        if (o->model == MP_MODEL_DMPNN)
+            mp_graphs_batch_bounds(&c->f->g, c->train, c->n_train, bs, &ro.cap_atoms,
+                                   &ro.cap_edges);
+        lrs = mp_malloc(sizeof(double) * (size_t)n_steps);
+        step_loss = mp_malloc(sizeof(double) * (size_t)n_steps);
+        if (!lrs || !step_loss) {
+            st = mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
+            goto done;
+        }
+        int nth = mp_threads_get();
+        nth = nth < 1 ? 1 : nth > n_steps ? (int)n_steps : nth;
+        if (!(pk = pack_bufs_new(nth, bs, t, c->feat_dim))) {
+            st = mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
+            goto done;
+        }
+        if ((st = mp_resident_create(&res, m, &ro)))
+            goto done;
+    }
+
+    /* MOLPROP_GPU_PROFILE=1: where each epoch's time goes, on stderr. */
+    const char *prof_env = getenv("MOLPROP_GPU_PROFILE");
+    int profile = prof_env && *prof_env && strcmp(prof_env, "0") != 0;
 
     mp_rng rng;
     mp_rng_seed(&rng, o->seed + (uint64_t)k, MP_STREAM_SHUFFLE);
@@ -233,7 +352,28 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
         mp_rng_shuffle(&rng, order, (size_t)c->n_train);
         double loss_sum = 0;
         int n_batches = 0;
-        for (int32_t b0 = 0; b0 < c->n_train; b0 += bs) {
+        double tp0 = mp_time_now(), tp1 = tp0, tp2 = tp0;
+        if (res) {
+            /* Pack the epoch (the same batches in the same order as the host
+             * loop below), slots in parallel, then run it on the device. */
+            int32_t s = 0;
+            for (int32_t b0 = 0; b0 < c->n_train; b0 += bs, s++) {
+                lrs[s] = noam.lr;
+                mp_noam_step(&noam);
+            }
+            if ((st = pack_epoch(c, res, order, n_steps, pk)))
+                goto done;
+            tp1 = mp_time_now();
+            if ((st = mp_resident_run(res, s, lrs, step_loss)))
+                goto done;
+            tp2 = mp_time_now();
+            for (int32_t i = 0; i < s; i++) {
+                loss_sum += step_loss[i];
+                n_batches++;
+                mp_progress_step(c->progress, step_loss[i]);
+            }
+        }
+        for (int32_t b0 = 0; !res && b0 < c->n_train; b0 += bs) {
             int32_t n = c->n_train - b0 < bs ? c->n_train - b0 : bs;
             for (int32_t i = 0; i < n; i++) {
                 mols[i] = (int32_t)order[b0 + i];
@@ -262,14 +402,25 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
             mp_progress_step(c->progress, loss);
         }
 
+        double tv_train = mp_time_now();
         double val_mean = NAN;
         size_t skipped = 0;
         if (c->n_val > 0) {
-            if ((st = mp_ensemble_predict(c->e, c->f, c->val, c->n_val, k, 1, EVAL_BATCH,
+            if ((st = mp_ensemble_predict(c->e, c->f, c->val, c->n_val, k, 1, c->eval_batch,
                                           valpred, NULL)) ||
                 (st = score_rows(c->d, c->val, c->n_val, valpred, c->metric,
                                  c->classification, per_task, why, &val_mean, &skipped)))
                 goto done;
+        }
+        if (profile) {
+            double tv = mp_time_now(), up = 0, run = 0;
+            if (res)
+                mp_resident_times(res, &up, &run);
+            else
+                tp2 = tp1 = tp0;
+            fprintf(stderr, "profile epoch %d: pack %.3f s, upload %.3f s, steps %.3f s%s, "
+                    "train loop %.3f s, validation %.3f s\n", epoch, tp1 - tp0, up, run,
+                    res ? "" : " (host loop)", res ? tp2 - tp0 : tv_train - tp0, tv - tv_train);
         }
         if (better(c->metric, val_mean, best_score) || (c->n_val == 0 && epoch == o->epochs)) {
             best_score = val_mean;
@@ -284,6 +435,10 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
     *best_epoch_out = best_epoch;
 
 done:
+    mp_resident_free(res);
+    pack_bufs_free(pk);
+    mp_free(lrs);
+    mp_free(step_loss);
     mp_graphs_free(&batch);
     mp_free(order);
     mp_free(mols);
@@ -598,6 +753,7 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
                     .train = sets[0], .val = sets[1], .n_train = (int32_t)sp.n[0],
                     .n_val = (int32_t)sp.n[1], .metric = res->metric,
                     .classification = classification, .feat_dim = feat_dim,
+                    .eval_batch = e->backend->host_memory ? EVAL_BATCH : EVAL_BATCH_GPU,
                     .progress = &prog };
     for (int k = 0; k < o->ensemble_size; k++) {
         mp_progress_begin_on(&prog, stderr, o->quiet ? MP_PROGRESS_QUIET : MP_PROGRESS_AUTO,
@@ -631,7 +787,7 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
     for (size_t i = 0; i < t; i++)
         res->val_per_task[i] = res->test_per_task[i] = NAN;
     if (sp.n[1]) {
-        if ((st = mp_ensemble_predict(e, f, sets[1], (int32_t)sp.n[1], 0, 0, EVAL_BATCH,
+        if ((st = mp_ensemble_predict(e, f, sets[1], (int32_t)sp.n[1], 0, 0, c.eval_batch,
                                       valpred, NULL)) ||
             (st = score_rows(d, sets[1], (int32_t)sp.n[1], valpred, res->metric,
                              classification, res->val_per_task, why, &res->val_mean, &skipped)))
@@ -640,7 +796,7 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
             warn_skipped(d, "validation", why);
     }
     if (sp.n[2]) {
-        if ((st = mp_ensemble_predict(e, f, sets[2], (int32_t)sp.n[2], 0, 0, EVAL_BATCH,
+        if ((st = mp_ensemble_predict(e, f, sets[2], (int32_t)sp.n[2], 0, 0, c.eval_batch,
                                       testpred, teststd)) ||
             (st = score_rows(d, sets[2], (int32_t)sp.n[2], testpred, res->metric,
                              classification, res->test_per_task, why, &res->test_mean,
