@@ -4,25 +4,37 @@
 #   sh bench/featurize.sh [DATA_DIR] [REPEATS]
 #
 # Builds the bench programs (make bench), then runs each configuration
-# REPEATS times (default 3) on hiv and qm9 from DATA_DIR (default
-# $MOLPROP_DATA_MIRROR, else ../shared/datasets) and prints the median
-# molecules/s of each as a markdown table, with the machine and load.
+# REPEATS times (default 3), alternating with its partner, on hiv and qm9
+# from DATA_DIR (default $MOLPROP_DATA_MIRROR, else ../shared/datasets) and
+# prints the median molecules/s of each as a markdown table, with the machine
+# and the load average before and after (the machine may be shared).
 set -e
 DATA=${1:-${MOLPROP_DATA_MIRROR:-../shared/datasets}}
 REP=${2:-3}
 make -s CUDA=0 bench >/dev/null
 B=build/bench
 
-# median of the molecules_per_s= field over REP runs of a command
+# rate CMD...: the molecules_per_s= field of one run
+rate() {
+    "$@" | sed -n 's/.*molecules_per_s=\([0-9]*\).*/\1/p'
+}
+
+# median of whitespace-separated numbers
 median() {
-    i=0
-    : > /tmp/featurize_bench.$$
+    echo "$@" | tr ' ' '\n' | sort -n | awk 'NF {v[++n]=$1} END {print v[int((n+1)/2)]}'
+}
+
+# pair "CMD A" "CMD B": runs A and B alternately REP times (so both see the
+# same load on a shared machine) and prints "medianA medianB" (the commands
+# are split at spaces: keep DATA_DIR free of them)
+pair() {
+    a=""; b=""; i=0
     while [ $i -lt "$REP" ]; do
-        "$@" | sed -n 's/.*molecules_per_s=\([0-9]*\).*/\1/p' >> /tmp/featurize_bench.$$
+        a="$a $(rate $1)"
+        b="$b $(rate $2)"
         i=$((i + 1))
     done
-    sort -n /tmp/featurize_bench.$$ | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
-    rm -f /tmp/featurize_bench.$$
+    echo "$(median $a) $(median $b)"
 }
 
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -33,16 +45,16 @@ echo "| dataset | threads | RDKit parse only (mol/s) | molprop featurize (mol/s)
 echo "|---|---|---|---|---|"
 for ds in hiv qm9; do
     for t in 1 2; do
-        p=$(median $B/parse_rate "$DATA/$ds.csv.gz" $t)
-        f=$(median $B/featurize_rate "$DATA/$ds.csv.gz" --threads $t)
+        set -- $(pair "$B/parse_rate $DATA/$ds.csv.gz $t" "$B/featurize_rate $DATA/$ds.csv.gz --threads $t")
+        p=$1; f=$2
         echo "| $ds | $t | $p | $f | $(awk -v f=$f -v p=$p 'BEGIN{printf "%.0f%%", 100*f/p}') |"
     done
 done
 echo
 echo "| dataset | threads | featurize + scaffolds (mol/s) | featurize, no Morgan (mol/s) |"
 echo "|---|---|---|---|"
-s=$(median $B/featurize_rate "$DATA/hiv.csv.gz" --threads 1 --scaffolds)
-n=$(median $B/featurize_rate "$DATA/hiv.csv.gz" --threads 1 --no-morgan)
+set -- $(pair "$B/featurize_rate $DATA/hiv.csv.gz --threads 1 --scaffolds" "$B/featurize_rate $DATA/hiv.csv.gz --threads 1 --no-morgan")
+s=$1; n=$2
 echo "| hiv | 1 | $s | $n |"
 echo
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -73,8 +73,10 @@ typedef struct {
 
 /*
  * Copies the molecules mols[0..n) (in that order, repeats allowed) into a
- * fresh store with re-based indices: the batch a model trains on.  `out`
- * reuses its buffers when they are large enough (pass a zeroed struct first).
+ * store with re-based indices: the batch a model trains on.  `out` reuses its
+ * buffers when they are large enough (pass a zeroed struct first; free it with
+ * mp_graphs_free).  MP_ERR_ARG for an index out of range, MP_ERR_NOMEM (out is
+ * then empty).
  */
 mp_status mp_graphs_select(mp_graphs *out, const mp_graphs *g, const int32_t *mols, int32_t n);
 void      mp_graphs_free(mp_graphs *g);
@@ -146,17 +148,26 @@ void mp_features_morgan_dense(const mp_features *f, int32_t m, int counts, float
 /* ===================================================================== */
 
 /* Writes everything in `f` to a binary cache: magic, format version, sizes,
- * arrays, CRC32; atomically (temp file + rename). */
+ * arrays, CRC32; atomically (temp file + rename).  MP_ERR_IO on failure, with
+ * nothing left at `path`.  The format is described in cache.c. */
 mp_status mp_features_save(const mp_features *f, const char *path);
-/* Loads a cache, checking magic, version, every size and the checksum; any
- * file that does not add up is refused with a message naming it. */
+/* Loads a cache, checking magic, version, every size and the checksum and
+ * then every invariant of the store (mp_graphs_check, Morgan offsets, strings
+ * agreeing with validity); any file that does not add up is refused with a
+ * message naming it: MP_ERR_FORMAT (bad magic or version, truncated, sizes or
+ * structure inconsistent) or MP_ERR_CHECKSUM; MP_ERR_IO if unreadable.  *out
+ * is NULL on failure; free it with mp_features_free. */
 mp_status mp_features_load(mp_features **out, const char *path);
 
 /*
  * Writes molecules.tsv, atoms.tsv, bonds.tsv, morgan.tsv, descriptors.tsv into
- * `dir` (created if absent) in the layout of
+ * `dir` (created with its parents if absent) in the layout of
  * ../shared/fixtures/chemprop_v1/README.md; gzipped (".tsv.gz") when gz != 0.
- * smiles[i] is the input string of molecule i.
+ * smiles[i] is the input string of molecule i.  morgan/descriptors.tsv are
+ * left out when not computed, the scaffold column is empty when scaffolds
+ * were not computed.  Bonds are listed in the store's (Chemprop v1's) order;
+ * the fixture lists them in RDKit's.  Floats are printed in their shortest
+ * round-trip form.  All files appear only when all were written (MP_ERR_IO).
  */
 mp_status mp_features_dump(const mp_features *f, const char *const *smiles, const char *dir, int gz);
 

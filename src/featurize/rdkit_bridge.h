@@ -86,6 +86,11 @@ int mp_rdk_featurize(mp_rdk_ctx *ctx, const char *smiles, int what, const mp_rdk
 int         mp_rdk_n_desc(void);
 const char *mp_rdk_desc_name(int i);
 
+/* Reference for tests: RDKit's own hashed Morgan count fingerprint (r=2,
+ * 2048) of a SMILES parsed as above, into counts[2048].  Returns 1, or 0
+ * when the SMILES is invalid. */
+int mp_rdk_morgan_reference(const char *smiles, uint32_t *counts);
+
 /* Reference for tests: RDKit's own Morgan bit vector (r=2, 2048, no chirality)
  * of a SMILES parsed as above, into bits[2048] as 0/1.  Returns 1, or 0 when
  * the SMILES is invalid. */
