@@ -55,6 +55,7 @@ LIB_C    := $(wildcard src/core/*.c src/data/*.c src/featurize/*.c src/models/*.
 LIB_CXX  := $(wildcard src/featurize/*.cpp)
 LIB_CU   := $(if $(filter 1,$(CUDA)),$(wildcard src/gpu/*.cu),)
 LIB_C    += $(if $(filter 1,$(CUDA)),,$(wildcard src/gpu/*_nocuda.c))
+LIB_C    += $(wildcard src/gpu/*_host.c)
 CLI_C    := $(wildcard src/cli/*.c)
 TEST_C   := $(wildcard tests/*.c)
 
@@ -62,7 +63,7 @@ LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cpp=$(BUILD)/%.o) $(LIB_CU:%.c
 CLI_OBJ  := $(CLI_C:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_C:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test test-san check demo bench clean
+.PHONY: all deps test test-san test-gpu bench-gpu check demo bench clean
 all: $(BUILD)/molprop $(BUILD)/libmolprop.a
 
 deps:
@@ -78,6 +79,15 @@ $(BUILD)/molprop: $(CLI_OBJ) $(BUILD)/libmolprop.a
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ -Wl,--whole-archive $(TEST_OBJ) -Wl,--no-whole-archive \
 	    $(BUILD)/libmolprop.a $(LDLIBS)
+
+# The cpu kernels vectorize only without errno semantics (sqrtf in Adam) and
+# without trapping-math (selects like "y > 0 ? dy * s : 0" stay branches
+# otherwise, and mispredict on every other element).
+$(BUILD)/src/models/ops_cpu.o: CFLAGS += -fno-math-errno -fno-trapping-math
+
+# Model microbenchmark (bench/train_step.c): D-MPNN training steps on the cpu.
+$(BUILD)/bench_train_step: $(BUILD)/bench/train_step.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -103,6 +113,25 @@ test: $(BUILD)/run_tests $(BUILD)/molprop
 test-san:
 	$(MAKE) SAN=1 test
 
+# The GPU tests alone (tests/test_gpu_ops.c, names gpu_*); here a skip (no
+# GPU) is a failure.
+test-gpu: $(BUILD)/run_tests
+	MOLPROP_REQUIRE_GPU=1 ./$(BUILD)/run_tests gpu
+
+# The GPU microbenchmark (bench/gpu_ops.c): per-op times and a D-MPNN step.
+# --as-needed keeps RDKit off its list of shared libraries (it calls none).
+$(BUILD)/bench/%.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
+$(BUILD)/gpu_ops: $(BUILD)/bench/gpu_ops.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
+$(BUILD)/gpu_infer: $(BUILD)/bench/gpu_infer.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
+ifeq ($(CUDA),1)
+bench-gpu: $(BUILD)/gpu_ops $(BUILD)/gpu_infer
+else
+bench-gpu:
+	@echo "bench-gpu needs the CUDA build (nvcc on the PATH, CUDA=1)" >&2; exit 1
+endif
+
 check: deps
 	$(MAKE) all
 	$(MAKE) test
@@ -126,4 +155,4 @@ $(BUILD)/bench/featurize_rate: bench/featurize_rate.c $(BUILD)/libmolprop.a
 clean:
 	rm -rf build build-san
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d

@@ -24,12 +24,20 @@
 #ifndef MOLPROP_H
 #define MOLPROP_H
 
-#define MP_VERSION "0.1.0"
-
 #include "core/core.h"
 #include "data/csv.h"
 #include "data/dataset.h"
+#include "data/split.h"
 #include "data/registry.h"
 #include "featurize/featurize.h"
+#include "core/progress.h"
+#include "data/metrics.h"
+#include "data/scaler.h"
+#include "models/schedule.h"
+#include "models/modelfile.h"
+#include "models/model.h"
+#include "models/ensemble.h"
+#include "models/trainer.h"
+#include "models/predict.h"
 
 #endif /* MOLPROP_H */

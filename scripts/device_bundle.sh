@@ -20,3 +20,8 @@ done
 [ "${1:-}" = "--" ] && shift
 for d in "$@"; do cp "$d" "$dest/data/"; done
 du -sh "$dest"
+# The device takes at most 64 MiB: pack it (OpenBLAS alone is 36 MB raw).
+strip "$dest"/bin/* 2>/dev/null || true
+tar -C "$dest" -czf "$dest.tgz" bin lib data
+rm -rf "$dest"; mkdir -p "$dest"; mv "$dest.tgz" "$dest/bundle.tgz"
+du -sh "$dest"

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct {
@@ -47,6 +48,62 @@ const char *mp_test_shared(const char *rel)
     const char *root = getenv("MOLPROP_SHARED");
     snprintf(buf, sizeof buf, "%s/%s", root && *root ? root : "../shared", rel);
     return buf;
+}
+
+int mp_test_cli(char *out, size_t cap, const char *fmt, ...)
+{
+    const char *bin = getenv("MOLPROP_BIN");
+    if (!bin || !*bin) {
+        fprintf(stdout, "    MOLPROP_BIN is not set (run the tests through make test)\n");
+        return -1;
+    }
+    char args[8192], cmd[9000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", bin, args);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = 0;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
+        if (out && n + 1 < cap) {
+            size_t take = got < cap - 1 - n ? got : cap - 1 - n;
+            memcpy(out + n, buf, take);
+            n += take;
+        }
+    }
+    if (out && cap)
+        out[n] = '\0';
+    int status = pclose(p);
+    if (status == -1 || !WIFEXITED(status))
+        return -1;
+    return WEXITSTATUS(status);
+}
+
+char *mp_test_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    mp_buf b = { 0 };
+    char chunk[65536];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if (mp_buf_append(&b, chunk, got)) {
+            fclose(f);
+            mp_buf_free(&b);
+            return NULL;
+        }
+    fclose(f);
+    if (!b.data && mp_buf_append(&b, "", 0))
+        return NULL;
+    if (len)
+        *len = b.len;
+    return b.data;
 }
 
 static char tmpdir_path[1024];

@@ -27,6 +27,19 @@ const char *mp_test_shared(const char *rel);
 /* A fresh empty scratch directory for this test run (under $TMPDIR). */
 const char *mp_test_tmpdir(void);
 
+/*
+ * Runs `$MOLPROP_BIN ARGS 2>&1` (ARGS formatted like printf; quote paths
+ * yourself), keeps the first cap-1 bytes of its output in out (may be NULL)
+ * and returns its exit status, or -1 when it could not run or died from a
+ * signal.  MOLPROP_BIN is set by `make test`.
+ */
+int mp_test_cli(char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reads a whole file into a NUL-terminated mp_malloc'd buffer (NULL if it
+ * cannot be read); *len gets its length when len is not NULL. */
+char *mp_test_slurp(const char *path, size_t *len);
+
 #define MP_TEST(name)                                                         \
     static void mp_test_##name(mp_test_result *mp__r);                        \
     __attribute__((constructor)) static void mp_test_reg_##name(void)         \

@@ -91,7 +91,7 @@ MP_TEST(metrics_match_sklearn_fixture)
     CHECK_MSG(fp, "cannot open %s (run the tests from the repository root)", FIXTURE);
     static fx_case c;
     static fx_line l;
-    int n_cases = 0, n_scores = 0, n_curves = 0, n_exact = 0, r;
+    int n_cases = 0, n_scores = 0, n_curves = 0, n_exact = 0, r = 0;
     char fail[512] = "";
     double *cv[3] = { NULL, NULL, NULL };
     size_t n_pts = 0;
@@ -281,6 +281,19 @@ MP_TEST(metrics_per_task_and_mean)
     CHECK_NEAR(per[2], 1.0, 0, 0);   /* 0.6 above 0.2 and 0.1 */
     CHECK_EQ_INT(skipped, 1);
     CHECK_NEAR(mean, 1.0, 0, 0);
+
+    char msg[200];
+    const char *names[3] = { "NR-AR", "SR-p53", "HSE" };
+    CHECK_EQ_INT(mp_metric_skip_message(msg, sizeof msg, MP_METRIC_AUC, names, why, 3), 1);
+    CHECK_EQ_STR(msg, "auc: 1 of 3 tasks not scored: SR-p53 (targets all 0 or all 1)");
+    mp_score_status two[3] = { MP_SCORE_NO_LABELS, MP_SCORE_OK, MP_SCORE_ONE_CLASS };
+    CHECK_EQ_INT(mp_metric_skip_message(msg, sizeof msg, MP_METRIC_AUC, NULL, two, 3), 2);
+    CHECK_EQ_STR(msg, "auc: 2 of 3 tasks not scored: task 0 (no labelled rows), "
+                      "task 2 (targets all 0 or all 1)");
+    CHECK_EQ_INT(mp_metric_skip_message(msg, 20, MP_METRIC_AUC, NULL, two, 3), 2);
+    CHECK_EQ_STR(msg, "auc: 2 of 3 task...");
+    CHECK_EQ_INT(mp_metric_skip_message(msg, sizeof msg, MP_METRIC_AUC, NULL, two + 1, 1), 0);
+    CHECK_EQ_STR(msg, "");
 
     /* each task equals the single-task call on its column */
     double rpred[15], rtarget[15];

@@ -26,4 +26,10 @@ int cli_fail_status(const char *verb, mp_status st);
 int cli_parse_int(const char *verb, const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_double(const char *verb, const char *opt, const char *s, double lo, double hi, double *out);
 
+/* Backend name for --device cpu|gpu and --precision fp32|tf32|bf16:
+ * "cpu" or "cuda:<precision>".  Prints a message and returns 1 on a bad
+ * combination, else 0. */
+int cli_backend_name(const char *verb, const char *device, const char *precision,
+                     char *out, size_t n);
+
 #endif /* MP_CLI_H */

@@ -71,6 +71,26 @@ int cli_parse_double(const char *verb, const char *opt, const char *s, double lo
     return 0;
 }
 
+int cli_backend_name(const char *verb, const char *device, const char *precision,
+                     char *out, size_t n)
+{
+    if (!strcmp(device, "cpu")) {
+        if (precision && strcmp(precision, "fp32") != 0)
+            return cli_fail(verb, "--precision %s needs --device gpu (the CPU computes in fp32)",
+                            precision);
+        snprintf(out, n, "cpu");
+        return 0;
+    }
+    if (!strcmp(device, "gpu") || !strcmp(device, "cuda")) {
+        const char *p = precision ? precision : "fp32";
+        if (strcmp(p, "fp32") && strcmp(p, "tf32") && strcmp(p, "bf16"))
+            return cli_fail(verb, "--precision expects fp32, tf32 or bf16, got '%s'", p);
+        snprintf(out, n, "cuda:%s", p);
+        return 0;
+    }
+    return cli_fail(verb, "--device expects cpu or gpu, got '%s'", device);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {

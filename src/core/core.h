@@ -14,6 +14,8 @@
 extern "C" {
 #endif
 
+#define MP_VERSION "0.1.0"
+
 /* ===================================================================== */
 /* Status and errors                                                      */
 /* ===================================================================== */
@@ -136,6 +138,11 @@ void      mp_afile_abort(mp_afile *f);
 
 /* CRC-32 (zlib's polynomial), chainable: crc = mp_crc32(crc, buf, n), start 0. */
 uint32_t mp_crc32(uint32_t crc, const void *buf, size_t n);
+
+/* Sum of a[0..n) in NumPy's pairwise order (blocks of 128 summed with eight
+ * accumulators, larger ranges halved at a multiple of 8), so sums, means and
+ * metrics computed from them equal NumPy's and scikit-learn's bit for bit. */
+double mp_pairwise_sum(const double *a, size_t n);
 
 /* Lower-case, case-insensitive compare helpers used for column names. */
 int mp_strcaseeq(const char *a, const char *b);

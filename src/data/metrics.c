@@ -85,37 +85,6 @@ const char *mp_score_status_text(mp_score_status s)
 /* NumPy's summation                                                      */
 /* ===================================================================== */
 
-/*
- * np.add.reduce over a contiguous float64 array: blocks of up to 128 summed
- * with eight accumulators, larger ranges split in two at a multiple of 8.
- * Matching it makes our sums (and so our metrics) identical to sklearn's,
- * not merely close.
- */
-static double pairwise_sum(const double *a, size_t n)
-{
-    if (n < 8) {
-        double res = -0.0;
-        for (size_t i = 0; i < n; i++)
-            res += a[i];
-        return res;
-    }
-    if (n <= 128) {
-        double r[8];
-        size_t i;
-        for (int j = 0; j < 8; j++)
-            r[j] = a[j];
-        for (i = 8; i < n - (n % 8); i += 8)
-            for (int j = 0; j < 8; j++)
-                r[j] += a[i + j];
-        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++)
-            res += a[i];
-        return res;
-    }
-    size_t n2 = n / 2;
-    n2 -= n2 % 8;
-    return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
-}
 
 /* ===================================================================== */
 /* Gathering one task                                                     */
@@ -159,14 +128,14 @@ static double mean_sq_err(const double *p, const double *t, double *tmp, size_t 
         double d = t[i] - p[i];
         tmp[i] = d * d;
     }
-    return pairwise_sum(tmp, n) / (double)n;
+    return mp_pairwise_sum(tmp, n) / (double)n;
 }
 
 static double mean_abs_err(const double *p, const double *t, double *tmp, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         tmp[i] = fabs(p[i] - t[i]);
-    return pairwise_sum(tmp, n) / (double)n;
+    return mp_pairwise_sum(tmp, n) / (double)n;
 }
 
 /* sklearn r2_score with force_finite=True: a constant target gives 1 when
@@ -177,15 +146,15 @@ static double r2_score(const double *p, const double *t, double *tmp, size_t n)
         double d = t[i] - p[i];
         tmp[i] = d * d;
     }
-    double num = pairwise_sum(tmp, n);
+    double num = mp_pairwise_sum(tmp, n);
     for (size_t i = 0; i < n; i++)
         tmp[i] = t[i];
-    double mean = pairwise_sum(tmp, n) / (double)n;
+    double mean = mp_pairwise_sum(tmp, n) / (double)n;
     for (size_t i = 0; i < n; i++) {
         double d = t[i] - mean;
         tmp[i] = d * d;
     }
-    double den = pairwise_sum(tmp, n);
+    double den = mp_pairwise_sum(tmp, n);
     if (den != 0.0)
         return 1.0 - num / den;
     return num != 0.0 ? 0.0 : 1.0;
@@ -401,7 +370,7 @@ double mp_trapezoid_auc(const double *x, const double *y, size_t n)
         /* scipy.integrate.trapezoid: (d * (y[1:] + y[:-1]) / 2.0).sum() */
         for (size_t i = 0; i + 1 < n; i++)
             terms[i] = (x[i + 1] - x[i]) * (y[i + 1] + y[i]) / 2.0;
-        area = pairwise_sum(terms, n - 1);
+        area = mp_pairwise_sum(terms, n - 1);
         mp_free(terms);
     } else {   /* no memory for the exact order: a plain sum, still correct */
         for (size_t i = 0; i + 1 < n; i++)
@@ -549,6 +518,36 @@ mp_status mp_metric_tasks(mp_metric m, int classification,
     if (n_skipped)
         *n_skipped = skipped;
     return MP_OK;
+}
+
+size_t mp_metric_skip_message(char *buf, size_t buf_len, mp_metric m,
+                              const char *const *task_names, const mp_score_status *why,
+                              size_t n_tasks)
+{
+    size_t skipped = 0;
+    for (size_t t = 0; t < n_tasks; t++)
+        skipped += why[t] != MP_SCORE_OK;
+    if (buf_len == 0)
+        return skipped;
+    buf[0] = '\0';
+    if (skipped == 0)
+        return 0;
+    size_t k = (size_t)snprintf(buf, buf_len, "%s: %zu of %zu task%s not scored:",
+                                mp_metric_name(m), skipped, n_tasks, n_tasks == 1 ? "" : "s");
+    size_t listed = 0;
+    for (size_t t = 0; t < n_tasks && k < buf_len; t++) {
+        if (why[t] == MP_SCORE_OK)
+            continue;
+        char name[32];
+        if (!task_names)
+            snprintf(name, sizeof name, "task %zu", t);
+        k += (size_t)snprintf(buf + k, buf_len - k, "%s %s (%s)", listed ? "," : "",
+                              task_names ? task_names[t] : name, mp_score_status_text(why[t]));
+        listed++;
+    }
+    if (k >= buf_len && buf_len > 4)   /* cut: say so */
+        memcpy(buf + buf_len - 4, "...", 4);
+    return skipped;
 }
 
 double mp_metric_average(mp_metric m, const double *per_task, size_t n_tasks,

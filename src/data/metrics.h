@@ -100,6 +100,16 @@ mp_status mp_metric_tasks(mp_metric m, int classification,
                           double *per_task, mp_score_status *why,
                           double *mean, size_t *n_skipped);
 
+/*
+ * A one-line warning about the skipped tasks, for the caller to print, e.g.
+ *   "auc: 2 of 12 tasks not scored: NR-AR (targets all 0 or all 1), SR-p53 (no labelled rows)"
+ * Written into buf (cut with "..." when it does not fit); task_names may be
+ * NULL ("task 3").  Returns the number of skipped tasks (0: buf is "").
+ */
+size_t mp_metric_skip_message(char *buf, size_t buf_len, mp_metric m,
+                              const char *const *task_names, const mp_score_status *why,
+                              size_t n_tasks);
+
 /* How per-task scores become one number. */
 typedef enum {
     MP_AVERAGE_NANMEAN,  /* arithmetic mean over non-NaN tasks: Chemprop up to v1.5.1,
@@ -168,6 +178,12 @@ double mp_trapezoid_auc(const double *x, const double *y, size_t n);
  *     mp_report_set_num(r, "timings.train_s", 12.5);
  *     mp_report_write(r, "out/metrics.json");
  *     mp_report_free(r);
+ *
+ * Suggested layout for a training run (so tools can read any run's file):
+ *   task_type, metrics (names), tasks (names), best_epoch,
+ *   test.<metric>, val.<metric>  (mp_report_set_metric),
+ *   split.train / split.val / split.test (sizes), invalid_rows,
+ *   timings.featurize_s, timings.train_s, timings.train_mols_per_s, ...
  */
 typedef struct mp_report mp_report;
 

@@ -15,32 +15,6 @@
 /* Fitting                                                                */
 /* ===================================================================== */
 
-/* NumPy's pairwise summation (see metrics.c for the reasoning). */
-static double pairwise_sum(const double *a, size_t n)
-{
-    if (n < 8) {
-        double res = -0.0;
-        for (size_t i = 0; i < n; i++)
-            res += a[i];
-        return res;
-    }
-    if (n <= 128) {
-        double r[8];
-        size_t i;
-        for (int j = 0; j < 8; j++)
-            r[j] = a[j];
-        for (i = 8; i < n - (n % 8); i += 8)
-            for (int j = 0; j < 8; j++)
-                r[j] += a[i + j];
-        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++)
-            res += a[i];
-        return res;
-    }
-    size_t n2 = n / 2;
-    n2 -= n2 % 8;
-    return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
-}
 
 /*
  * np.sum(X, axis=0) over an n x c matrix: with one column NumPy reduces the
@@ -50,7 +24,7 @@ static double pairwise_sum(const double *a, size_t n)
 static double column_sum(const double *col, size_t n, size_t n_cols)
 {
     if (n_cols == 1)
-        return pairwise_sum(col, n);
+        return mp_pairwise_sum(col, n);
     double s = 0;
     for (size_t i = 0; i < n; i++)
         s += col[i];

@@ -1,0 +1,163 @@
+/*
+ * batch.c - a graph batch on its way into a model: checked (so that no index
+ * in it can make an op read or write out of bounds), then uploaded into the
+ * model's device arena; and the batch-size bounds a trainer reserves with.
+ */
+#include "models/model_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ===================================================================== */
+/* Checking                                                               */
+/* ===================================================================== */
+
+#define BAD(...) mp_error_set(MP_ERR_FORMAT, "graph batch: " __VA_ARGS__)
+
+static mp_status check_molecule(const mp_graphs *g, int32_t i, int atom_fdim)
+{
+    int32_t a0 = g->mol_atom[i], a1 = g->mol_atom[i + 1];
+    int32_t e0 = g->mol_edge[i], e1 = g->mol_edge[i + 1];
+    if ((e0 & 1) || (e1 & 1))
+        return BAD("molecule %d: edge range [%d, %d) is not made of edge pairs", (int)i,
+                   (int)e0, (int)e1);
+    for (int32_t v = a0; v < a1; v++) {
+        const int16_t *hot = g->atom_hot + (size_t)v * MP_ATOM_MAX_HOT;
+        for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
+            if (hot[q] < -1 || hot[q] > atom_fdim - 2)
+                return BAD("molecule %d, atom %d: hot slot %d outside the %d-slot atom layout "
+                           "(the last slot is the mass)", (int)i, (int)(v - a0), (int)hot[q],
+                           atom_fdim);
+        if (!isfinite(g->atom_mass[v]))
+            return BAD("molecule %d, atom %d: mass is not a finite number", (int)i, (int)(v - a0));
+        int32_t k0 = g->in_start[v], k1 = g->in_start[v + 1];
+        for (int32_t k = k0; k < k1; k++) {
+            int32_t e = g->in_edge[k];
+            if (e < e0 || e >= e1 || g->edge_dst[e] != v || (k > k0 && e <= g->in_edge[k - 1]))
+                return BAD("molecule %d, atom %d: incoming edge %d is not an edge into this atom "
+                           "(or the list is not ascending)", (int)i, (int)(v - a0), (int)e);
+        }
+    }
+    if (a1 > a0 && g->in_start[a1] - g->in_start[a0] != e1 - e0)
+        return BAD("molecule %d: %d incoming-edge entries for %d edges", (int)i,
+                   (int)(g->in_start[a1] - g->in_start[a0]), (int)(e1 - e0));
+    if (a1 == a0 && e1 > e0)
+        return BAD("molecule %d: %d edges but no atoms", (int)i, (int)(e1 - e0));
+    for (int32_t e = e0; e < e1; e++) {
+        int32_t s = g->edge_src[e], d = g->edge_dst[e];
+        if (s < a0 || s >= a1 || d < a0 || d >= a1)
+            return BAD("molecule %d, edge %d: atoms %d -> %d outside the molecule's %d atoms",
+                       (int)i, (int)(e - e0), (int)(s - a0), (int)(d - a0), (int)(a1 - a0));
+        if (g->edge_src[e ^ 1] != d || g->edge_dst[e ^ 1] != s)
+            return BAD("molecule %d, edge %d: its pair edge %d is not its reverse", (int)i,
+                       (int)(e - e0), (int)((e ^ 1) - e0));
+        if (!(e & 1)) {
+            const int8_t *bh = g->bond_hot + (size_t)(e >> 1) * MP_BOND_MAX_HOT;
+            for (int q = 0; q < MP_BOND_MAX_HOT; q++)
+                if (bh[q] < -1 || bh[q] >= MP_BOND_FDIM)
+                    return BAD("molecule %d, bond %d: hot slot %d outside the %d bond slots",
+                               (int)i, (int)((e - e0) >> 1), (int)bh[q], MP_BOND_FDIM);
+        }
+    }
+    return MP_OK;
+}
+
+mp_status mp_batch_check(const mp_graphs *g, int atom_fdim)
+{
+    if (!g)
+        return mp_error_set(MP_ERR_ARG, "graph batch: missing (a D-MPNN needs graphs)");
+    if (g->atom_fdim != atom_fdim)
+        return BAD("atom vectors have %d slots but the model was built for %d", g->atom_fdim,
+                   atom_fdim);
+    if (g->n_mols < 0 || g->n_atoms < 0 || g->n_edges < 0 || (g->n_edges & 1))
+        return BAD("bad sizes: %d molecules, %d atoms, %d edges", (int)g->n_mols,
+                   (int)g->n_atoms, (int)g->n_edges);
+    if (!g->mol_atom || !g->mol_edge || !g->in_start ||
+        (g->n_atoms && (!g->atom_hot || !g->atom_mass)) ||
+        (g->n_edges && (!g->bond_hot || !g->edge_src || !g->edge_dst || !g->in_edge)))
+        return BAD("arrays missing for %d molecules, %d atoms, %d edges", (int)g->n_mols,
+                   (int)g->n_atoms, (int)g->n_edges);
+    if (g->mol_atom[0] != 0 || g->mol_edge[0] != 0 || g->in_start[0] != 0 ||
+        g->mol_atom[g->n_mols] != g->n_atoms || g->mol_edge[g->n_mols] != g->n_edges ||
+        g->in_start[g->n_atoms] != g->n_edges)
+        return BAD("offsets do not span the %d atoms and %d edges", (int)g->n_atoms,
+                   (int)g->n_edges);
+    for (int32_t i = 0; i < g->n_mols; i++)
+        if (g->mol_atom[i + 1] < g->mol_atom[i] || g->mol_edge[i + 1] < g->mol_edge[i])
+            return BAD("molecule %d: atom or edge offsets decrease", (int)i);
+    for (int32_t v = 0; v < g->n_atoms; v++)
+        if (g->in_start[v + 1] < g->in_start[v])
+            return BAD("atom %d: incoming-edge offsets decrease", (int)v);
+    for (int32_t i = 0; i < g->n_mols; i++) {
+        mp_status st = check_molecule(g, i, atom_fdim);
+        if (st != MP_OK)
+            return st;
+    }
+    return MP_OK;
+}
+
+/* ===================================================================== */
+/* Upload                                                                 */
+/* ===================================================================== */
+
+mp_status mp_batch_upload(mp_backend *b, mp_dev_graph *d, const mp_graphs *g)
+{
+    size_t na = (size_t)g->n_atoms, ne = (size_t)g->n_edges, nm = (size_t)g->n_mols;
+    mp_status st;
+    if ((st = b->upload(b, d->atom_hot, g->atom_hot, na * MP_ATOM_MAX_HOT * sizeof(int16_t))) ||
+        (st = b->upload(b, d->atom_mass, g->atom_mass, na * sizeof(float))) ||
+        (st = b->upload(b, d->bond_hot, g->bond_hot, ne / 2 * MP_BOND_MAX_HOT * sizeof(int8_t))) ||
+        (st = b->upload(b, d->edge_src, g->edge_src, ne * sizeof(int32_t))) ||
+        (st = b->upload(b, d->edge_dst, g->edge_dst, ne * sizeof(int32_t))) ||
+        (st = b->upload(b, d->in_start, g->in_start, (na + 1) * sizeof(int32_t))) ||
+        (st = b->upload(b, d->in_edge, g->in_edge, ne * sizeof(int32_t))) ||
+        (st = b->upload(b, d->mol_atom, g->mol_atom, (nm + 1) * sizeof(int32_t))))
+        return st;
+    d->n_mols = g->n_mols;
+    d->n_atoms = g->n_atoms;
+    d->n_edges = g->n_edges;
+    return MP_OK;
+}
+
+/* ===================================================================== */
+/* Batch bounds                                                           */
+/* ===================================================================== */
+
+static int by_desc(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a < b) - (a > b);
+}
+
+static int32_t top_sum(int32_t *v, int32_t n, int32_t k)
+{
+    qsort(v, (size_t)n, sizeof *v, by_desc);
+    int64_t s = 0;
+    for (int32_t i = 0; i < n && i < k; i++)
+        s += v[i];
+    return s > INT32_MAX ? INT32_MAX : (int32_t)s;
+}
+
+void mp_graphs_batch_bounds(const mp_graphs *g, const int32_t *mols, int32_t n,
+                            int32_t batch_size, int32_t *max_atoms, int32_t *max_edges)
+{
+    if (!mols)
+        n = g->n_mols;
+    int32_t *na = mp_malloc((size_t)(n > 0 ? n : 1) * sizeof *na);
+    int32_t *ne = mp_malloc((size_t)(n > 0 ? n : 1) * sizeof *ne);
+    if (!na || !ne) {
+        /* No memory for the sort: the whole store is a safe bound. */
+        *max_atoms = g->n_atoms;
+        *max_edges = g->n_edges;
+    } else {
+        for (int32_t i = 0; i < n; i++) {
+            int32_t m = mols ? mols[i] : i;
+            na[i] = g->mol_atom[m + 1] - g->mol_atom[m];
+            ne[i] = g->mol_edge[m + 1] - g->mol_edge[m];
+        }
+        *max_atoms = top_sum(na, n, batch_size);
+        *max_edges = top_sum(ne, n, batch_size);
+    }
+    mp_free(na);
+    mp_free(ne);
+}

@@ -1,0 +1,90 @@
+/*
+ * ffn.c - the feed-forward head shared by both model kinds (Chemprop v1
+ * chemprop/models/ffn.py, REFERENCE.md 2.2):
+ *
+ *   Dropout -> Linear(I, F) -> [ReLU -> Dropout -> Linear(F, F)] x (L-2)
+ *           -> ReLU -> Dropout -> Linear(F, T)          (L = 1: Dropout -> Linear(I, T))
+ *
+ * I = readout ++ extra features (dmpnn) or the feature vector (ffn).  Each
+ * Linear is a bias row copied into the output followed by one gemm with
+ * beta = 1; ReLU and the dropout after it are one op whose output is all the
+ * backward pass needs.
+ */
+#include "models/model_impl.h"
+
+#define P(off) MP_AT(m, m->params, off)
+#define G(off) MP_AT(m, m->grads, off)
+
+static void layer_dims(const mp_model *m, int l, int *din, int *dout)
+{
+    *din = l == 0 ? m->in_dim : m->ffn_hidden;
+    *dout = l == m->n_layers - 1 ? m->cfg.n_tasks : m->ffn_hidden;
+}
+
+void mp_ffn_forward(mp_model *m, int training)
+{
+    mp_backend *b = m->b;
+    mp_acts *a = &m->a;
+    int32_t n = m->n_mols;
+    double p = m->p;
+    const void *x = a->x0;
+    if (p > 0) {
+        m->key_in = mp_rng_u64(&m->drop_rng);
+        b->dropout(b, a->xd0, a->x0, n, m->in_dim, m->in_dim, p, m->key_in);
+        x = a->xd0;
+    }
+    for (int l = 0; l < m->n_layers; l++) {
+        int din, dout;
+        layer_dims(m, l, &din, &dout);
+        int last = l == m->n_layers - 1;
+        void *y = last ? a->out : a->hl[l];
+        b->fill_rows(b, y, dout, P(m->off_fb[l]), n, dout);
+        b->gemm(b, 0, 0, n, dout, din, 1.0, x, din, P(m->off_fw[l]), dout, 1.0, y, dout);
+        if (!last) {
+            uint64_t key = p > 0 ? mp_rng_u64(&m->drop_rng) : 0;
+            b->relu_dropout(b, y, y, (size_t)n * dout, p, key);
+            x = y;
+        }
+    }
+}
+
+const void *mp_ffn_backward(mp_model *m, int want_cols)
+{
+    mp_backend *b = m->b;
+    mp_acts *a = &m->a;
+    int32_t n = m->n_mols;
+    double p = m->p;
+    void *dy = a->g0, *dx = a->g1;
+    for (int l = m->n_layers - 1; l >= 0; l--) {
+        int din, dout;
+        layer_dims(m, l, &din, &dout);
+        const void *x = l > 0 ? a->hl[l - 1] : p > 0 ? a->xd0 : a->x0;
+        /* dW += x^T dy, batched with dx = dy W^T when a dx is wanted;
+         * db += column sums of dy */
+        mp_gemm gw = { 1, 0, din, dout, n, 1.0, 1.0, x, dy, G(m->off_fw[l]), din, dout, dout };
+        b->col_sum(b, G(m->off_fb[l]), dy, dout, n, dout);
+        if (l > 0) {
+            mp_gemm pr[2] = { gw, { 0, 1, n, din, dout, 1.0, 0.0, dy, P(m->off_fw[l]), dx,
+                                    dout, dout, din } };
+            b->gemm_batch(b, 2, pr);
+            /* back through the ReLU + dropout before this layer */
+            b->relu_dropout_backward(b, dx, a->hl[l - 1], dx, (size_t)n * din, p);
+            void *t = dy;
+            dy = dx;
+            dx = t;
+        } else if (want_cols > 0) {
+            /* Only the readout's columns need a gradient: the first
+             * want_cols rows of W_0 (row stride of the result: in_dim). */
+            mp_gemm pr[2] = { gw, { 0, 1, n, want_cols, dout, 1.0, 0.0, dy, P(m->off_fw[0]), dx,
+                                    dout, dout, m->in_dim } };
+            b->gemm_batch(b, 2, pr);
+            if (p > 0)
+                b->dropout_backward(b, dx, dx, n, want_cols, m->in_dim, p, m->key_in);
+            return dx;
+        } else {
+            b->gemm(b, gw.ta, gw.tb, gw.m, gw.n, gw.k, gw.alpha, gw.a, gw.lda, gw.b, gw.ldb,
+                    gw.beta, gw.c, gw.ldc);
+        }
+    }
+    return NULL;
+}

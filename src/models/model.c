@@ -1,0 +1,559 @@
+/*
+ * model.c - the life of an mp_model: configuration, the parameter block and
+ * its views, Xavier initialisation, the activation arena, and the steps a
+ * trainer calls (forward, loss + backward, Adam).  The layers themselves are
+ * in dmpnn.c and ffn.c; everything here talks to the device only through the
+ * backend.
+ */
+#include "models/model_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ===================================================================== */
+/* Configuration                                                          */
+/* ===================================================================== */
+
+mp_model_config mp_model_config_default(void)
+{
+    mp_model_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = MP_MODEL_DMPNN;
+    c.task = MP_MODEL_REGRESSION;
+    c.n_tasks = 1;
+    c.atom_fdim = 133;
+    c.hidden = 300;
+    c.depth = 3;
+    c.dropout = 0.0;
+    c.ffn_layers = 2;
+    c.ffn_hidden = 0;
+    c.extra_dim = 0;
+    c.aggregation = MP_AGG_MEAN;
+    c.agg_norm = 100.0;
+    return c;
+}
+
+#define CFG_BAD(...) mp_error_set(MP_ERR_ARG, "model config: " __VA_ARGS__)
+
+static mp_status config_check(const mp_model_config *c)
+{
+    if (c->kind != MP_MODEL_DMPNN && c->kind != MP_MODEL_FFN)
+        return CFG_BAD("unknown model kind %d", (int)c->kind);
+    if (c->task != MP_MODEL_REGRESSION && c->task != MP_MODEL_CLASSIFICATION)
+        return CFG_BAD("unknown task type %d", (int)c->task);
+    if (c->n_tasks < 1 || c->n_tasks > 1000000)
+        return CFG_BAD("n_tasks = %d (must be 1 .. 1000000)", c->n_tasks);
+    if (c->ffn_layers < 1 || c->ffn_layers > MP_MAX_FFN_LAYERS)
+        return CFG_BAD("ffn_layers = %d (must be 1 .. %d)", c->ffn_layers, MP_MAX_FFN_LAYERS);
+    if (c->ffn_hidden < 0 || c->ffn_hidden > 65536)
+        return CFG_BAD("ffn_hidden = %d (must be 0 .. 65536; 0 = hidden)", c->ffn_hidden);
+    if (!(c->dropout >= 0 && c->dropout < 1))
+        return CFG_BAD("dropout = %g (must be in [0, 1))", c->dropout);
+    if (c->extra_dim < 0 || c->extra_dim > 10000000)
+        return CFG_BAD("extra_dim = %d (must be 0 .. 10000000)", c->extra_dim);
+    if (c->kind == MP_MODEL_FFN) {
+        if (c->extra_dim < 1)
+            return CFG_BAD("an FFN model needs input features (extra_dim = %d)", c->extra_dim);
+        if (c->ffn_hidden == 0 && c->ffn_layers > 1 && (c->hidden < 1 || c->hidden > 65536))
+            return CFG_BAD("hidden = %d (must be 1 .. 65536)", c->hidden);
+        return MP_OK;
+    }
+    if (c->hidden < 1 || c->hidden > 65536)
+        return CFG_BAD("hidden = %d (must be 1 .. 65536)", c->hidden);
+    if (c->depth < 1 || c->depth > MP_MAX_DEPTH)
+        return CFG_BAD("depth = %d (must be 1 .. %d)", c->depth, MP_MAX_DEPTH);
+    if (c->atom_fdim < 2 || c->atom_fdim > 32767)
+        return CFG_BAD("atom_fdim = %d (must be 2 .. 32767, the mass slot included)", c->atom_fdim);
+    if (c->aggregation != MP_AGG_MEAN && c->aggregation != MP_AGG_SUM &&
+        c->aggregation != MP_AGG_NORM)
+        return CFG_BAD("unknown aggregation %d", (int)c->aggregation);
+    if (c->aggregation == MP_AGG_NORM && !(c->agg_norm > 0 && isfinite(c->agg_norm)))
+        return CFG_BAD("aggregation norm = %g (must be > 0)", c->agg_norm);
+    return MP_OK;
+}
+
+/* ===================================================================== */
+/* Parameter block                                                        */
+/* ===================================================================== */
+
+static size_t add_view(mp_model *m, const char *name, int rows, int cols)
+{
+    int i = m->n_views++;
+    snprintf(m->view_names[i], sizeof m->view_names[i], "%s", name);
+    m->views[i] = (mp_param_view){ m->view_names[i], m->n_params, rows, cols };
+    size_t off = m->n_params;
+    m->n_params += (size_t)rows * (size_t)cols;
+    return off;
+}
+
+static void layout_params(mp_model *m)
+{
+    const mp_model_config *c = &m->cfg;
+    if (c->kind == MP_MODEL_DMPNN) {
+        m->off_wi = add_view(m, "W_i", c->atom_fdim + MP_BOND_FDIM, m->h);
+        m->off_wh = add_view(m, "W_h", m->h, m->h);
+        m->off_wo = add_view(m, "W_o", c->atom_fdim + m->h, m->h);
+        m->off_bo = add_view(m, "b_o", 1, m->h);
+    }
+    for (int l = 0; l < m->n_layers; l++) {
+        int din = l == 0 ? m->in_dim : m->ffn_hidden;
+        int dout = l == m->n_layers - 1 ? c->n_tasks : m->ffn_hidden;
+        char name[24];
+        snprintf(name, sizeof name, "ffn%d.W", l);
+        m->off_fw[l] = add_view(m, name, din, dout);
+        snprintf(name, sizeof name, "ffn%d.b", l);
+        m->off_fb[l] = add_view(m, name, 1, dout);
+    }
+}
+
+/* Xavier-normal weights, zero biases, drawn in view order.  Values are made
+ * as floats (then widened for a double backend), so every backend starts
+ * from the same numbers. */
+static void init_params(mp_model *m, void *host, uint64_t seed)
+{
+    mp_rng r;
+    mp_rng_seed(&r, seed, MP_MODEL_STREAM_INIT);
+    for (int i = 0; i < m->n_views; i++) {
+        const mp_param_view *v = &m->views[i];
+        size_t n = (size_t)v->rows * v->cols;
+        int is_bias = v->rows == 1 && strstr(v->name, ".b") != NULL;
+        is_bias |= strcmp(v->name, "b_o") == 0;
+        double std = sqrt(2.0 / (double)(v->rows + v->cols));
+        for (size_t k = 0; k < n; k++) {
+            float x = is_bias ? 0.0f : (float)(mp_rng_normal(&r) * std);
+            if (m->esize == sizeof(double))
+                ((double *)host)[v->offset + k] = x;
+            else
+                ((float *)host)[v->offset + k] = x;
+        }
+    }
+}
+
+void *mp_model_host(mp_model *m, size_t bytes)
+{
+    if (bytes <= m->host_bytes)
+        return m->host;
+    void *p = mp_realloc(m->host, bytes);
+    if (!p)
+        return NULL;
+    m->host = p;
+    m->host_bytes = bytes;
+    return p;
+}
+
+/* Host floats -> device elements of the model's type. */
+static mp_status upload_floats(mp_model *m, void *dst, const float *src, size_t n)
+{
+    if (m->esize == sizeof(float))
+        return m->b->upload(m->b, dst, src, n * sizeof(float));
+    double *t = mp_model_host(m, n * sizeof(double));
+    if (!t)
+        return mp_error_set(MP_ERR_NOMEM, "model: out of memory staging %zu values", n);
+    for (size_t i = 0; i < n; i++)
+        t[i] = src[i];
+    return m->b->upload(m->b, dst, t, n * sizeof(double));
+}
+
+static mp_status download_floats(mp_model *m, float *dst, const void *src, size_t n)
+{
+    if (m->esize == sizeof(float))
+        return m->b->download(m->b, dst, src, n * sizeof(float));
+    double *t = mp_model_host(m, n * sizeof(double));
+    if (!t)
+        return mp_error_set(MP_ERR_NOMEM, "model: out of memory staging %zu values", n);
+    mp_status st = m->b->download(m->b, t, src, n * sizeof(double));
+    for (size_t i = 0; st == MP_OK && i < n; i++)
+        dst[i] = (float)t[i];
+    return st;
+}
+
+mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend *b,
+                          uint64_t seed)
+{
+    *out = NULL;
+    if (!cfg || !b)
+        return mp_error_set(MP_ERR_ARG, "model: missing config or backend");
+    mp_status st = config_check(cfg);
+    if (st != MP_OK)
+        return st;
+    mp_model *m = mp_calloc(1, sizeof *m);
+    if (!m)
+        return mp_error_set(MP_ERR_NOMEM, "model: out of memory");
+    m->cfg = *cfg;
+    m->b = b;
+    m->esize = b->esize;
+    m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
+    m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
+    m->n_layers = cfg->ffn_layers;
+    m->in_dim = m->h + cfg->extra_dim;
+    if (m->n_layers == 1)
+        m->ffn_hidden = 0;   /* no hidden layer: keep the views honest */
+    layout_params(m);
+    mp_rng_seed(&m->drop_rng, seed, MP_MODEL_STREAM_DROPOUT);
+
+    size_t bytes = m->n_params * m->esize;
+    m->params = b->alloc(b, bytes);
+    m->grads = b->alloc(b, bytes);
+    m->adam_m = b->alloc(b, bytes);
+    m->adam_v = b->alloc(b, bytes);
+    void *host = mp_model_host(m, bytes);
+    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !host) {
+        size_t np = m->n_params;
+        mp_model_free(m);
+        return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %zu parameters", np);
+    }
+    init_params(m, host, seed);
+    st = b->upload(b, m->params, host, bytes);
+    if (st != MP_OK) {
+        mp_model_free(m);
+        return st;
+    }
+    b->zero(b, m->grads, bytes);
+    b->zero(b, m->adam_m, bytes);
+    b->zero(b, m->adam_v, bytes);
+    *out = m;
+    return MP_OK;
+}
+
+void mp_model_free(mp_model *m)
+{
+    if (!m)
+        return;
+    mp_backend *b = m->b;
+    b->free(b, m->params);
+    b->free(b, m->grads);
+    b->free(b, m->adam_m);
+    b->free(b, m->adam_v);
+    b->free(b, m->arena);
+    mp_free(m->host);
+    mp_free(m);
+}
+
+/* ===================================================================== */
+/* Activation arena                                                       */
+/* ===================================================================== */
+
+/* Places the activation buffers for the given capacities at `base` (NULL:
+ * only measure) and returns the bytes needed.  Each buffer starts on a
+ * 64-byte boundary. */
+static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32_t ne)
+{
+    size_t at = 0, es = m->esize;
+    mp_acts *a = &m->a;
+#define TAKE(bytes) \
+    (at = (at + 63) & ~(size_t)63, at += (bytes), base ? (void *)(base + at - (bytes)) : NULL)
+    const mp_model_config *c = &m->cfg;
+    size_t h = (size_t)m->h, E = (size_t)ne, A = (size_t)na, B = (size_t)nm;
+    size_t T = (size_t)c->n_tasks, I = (size_t)m->in_dim, F = (size_t)m->ffn_hidden;
+    size_t W = I > F ? I : F;
+    W = W > T ? W : T;
+    if (c->kind == MP_MODEL_DMPNN) {
+        a->h0 = TAKE(E * h * es);
+        for (int t = 0; t < c->depth; t++)
+            a->m[t] = TAKE(E * h * es);
+        for (int t = 1; t < c->depth; t++)
+            a->msg[t] = TAKE(E * h * es);
+        a->dh0 = TAKE(E * h * es);
+        a->dm = TAKE(E * h * es);
+        a->dmsg = TAKE(E * h * es);
+        a->as = TAKE(A * h * es);
+        a->a = TAKE(A * h * es);
+        a->ho = TAKE(A * h * es);
+        a->dho = TAKE(A * h * es);
+        a->da = TAKE(A * h * es);
+        a->extra = TAKE(B * (size_t)c->extra_dim * es);
+        a->g.atom_hot = TAKE(A * MP_ATOM_MAX_HOT * sizeof(int16_t));
+        a->g.atom_mass = TAKE(A * sizeof(float));
+        a->g.bond_hot = TAKE(E / 2 * MP_BOND_MAX_HOT * sizeof(int8_t));
+        a->g.edge_src = TAKE(E * sizeof(int32_t));
+        a->g.edge_dst = TAKE(E * sizeof(int32_t));
+        a->g.in_start = TAKE((A + 1) * sizeof(int32_t));
+        a->g.in_edge = TAKE(E * sizeof(int32_t));
+        a->g.mol_atom = TAKE((B + 1) * sizeof(int32_t));
+    }
+    a->x0 = TAKE(B * I * es);
+    a->xd0 = c->dropout > 0 ? TAKE(B * I * es) : a->x0;
+    for (int l = 0; l + 1 < m->n_layers; l++)
+        a->hl[l] = TAKE(B * F * es);
+    a->out = TAKE(B * T * es);
+    a->g0 = TAKE(B * W * es);
+    a->g1 = TAKE(B * W * es);
+    a->target = TAKE(B * T * es);
+    a->loss = TAKE(es);
+    a->mask = TAKE(B * T);
+#undef TAKE
+    return at + 64;
+}
+
+mp_status mp_model_reserve(mp_model *m, int32_t max_mols, int32_t max_atoms, int32_t max_edges)
+{
+    if (max_mols < 0 || max_atoms < 0 || max_edges < 0)
+        return mp_error_set(MP_ERR_ARG, "model reserve: negative size (%d molecules, %d atoms, "
+                            "%d edges)", (int)max_mols, (int)max_atoms, (int)max_edges);
+    if (m->cfg.kind == MP_MODEL_FFN)
+        max_atoms = max_edges = 0;
+    max_edges += max_edges & 1;
+    if (m->arena && max_mols <= m->cap_mols && max_atoms <= m->cap_atoms &&
+        max_edges <= m->cap_edges)
+        return MP_OK;
+    m->bound = 0;
+    int32_t nm = max_mols > m->cap_mols ? max_mols : m->cap_mols;
+    int32_t na = max_atoms > m->cap_atoms ? max_atoms : m->cap_atoms;
+    int32_t ne = max_edges > m->cap_edges ? max_edges : m->cap_edges;
+    size_t bytes = layout_acts(m, NULL, nm, na, ne);
+    m->b->free(m->b, m->arena);
+    m->arena = NULL;
+    m->cap_mols = m->cap_atoms = m->cap_edges = 0;
+    m->have_forward = 0;
+    char *base = m->b->alloc(m->b, bytes);
+    if (!base)
+        return mp_error_set(MP_ERR_NOMEM, "model: out of memory for activations (%zu MiB for "
+                            "%d molecules, %d atoms, %d edges)", bytes >> 20, (int)nm, (int)na,
+                            (int)ne);
+    m->arena = base;
+    layout_acts(m, base, nm, na, ne);
+    m->cap_mols = nm;
+    m->cap_atoms = na;
+    m->cap_edges = ne;
+    return MP_OK;
+}
+
+/* ===================================================================== */
+/* Steps                                                                  */
+/* ===================================================================== */
+
+mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *extra,
+                           int32_t n_mols, int training, float *out)
+{
+    const mp_model_config *c = &m->cfg;
+    mp_backend *b = m->b;
+    mp_status st;
+    m->have_forward = 0;
+    mp_model_unbind(m);
+    if (n_mols < 0)
+        return mp_error_set(MP_ERR_ARG, "model forward: n_mols = %d", (int)n_mols);
+    if (c->extra_dim > 0 && n_mols > 0 && !extra)
+        return mp_error_set(MP_ERR_ARG, "model forward: the model takes %d molecule features "
+                            "per molecule but none were given", c->extra_dim);
+    if (c->kind == MP_MODEL_DMPNN) {
+        if ((st = mp_batch_check(batch, c->atom_fdim)) != MP_OK)
+            return st;
+        if (batch->n_mols != n_mols)
+            return mp_error_set(MP_ERR_ARG, "model forward: the batch holds %d molecules, "
+                                "n_mols says %d", (int)batch->n_mols, (int)n_mols);
+        st = mp_model_reserve(m, n_mols, batch->n_atoms, batch->n_edges);
+    } else {
+        st = mp_model_reserve(m, n_mols, 0, 0);
+    }
+    if (st != MP_OK)
+        return st;
+
+    if (c->kind == MP_MODEL_DMPNN) {
+        if ((st = mp_batch_upload(b, &m->a.g, batch)) != MP_OK)
+            return st;
+        if (c->extra_dim > 0 &&
+            (st = upload_floats(m, m->a.extra, extra, (size_t)n_mols * c->extra_dim)) != MP_OK)
+            return st;
+    } else if ((st = upload_floats(m, m->a.x0, extra, (size_t)n_mols * c->extra_dim)) != MP_OK) {
+        return st;
+    }
+    m->n_mols = n_mols;
+    m->p = training ? c->dropout : 0.0;
+    if (c->kind == MP_MODEL_DMPNN)
+        mp_dmpnn_forward(m, training);
+    mp_ffn_forward(m, training);
+    if ((st = b->sync(b)) != MP_OK)
+        return st;
+    if (out && (st = download_floats(m, out, m->a.out, (size_t)n_mols * c->n_tasks)) != MP_OK)
+        return st;
+    m->have_forward = 1;
+    return MP_OK;
+}
+
+mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss)
+{
+    const mp_model_config *c = &m->cfg;
+    mp_backend *b = m->b;
+    mp_status st;
+    if (!m->have_forward)
+        return mp_error_set(MP_ERR_ARG, "model backward: no forward pass to go back through");
+    size_t n = (size_t)m->n_mols * c->n_tasks;
+    if (n && !targets)
+        return mp_error_set(MP_ERR_ARG, "model backward: no targets");
+    char *host = mp_model_host(m, n * m->esize + n + 8);
+    if (!host)
+        return mp_error_set(MP_ERR_NOMEM, "model backward: out of memory staging targets");
+    uint8_t *mask = (uint8_t *)host + n * m->esize;
+    for (size_t i = 0; i < n; i++) {
+        float t = targets[i];
+        if (isinf(t))
+            return mp_error_set(MP_ERR_ARG, "model backward: target of molecule %zu, task %zu "
+                                "is infinite", i / c->n_tasks, i % c->n_tasks);
+        mask[i] = !isnan(t);
+        double v = mask[i] ? t : 0.0;
+        if (m->esize == sizeof(double))
+            ((double *)host)[i] = v;
+        else
+            ((float *)host)[i] = (float)v;
+    }
+    if ((st = b->upload(b, m->a.target, host, n * m->esize)) != MP_OK ||
+        (st = b->upload(b, m->a.mask, mask, n)) != MP_OK)
+        return st;
+    b->loss(b, m->a.loss, m->a.g0, m->a.out, m->a.target, m->a.mask, m->n_mols, c->n_tasks,
+            c->task == MP_MODEL_CLASSIFICATION ? MP_LOSS_BCE : MP_LOSS_MSE);
+    const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->h : 0);
+    if (c->kind == MP_MODEL_DMPNN)
+        mp_dmpnn_backward(m, dx0);
+    double l = 0;
+    if (m->esize == sizeof(double)) {
+        st = b->download(b, &l, m->a.loss, sizeof l);
+    } else {
+        float lf = 0;
+        st = b->download(b, &lf, m->a.loss, sizeof lf);
+        l = lf;
+    }
+    if (st == MP_OK)
+        st = b->sync(b);
+    if (st != MP_OK)
+        return st;
+    if (loss)
+        *loss = l;
+    return MP_OK;
+}
+
+/* ===================================================================== */
+/* Device-resident steps                                                  */
+/* ===================================================================== */
+
+mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
+{
+    const mp_model_config *c = &m->cfg;
+    if (!bt || bt->n_mols < 1 || bt->n_atoms < 0 || bt->n_edges < 0 || (bt->n_edges & 1))
+        return mp_error_set(MP_ERR_ARG, "model bind: bad batch sizes");
+    if (!m->b->adam_sched || !m->b->step_end)
+        return mp_error_set(MP_ERR_ARG, "model bind: backend '%s' has no device-scheduled "
+                            "step ops", m->b->name);
+    if ((c->extra_dim > 0 && !bt->extra) || !bt->target || !bt->mask)
+        return mp_error_set(MP_ERR_ARG, "model bind: batch buffers missing");
+    int dm = c->kind == MP_MODEL_DMPNN;
+    mp_status st = mp_model_reserve(m, bt->n_mols, dm ? bt->n_atoms : 0, dm ? bt->n_edges : 0);
+    if (st != MP_OK)
+        return st;
+    mp_acts *a = &m->a;
+    if (dm) {
+        a->g.n_mols = bt->n_mols;
+        a->g.n_atoms = bt->n_atoms;
+        a->g.n_edges = bt->n_edges;
+        a->g.atom_hot = bt->atom_hot;
+        a->g.atom_mass = bt->atom_mass;
+        a->g.bond_hot = bt->bond_hot;
+        a->g.edge_src = bt->edge_src;
+        a->g.edge_dst = bt->edge_dst;
+        a->g.in_start = bt->in_start;
+        a->g.in_edge = bt->in_edge;
+        a->g.mol_atom = bt->mol_atom;
+        if (c->extra_dim > 0)
+            a->extra = bt->extra;
+    }
+    a->target = bt->target;
+    a->mask = bt->mask;
+    m->n_mols = bt->n_mols;
+    m->have_forward = 0;
+    m->bound = 1;
+    m->bound_extra = bt->extra;
+    return MP_OK;
+}
+
+void mp_model_unbind(mp_model *m)
+{
+    if (!m->bound)
+        return;
+    m->bound = 0;
+    m->have_forward = 0;
+    layout_acts(m, m->arena, m->cap_mols, m->cap_atoms, m->cap_edges);
+}
+
+void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *losses)
+{
+    const mp_model_config *c = &m->cfg;
+    mp_backend *b = m->b;
+    if (!m->bound)
+        return;
+    b->zero(b, m->grads, m->n_params * m->esize);
+    if (c->kind == MP_MODEL_FFN)
+        b->copy(b, m->a.x0, m->bound_extra, (size_t)m->n_mols * c->extra_dim * m->esize);
+    m->p = c->dropout;
+    if (c->kind == MP_MODEL_DMPNN)
+        mp_dmpnn_forward(m, 1);
+    mp_ffn_forward(m, 1);
+    b->loss(b, m->a.loss, m->a.g0, m->a.out, m->a.target, m->a.mask, m->n_mols, c->n_tasks,
+            c->task == MP_MODEL_CLASSIFICATION ? MP_LOSS_BCE : MP_LOSS_MSE);
+    const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->h : 0);
+    if (c->kind == MP_MODEL_DMPNN)
+        mp_dmpnn_backward(m, dx0);
+    b->adam_sched(b, m->params, m->adam_m, m->adam_v, m->grads, m->n_params, sched, k_dev, 0.9,
+                  0.999, 1e-8, 0.0);
+    b->step_end(b, k_dev, losses, m->a.loss);
+}
+
+long mp_model_adam_steps(const mp_model *m) { return m->adam_t; }
+void mp_model_add_adam_steps(mp_model *m, long n) { m->adam_t += n; }
+
+void mp_model_zero_grad(mp_model *m)
+{
+    m->b->zero(m->b, m->grads, m->n_params * m->esize);
+}
+
+mp_status mp_model_adam_step(mp_model *m, double lr)
+{
+    if (!(lr >= 0 && isfinite(lr)))
+        return mp_error_set(MP_ERR_ARG, "adam: learning rate %g", lr);
+    m->adam_t++;
+    m->b->adam(m->b, m->params, m->adam_m, m->adam_v, m->grads, m->n_params, lr, 0.9, 0.999,
+               1e-8, 0.0, m->adam_t);
+    return m->b->sync(m->b);
+}
+
+/* ===================================================================== */
+/* Access                                                                 */
+/* ===================================================================== */
+
+size_t mp_model_n_params(const mp_model *m) { return m->n_params; }
+
+const mp_param_view *mp_model_views(const mp_model *m, int *n_views)
+{
+    *n_views = m->n_views;
+    return m->views;
+}
+
+const mp_model_config *mp_model_get_config(const mp_model *m) { return &m->cfg; }
+
+mp_status mp_model_get_params(const mp_model *m, float *dst)
+{
+    return download_floats((mp_model *)m, dst, m->params, m->n_params);
+}
+
+mp_status mp_model_get_grads(const mp_model *m, float *dst)
+{
+    return download_floats((mp_model *)m, dst, m->grads, m->n_params);
+}
+
+mp_status mp_model_set_params(mp_model *m, const float *src)
+{
+    for (size_t i = 0; i < m->n_params; i++)
+        if (!isfinite(src[i]))
+            return mp_error_set(MP_ERR_FORMAT, "model: parameter %zu is not a finite number", i);
+    return upload_floats(m, m->params, src, m->n_params);
+}
+
+void *mp_model_block_ptr(mp_model *m, mp_model_block which)
+{
+    switch (which) {
+    case MP_BLOCK_PARAMS: return m->params;
+    case MP_BLOCK_GRADS:  return m->grads;
+    case MP_BLOCK_ADAM_M: return m->adam_m;
+    case MP_BLOCK_ADAM_V: return m->adam_v;
+    case MP_BLOCK_OUTPUT: return m->a.out;
+    }
+    return NULL;
+}

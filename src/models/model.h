@@ -1,0 +1,208 @@
+/*
+ * model.h - the two model families of molprop, exactly as Chemprop v1
+ * computes them (../shared/REFERENCE.md section 2), on any backend (ops.h):
+ *
+ *   MP_MODEL_DMPNN  directed message passing over a batch of molecular graphs
+ *                   (W_i, depth-1 updates with W_h, W_o readout, mean / sum /
+ *                   norm pooling), optional extra molecule features
+ *                   concatenated to the readout, then the FFN head;
+ *   MP_MODEL_FFN    the FFN head alone on a dense [n_mols x extra_dim] matrix
+ *                   of molecule features (Morgan, RDKit 2D, ...): Chemprop's
+ *                   "features only" baselines.
+ *
+ * A training step:
+ *
+ *     mp_model_zero_grad(m);
+ *     mp_model_forward(m, &batch, extra, batch.n_mols, 1, NULL);
+ *     mp_model_loss_backward(m, targets, &loss);   // loss + full backward
+ *     mp_model_adam_step(m, lr);
+ *
+ * Prediction: mp_model_forward(m, &batch, extra, n, 0, out) fills out with
+ * raw outputs (logits for classification: the caller applies the sigmoid;
+ * standardized values for regression: the caller un-scales).
+ *
+ * Parameters, gradients and the two Adam moments each live in one backend
+ * allocation of mp_model_n_params(m) elements; mp_model_views names the
+ * tensors inside the parameter block (a model file is a header plus that one
+ * block).  Every weight matrix is stored [fan_in x fan_out] row-major, i.e.
+ * the transpose of torch.nn.Linear.weight, so that one-hot inputs select
+ * contiguous rows.
+ */
+#ifndef MP_MODEL_H
+#define MP_MODEL_H
+
+#include "core/core.h"
+#include "featurize/featurize.h"
+#include "models/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { MP_MODEL_DMPNN = 0, MP_MODEL_FFN = 1 } mp_model_kind;
+
+/* Loss and output meaning: MSE on standardized targets, or BCE on logits. */
+typedef enum { MP_MODEL_REGRESSION = 0, MP_MODEL_CLASSIFICATION = 1 } mp_model_task;
+
+typedef struct {
+    mp_model_kind  kind;        /* MP_MODEL_DMPNN                                 */
+    mp_model_task  task;        /* MP_MODEL_REGRESSION                            */
+    int            n_tasks;     /* outputs per molecule (>= 1)                    */
+    int            atom_fdim;   /* dmpnn: atom vector length, mass slot included
+                                 * (133 for the v1 layout); edge input is +14     */
+    int            hidden;      /* 300: message size                              */
+    int            depth;       /* 3: message steps (depth-1 W_h updates), >= 1   */
+    double         dropout;     /* 0: Chemprop's one dropout probability          */
+    int            ffn_layers;  /* 2: Linear layers in the head (>= 1)            */
+    int            ffn_hidden;  /* 0 = hidden                                     */
+    int            extra_dim;   /* dmpnn: molecule features joined to the readout
+                                 * (0 = none); ffn: the input size (>= 1)         */
+    mp_aggregation aggregation; /* MP_AGG_MEAN                                    */
+    double         agg_norm;    /* 100: divisor for MP_AGG_NORM                   */
+} mp_model_config;
+
+/* Chemprop v1's defaults: D-MPNN, regression, 1 task, atom_fdim 133, hidden
+ * 300, depth 3, dropout 0, 2 FFN layers of 300, no extra features, mean. */
+mp_model_config mp_model_config_default(void);
+
+typedef struct mp_model mp_model;
+
+/* One named tensor of the parameter block. */
+typedef struct {
+    const char *name;    /* "W_i", "W_h", "W_o", "b_o", "ffn0.W", "ffn0.b", ... */
+    size_t      offset;  /* elements from the start of the block               */
+    int         rows;    /* a matrix is rows x cols; a vector has rows == 1    */
+    int         cols;
+} mp_param_view;
+
+/*
+ * Builds a model on backend `b` (which must outlive it) with parameters drawn
+ * from mp_rng(seed, MP_MODEL_STREAM_INIT): Xavier-normal weights (std =
+ * sqrt(2 / (fan_in + fan_out))) in view order, zero biases; float values, so
+ * the same seed gives the same numbers on every backend.  Dropout keys come
+ * from mp_rng(seed, MP_MODEL_STREAM_DROPOUT).  Fails with MP_ERR_ARG naming
+ * the bad field of a config that does not make sense, or MP_ERR_NOMEM.
+ */
+#define MP_MODEL_STREAM_INIT    101
+#define MP_MODEL_STREAM_DROPOUT 102
+mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend *b,
+                          uint64_t seed);
+void      mp_model_free(mp_model *m);
+
+/*
+ * Sizes the activation buffers (one allocation) for batches of up to
+ * max_mols molecules, max_atoms atoms and max_edges directed edges.
+ * Optional: a forward pass that needs more grows them itself, but a trainer
+ * should reserve once (mp_graphs_batch_bounds) so no step allocates.
+ * Growing discards the saved forward state.  Size: about (2 depth + 3) h
+ * elements per directed edge plus 5 h per atom (D-MPNN), i.e. ~11 KB per
+ * edge at the defaults: ~18 MB for a batch of 50 ESOL molecules, so predict
+ * in chunks of a few hundred molecules rather than all at once.
+ */
+mp_status mp_model_reserve(mp_model *m, int32_t max_mols, int32_t max_atoms,
+                           int32_t max_edges);
+
+/*
+ * Upper bounds for any batch of batch_size molecules drawn from mols[0..n)
+ * of g (all of g when mols is NULL): the sums of the batch_size largest atom
+ * and edge counts.  For mp_model_reserve.
+ */
+void mp_graphs_batch_bounds(const mp_graphs *g, const int32_t *mols, int32_t n,
+                            int32_t batch_size, int32_t *max_atoms, int32_t *max_edges);
+
+/*
+ * Forward pass over n_mols molecules.  batch: the graphs (dmpnn; must hold
+ * exactly n_mols molecules, e.g. from mp_graphs_select; NULL for ffn).
+ * extra: [n_mols x extra_dim] floats, row-major (required when extra_dim >
+ * 0; the trainer standardizes them).  training: 1 applies dropout and keeps
+ * what backward needs; 0 is inference.  out: [n_mols x n_tasks] raw outputs
+ * (may be NULL during training).  A batch whose graph does not add up (index
+ * out of range, wrong atom_fdim, a hot slot outside the layout) is refused
+ * with MP_ERR_FORMAT naming the molecule, before anything is computed.
+ */
+mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *extra,
+                           int32_t n_mols, int training, float *out);
+
+/*
+ * Loss and backward pass for the last forward: targets [n_mols x n_tasks]
+ * with NaN for a missing label.  *loss = Chemprop's batch loss,
+ * sum(l * mask) / sum(mask) (MSE or BCE-with-logits per element; 0 when no
+ * label is present).  Gradients are ADDED to the gradient block; call
+ * mp_model_zero_grad before each step.  Fails when no forward preceded it.
+ */
+mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss);
+
+/* Sets every gradient to 0. */
+void      mp_model_zero_grad(mp_model *m);
+
+/* One Adam step (beta 0.9 / 0.999, eps 1e-8, no weight decay: Chemprop v1's
+ * torch.optim.Adam) with learning rate lr; the step counter is the model's. */
+mp_status mp_model_adam_step(mp_model *m, double lr);
+
+/*
+ * Device-resident steps (resident.c drives them).  A batch already on the
+ * device, of FIXED sizes, in buffers the caller owns: the graph arrays of
+ * n_mols molecules, n_atoms atoms and n_edges directed edges (the layout of
+ * mp_graphs, without mol_edge), extra [n_mols x extra_dim] (model element
+ * type; the FFN model's input), target [n_mols x n_tasks] (0 where missing)
+ * and mask [n_mols x n_tasks] (1 = labelled).  Padding rows have mask 0 and
+ * so add exactly nothing to the loss or the gradients.
+ */
+typedef struct {
+    int32_t  n_mols, n_atoms, n_edges;
+    int16_t *atom_hot;
+    float   *atom_mass;
+    int8_t  *bond_hot;
+    int32_t *edge_src, *edge_dst, *in_start, *in_edge, *mol_atom;
+    void    *extra, *target;
+    uint8_t *mask;
+} mp_dev_batch;
+
+/* Points the model's inputs at `bt` (reserving activations for its sizes
+ * first).  Stays bound until mp_model_forward or a reserve that grows the
+ * activations (both unbind), or mp_model_unbind.  The batch is not checked:
+ * the caller built it from checked graphs (mp_batch_check). */
+mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt);
+void      mp_model_unbind(mp_model *m);
+
+/*
+ * One whole training step on the bound batch, queued on the backend and
+ * nothing else (no upload, download, sync or allocation, so it can be
+ * captured in a CUDA graph and replayed): zero the gradients, forward with
+ * dropout, masked loss, backward, adam_sched with the scalars sched[2k],
+ * sched[2k+1] (k = k_dev[0]), then losses[k] = the loss and k_dev[0] += 1.
+ * Dropout keys are drawn on the host when the step is issued, so a replayed
+ * capture of a model with dropout would reuse them: resident.c captures only
+ * models without dropout.  The host Adam counter is not advanced: call
+ * mp_model_add_adam_steps with the number of steps run.
+ */
+void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *losses);
+
+/* The host Adam step counter (steps taken so far), and advancing it for
+ * steps run on the device. */
+long mp_model_adam_steps(const mp_model *m);
+void mp_model_add_adam_steps(mp_model *m, long n);
+
+/* The parameter block and its views. */
+size_t               mp_model_n_params(const mp_model *m);
+const mp_param_view *mp_model_views(const mp_model *m, int *n_views);
+const mp_model_config *mp_model_get_config(const mp_model *m);
+/* Copies the n_params parameters (or gradients) into host floats. */
+mp_status mp_model_get_params(const mp_model *m, float *dst);
+mp_status mp_model_get_grads(const mp_model *m, float *dst);
+/* Loads n_params parameters from host floats (e.g. read from a model file).
+ * Leaves gradients and Adam state as they are. */
+mp_status mp_model_set_params(mp_model *m, const float *src);
+
+/* Test and backend hooks: the device buffers behind the model (host-readable
+ * when b->host_memory), in the backend's element type. */
+typedef enum {
+    MP_BLOCK_PARAMS = 0, MP_BLOCK_GRADS, MP_BLOCK_ADAM_M, MP_BLOCK_ADAM_V,
+    MP_BLOCK_OUTPUT      /* [n_mols x n_tasks] of the last forward */
+} mp_model_block;
+void *mp_model_block_ptr(mp_model *m, mp_model_block which);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_MODEL_H */

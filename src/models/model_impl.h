@@ -1,0 +1,111 @@
+/*
+ * model_impl.h - the inside of mp_model, shared by model.c (life cycle,
+ * parameters, loss, Adam), dmpnn.c (the message-passing encoder), ffn.c (the
+ * head) and batch.c (checking and uploading a graph batch).  Not part of the
+ * public API.
+ */
+#ifndef MP_MODEL_IMPL_H
+#define MP_MODEL_IMPL_H
+
+#include "models/model.h"
+
+#define MP_MAX_DEPTH      32
+#define MP_MAX_FFN_LAYERS 16
+#define MP_MAX_VIEWS      (4 + 2 * MP_MAX_FFN_LAYERS)
+
+/* A graph batch on the device (pointers into the model's arena). */
+typedef struct {
+    int32_t  n_mols, n_atoms, n_edges;
+    int16_t *atom_hot;
+    float   *atom_mass;
+    int8_t  *bond_hot;
+    int32_t *edge_src, *edge_dst, *in_start, *in_edge, *mol_atom;
+} mp_dev_graph;
+
+/* Activation buffers, all views into one backend allocation sized by
+ * mp_model_reserve.  Shapes: E = edges, A = atoms, B = molecules, h = hidden,
+ * F = ffn_hidden, I = head input, W = max(I, F, n_tasks). */
+typedef struct {
+    /* encoder, edges [E x h] */
+    void *h0;                       /* W_i input, pre-activation           */
+    void *m[MP_MAX_DEPTH];          /* messages after each step            */
+    void *msg[MP_MAX_DEPTH];        /* msg[t], t >= 1: input of W_h        */
+    void *dh0, *dm, *dmsg;          /* their gradients                     */
+    /* encoder, atoms [A x h] */
+    void *as;                       /* W_i atom part, then message sums    */
+    void *a;                        /* incoming messages, input of W_o     */
+    void *ho;                       /* atom hiddens after ReLU / dropout   */
+    void *dho, *da;
+    /* head, molecules */
+    void *x0;                       /* [B x I] readout ++ extra features   */
+    void *xd0;                      /* [B x I] after the input dropout     */
+    void *hl[MP_MAX_FFN_LAYERS];    /* [B x F] hidden layers, post ReLU    */
+    void *out;                      /* [B x n_tasks]                       */
+    void *g0, *g1;                  /* [B x W] gradient ping-pong          */
+    void *target;                   /* [B x n_tasks]                       */
+    void *extra;                    /* [B x extra_dim] staging (dmpnn)     */
+    void *loss;                     /* 1 element                           */
+    uint8_t *mask;                  /* [B x n_tasks]                       */
+    mp_dev_graph g;
+} mp_acts;
+
+struct mp_model {
+    mp_model_config cfg;
+    mp_backend *b;
+    size_t esize;
+    int    h, ffn_hidden, in_dim, n_layers;
+
+    /* parameters: offsets in elements into each of the four blocks */
+    size_t n_params;
+    int    n_views;
+    mp_param_view views[MP_MAX_VIEWS];
+    char   view_names[MP_MAX_VIEWS][24];
+    size_t off_wi, off_wh, off_wo, off_bo;
+    size_t off_fw[MP_MAX_FFN_LAYERS], off_fb[MP_MAX_FFN_LAYERS];
+    void  *params, *grads, *adam_m, *adam_v;
+    long   adam_t;
+    mp_rng drop_rng;
+
+    /* activations */
+    void  *arena;
+    int32_t cap_mols, cap_atoms, cap_edges;
+    mp_acts a;
+
+    int    bound;                   /* inputs point at an mp_dev_batch     */
+    void  *bound_extra;             /* its extra (the FFN model's input)   */
+
+    /* the last forward */
+    int32_t n_mols;
+    int     have_forward;
+    double  p;                      /* dropout applied (0 when not training) */
+    uint64_t key_in;                /* key of the head's input dropout      */
+
+    /* host staging for conversions and targets */
+    void  *host;
+    size_t host_bytes;
+};
+
+/* Element i of a device buffer of the model's type. */
+#define MP_AT(m, p, i) ((void *)((char *)(p) + (size_t)(i) * (m)->esize))
+
+/* batch.c */
+mp_status mp_batch_check(const mp_graphs *g, int atom_fdim);
+mp_status mp_batch_upload(mp_backend *b, mp_dev_graph *d, const mp_graphs *g);
+
+/* dmpnn.c: encoder over the uploaded batch m->a.g, writing m->a.x0[:, 0:h]
+ * (row stride in_dim); backward from the head's gradient g (row stride
+ * in_dim), adding into m->grads. */
+void mp_dmpnn_forward(mp_model *m, int training);
+void mp_dmpnn_backward(mp_model *m, const void *dx0);
+
+/* ffn.c: the head over m->a.x0 (n_mols rows) into m->a.out; backward from
+ * m->a.g0 holding d loss / d out, adding into m->grads.  Returns the
+ * gradient of the head input's first `want_cols` columns (row stride
+ * in_dim), or NULL when want_cols == 0. */
+void        mp_ffn_forward(mp_model *m, int training);
+const void *mp_ffn_backward(mp_model *m, int want_cols);
+
+/* model.c: host staging buffer of at least `bytes`. */
+void *mp_model_host(mp_model *m, size_t bytes);
+
+#endif /* MP_MODEL_IMPL_H */

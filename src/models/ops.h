@@ -1,0 +1,314 @@
+/*
+ * ops.h - the backend seam: the small set of operations the models are
+ * written against, and the backends that implement them.
+ *
+ *   model code (dmpnn.c, ffn.c, model.c)
+ *        |  calls only through mp_backend's function pointers
+ *        v
+ *   cpu    (ops_cpu.c: OpenBLAS + OpenMP, float)          - the fast one
+ *   ref    (ops_ref.c: plain loops, float or double)      - the test oracle
+ *   cuda   (src/gpu, later: cuBLAS + our kernels, float)
+ *
+ * Every float buffer an op touches is a *device* buffer of the backend's
+ * element type (b->dtype: float for cpu/cuda, float or double for ref), made
+ * by b->alloc and filled by b->upload; model code never dereferences one.
+ * Index arrays (graph structure) are device buffers of the C type named in
+ * the signature (int32_t, int16_t, int8_t, uint8_t; the atom masses stay
+ * float whatever the dtype: they are inputs, not computed values).
+ *
+ * Why a double backend: the finite-difference gradient checks of every op and
+ * of both whole models run the *same* model code over the reference backend in
+ * double precision (mp_backend_open(&b, "ref64")).  The model code is type
+ * agnostic (it does pointer arithmetic in units of b->esize), so nothing is
+ * compiled twice and no double twin of the model has to be kept in step.
+ *
+ * Conventions (STYLE.md): outputs first, then saved activations, then inputs,
+ * then weights, then sizes.  gemm is the one exception: it keeps BLAS's
+ * argument order, which every reader and cuBLAS already know.  Matrices are
+ * row-major.  Ops named *_backward that produce a weight gradient ADD into it
+ * (so gradients accumulate until mp_model_zero_grad); ops that produce an
+ * activation gradient OVERWRITE it, as documented per op.  Unless stated,
+ * outputs must not alias inputs.
+ *
+ * The directed-edge conventions of the graph store (featurize.h) are built
+ * in: the reverse of edge e is e ^ 1, bond of edge e is e >> 1, in_start /
+ * in_edge is the CSR of incoming edges per atom, mol_atom the atom ranges of
+ * the molecules (mol_atom[0] == 0).
+ *
+ * Determinism: every op of every backend must give bitwise the same result
+ * for the same inputs on every call.  The cpu backend also gives the same
+ * result for any thread count (see ops_cpu.c for how).
+ */
+#ifndef MP_OPS_H
+#define MP_OPS_H
+
+#include "core/core.h"
+#include "featurize/featurize.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { MP_F32 = 0, MP_F64 = 1 } mp_dtype;
+
+/* Molecule readout (REFERENCE.md 2.1 step 4): mean over atoms (Chemprop v1
+ * default), plain sum, or sum / agg_norm (v2 default, norm = 100).  A molecule
+ * without atoms gets a zero vector in every mode. */
+typedef enum { MP_AGG_MEAN = 0, MP_AGG_SUM = 1, MP_AGG_NORM = 2 } mp_aggregation;
+
+/* Per-element losses (REFERENCE.md 2.6): squared error on (standardized)
+ * regression targets; binary cross-entropy on logits for classification. */
+typedef enum { MP_LOSS_MSE = 0, MP_LOSS_BCE = 1 } mp_loss_kind;
+
+typedef struct mp_backend mp_backend;
+
+/* The arguments of one gemm (see mp_backend.gemm), for gemm_batch. */
+typedef struct {
+    int         ta, tb, m, n, k;
+    double      alpha, beta;
+    const void *a, *b;
+    void       *c;
+    int         lda, ldb, ldc;
+} mp_gemm;
+
+struct mp_backend {
+    const char *name;       /* "cpu", "ref", "ref64", "cuda"                     */
+    mp_dtype    dtype;      /* element type of every float buffer                */
+    size_t      esize;      /* sizeof that element type                          */
+    int         host_memory;/* 1: buffers are plain host memory (cpu, ref)       */
+    void       *ctx;        /* backend state (streams, handles), or NULL         */
+
+    void (*close)(mp_backend *b);
+
+    /* ---- memory ------------------------------------------------------- */
+    /* A buffer of `bytes` (contents undefined), or NULL when out of memory. */
+    void     *(*alloc)(mp_backend *b, size_t bytes);
+    void      (*free)(mp_backend *b, void *p);                 /* NULL is fine */
+    mp_status (*upload)(mp_backend *b, void *dst, const void *src_host, size_t bytes);
+    mp_status (*download)(mp_backend *b, void *dst_host, const void *src, size_t bytes);
+    void      (*zero)(mp_backend *b, void *dst, size_t bytes);
+    void      (*copy)(mp_backend *b, void *dst, const void *src, size_t bytes);
+    /* Waits for queued work and reports an asynchronous failure (cuda). */
+    mp_status (*sync)(mp_backend *b);
+
+    /* ---- dense ---------------------------------------------------------- */
+    /* C[m x n] = alpha * op(A) op(B) + beta * C, row-major; op(X) = X or X^T.
+     * A is [m x k] (ta = 0) or [k x m] (ta = 1), B is [k x n] or [n x k].
+     * beta == 0 overwrites C (NaN in C does not propagate). */
+    void (*gemm)(mp_backend *b, int ta, int tb, int m, int n, int k, double alpha,
+                 const void *a, int lda, const void *bm, int ldb, double beta,
+                 void *c, int ldc);
+    /* Independent products (no C overlaps another's A, B or C), each as
+     * gemm, in any order or concurrently: the two products of a backward
+     * step (dW = X^T dY and dX = dY W^T) go together, so each can run
+     * unsplit on its own core.  1 <= count <= 8. */
+    void (*gemm_batch)(mp_backend *b, int count, const mp_gemm *g);
+    /* y[i, 0:n_cols] = row[0:n_cols] for every row i (bias before a gemm). */
+    void (*fill_rows)(mp_backend *b, void *y, int ldy, const void *row,
+                      int32_t n_rows, int n_cols);
+    /* dst[j] += sum_i x[i, j]  (bias gradient). */
+    void (*col_sum)(mp_backend *b, void *dst, const void *x, int ldx,
+                    int32_t n_rows, int n_cols);
+    /* dst[i, 0:n_cols] = src[i, 0:n_cols]. */
+    void (*copy2d)(mp_backend *b, void *dst, int ldd, const void *src, int lds,
+                   int32_t n_rows, int n_cols);
+
+    /* ---- elementwise ---------------------------------------------------- */
+    /* y += x. */
+    void (*add)(mp_backend *b, void *y, const void *x, size_t n);
+    /* y[i] = keep(i) ? max(x[i], 0) / (1 - p) : 0, keep from mp_dropout_keep
+     * with `key`; p == 0 is a plain ReLU.  y may alias x. */
+    void (*relu_dropout)(mp_backend *b, void *y, const void *x, size_t n,
+                         double p, uint64_t key);
+    /* dx[i] = y[i] > 0 ? dy[i] / (1 - p) : 0, y the output of relu_dropout
+     * (y > 0 exactly where the unit was kept and active).  Overwrites dx;
+     * dx may alias dy. */
+    void (*relu_dropout_backward)(mp_backend *b, void *dx, const void *y,
+                                  const void *dy, size_t n, double p);
+    /* y[i,j] = keep(i*ld + j) ? x[i,j] / (1 - p) : 0 over an [n_rows x
+     * n_cols] block with row stride ld (the mask index uses ld, so the same
+     * key drops the same units in a sub-block).  y may alias x. */
+    void (*dropout)(mp_backend *b, void *y, const void *x, int32_t n_rows,
+                    int n_cols, int ld, double p, uint64_t key);
+    /* dx[i,j] = keep(i*ld + j) ? dy[i,j] / (1 - p) : 0.  Overwrites; may alias. */
+    void (*dropout_backward)(mp_backend *b, void *dx, const void *dy, int32_t n_rows,
+                             int n_cols, int ld, double p, uint64_t key);
+
+    /* ---- graph ---------------------------------------------------------- */
+    /* One-hot atom input times a weight matrix stored as rows [fdim x h]:
+     * out[v] = bias + sum_{s in hot[v]} w[s] + mass[v] * w[mass_row]
+     * (bias may be NULL = 0; hot[v] = hot[v*MP_ATOM_MAX_HOT ...], -1 = none). */
+    void (*atom_embed)(mp_backend *b, void *out, const int16_t *hot, const float *mass,
+                       const void *w, const void *bias, int32_t n_atoms, int h,
+                       int mass_row);
+    /* dw[s] += sum_{v: s in hot[v]} dout[v]; dw[mass_row] += sum_v mass[v] dout[v]. */
+    void (*atom_embed_backward)(mp_backend *b, void *dw, const int16_t *hot,
+                                const float *mass, const void *dout, int32_t n_atoms,
+                                int h, int mass_row);
+    /* Edge input of the D-MPNN, W_i [x_u ; bond_uv]:
+     * h0[e] = a[src[e]] + sum_{s in bond_hot[e>>1]} wb[s]
+     * (a = the atom part, already per atom; wb = the bond rows [14 x h]). */
+    void (*edge_embed)(mp_backend *b, void *h0, const int32_t *edge_src,
+                       const int8_t *bond_hot, const void *a, const void *wb,
+                       int32_t n_edges, int h);
+    /* da[v] = sum_{k in in(v)} dh0[k ^ 1]  (the edges leaving v; overwrites),
+     * dwb[s] += sum_{e: s in bond_hot[e>>1]} dh0[e]. */
+    void (*edge_embed_backward)(mp_backend *b, void *da, void *dwb,
+                                const int32_t *in_start, const int32_t *in_edge,
+                                const int8_t *bond_hot, const void *dh0,
+                                int32_t n_atoms, int32_t n_edges, int h);
+    /* The D-MPNN message: s[v] = sum_{k in in(v)} m[k] (s is scratch
+     * [n_atoms x h], left holding those sums), msg[e] = s[src[e]] - m[e ^ 1]. */
+    void (*message)(mp_backend *b, void *msg, void *s, const int32_t *in_start,
+                    const int32_t *in_edge, const int32_t *edge_src, const void *m,
+                    int32_t n_atoms, int32_t n_edges, int h);
+    /* Its adjoint: ds[v] = sum_{k in in(v)} dmsg[k ^ 1] (scratch),
+     * dm[e] = ds[dst[e]] - dmsg[e ^ 1].  Overwrites dm. */
+    void (*message_backward)(mp_backend *b, void *dm, void *ds, const int32_t *in_start,
+                             const int32_t *in_edge, const int32_t *edge_dst,
+                             const void *dmsg, int32_t n_atoms, int32_t n_edges, int h);
+    /* a[v] = sum_{k in in(v)} m[k]  (incoming messages per atom; overwrites). */
+    void (*atom_sum)(mp_backend *b, void *a, const int32_t *in_start,
+                     const int32_t *in_edge, const void *m, int32_t n_atoms, int h);
+    /* Its adjoint: dm[e] = da[dst[e]].  Overwrites. */
+    void (*atom_sum_backward)(mp_backend *b, void *dm, const int32_t *edge_dst,
+                              const void *da, int32_t n_edges, int h);
+    /* out[i, 0:h] (row stride ldo) = scale_i * sum_{v in mol i} x[v], with
+     * scale 1/n_atoms (mean), 1 (sum) or 1/norm (norm); 0 for an empty mol. */
+    void (*pool)(mp_backend *b, void *out, int ldo, const int32_t *mol_atom,
+                 const void *x, int32_t n_mols, int h, mp_aggregation agg, double norm);
+    /* dx[v] = scale_i * dout[i, 0:h] for every atom v of molecule i
+     * (overwrites the atoms of the n_mols molecules). */
+    void (*pool_backward)(mp_backend *b, void *dx, const int32_t *mol_atom,
+                          const void *dout, int ldo, int32_t n_mols, int h,
+                          mp_aggregation agg, double norm);
+
+    /* ---- loss and optimizer -------------------------------------------- */
+    /* Chemprop's masked batch loss: loss[0] = sum(l * mask) / sum(mask) over
+     * the [n x n_tasks] block, l the per-element loss of y against target;
+     * dy = d loss / d y (overwrites).  With no label at all (sum(mask) = 0)
+     * loss and dy are 0 (Chemprop would divide by zero).  `loss` is a device
+     * buffer of one element. */
+    void (*loss)(mp_backend *b, void *loss, void *dy, const void *y, const void *target,
+                 const uint8_t *mask, int32_t n, int n_tasks, mp_loss_kind kind);
+    /* One Adam step in PyTorch's form (torch.optim.Adam, L2 weight decay
+     * added to the gradient): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps); t >= 1. */
+    void (*adam)(mp_backend *b, void *p, void *m, void *v, const void *g, size_t n,
+                 double lr, double beta1, double beta2, double eps,
+                 double weight_decay, long t);
+
+    /* ---- fused (optional: NULL means "issue the unfused ops") ---------- */
+    /* c[m x n] = ReLU(r + a w), a [m x k], w [k x n], r [m x n], row-major,
+     * no transposes: the D-MPNN update M_t = ReLU(H0 + msg W_h) in one pass
+     * (the GPU fuses the residual and the ReLU into the product's epilogue).
+     * The same as copy2d(c <- r), gemm(beta 1), ReLU.  c may equal r (then
+     * ldc == ldr); c must not overlap a or w. */
+    void (*gemm_res_relu)(mp_backend *b, int m, int n, int k, const void *a, int lda,
+                          const void *w, int ldw, const void *r, int ldr, void *c, int ldc);
+    /* message_backward, then relu_dropout_backward through y, then add:
+     * ds[v] = sum_{k in in(v)} dmsg[k ^ 1] (scratch), and for every edge e
+     * g = ds[dst[e]] - dmsg[e ^ 1], dz[e] = y[e] > 0 ? g / (1 - p) : 0
+     * (p == 0: g), dh0[e] += dz[e].  Overwrites dz; no argument aliases
+     * another. */
+    void (*message_backward_relu)(mp_backend *b, void *dz, void *dh0, void *ds,
+                                  const int32_t *in_start, const int32_t *in_edge,
+                                  const int32_t *edge_dst, const void *dmsg, const void *y,
+                                  double p, int32_t n_atoms, int32_t n_edges, int h);
+    /* ---- device-scheduled training steps (resident.c) ----------------- */
+    /* Adam as above, but the step's two scalars come from device memory, so
+     * that one captured step can be replayed with a new learning rate and
+     * step count each time: with k = k_dev[0], step = sched[2k] (lr / (1 -
+     * b1^t)) and bc2s = sched[2k + 1] (sqrt(1 - b2^t)), made on the host by
+     * mp_adam_sched_entry.  sched is float whatever the dtype.  On cpu and cuda
+     * this is bitwise what adam gives for the lr and t of that entry (ref
+     * uses the float-rounded scalars in its double arithmetic). */
+    void (*adam_sched)(mp_backend *b, void *p, void *m, void *v, const void *g, size_t n,
+                       const float *sched, const int32_t *k_dev, double beta1, double beta2,
+                       double eps, double weight_decay);
+    /* Ends a step: losses[k] = loss[0]; k_dev[0] += 1 (k = k_dev[0] before).
+     * losses and loss are of the backend's element type. */
+    void (*step_end)(mp_backend *b, int32_t *k_dev, void *losses, const void *loss);
+};
+
+/* The fused ops as the unfused ops they replace (copy2d, gemm, relu_dropout;
+ * message_backward, relu_dropout_backward, add): what the cpu and ref
+ * backends use, bit for bit what the model computed before the fusion. */
+void mp_ops_gemm_res_relu_composed(mp_backend *b, int m, int n, int k, const void *a, int lda,
+                                   const void *w, int ldw, const void *r, int ldr, void *c,
+                                   int ldc);
+void mp_ops_message_backward_relu_composed(mp_backend *b, void *dz, void *dh0, void *ds,
+                                           const int32_t *in_start, const int32_t *in_edge,
+                                           const int32_t *edge_dst, const void *dmsg,
+                                           const void *y, double p, int32_t n_atoms,
+                                           int32_t n_edges, int h);
+
+/* The two float scalars of one Adam step (see adam_sched), computed exactly
+ * as every backend's adam computes them from lr and t (t >= 1). */
+static inline void mp_adam_sched_entry(double lr, double beta1, double beta2, long t,
+                                       float out[2])
+{
+    double bc1 = 1 - pow(beta1, (double)t), bc2 = 1 - pow(beta2, (double)t);
+    out[0] = (float)(lr / bc1);
+    out[1] = (float)sqrt(bc2);
+}
+
+/*
+ * Opens a backend by name: "cpu" (OpenBLAS + OpenMP, float), "ref" (plain
+ * loops, float) or "ref64" (plain loops, double: the gradient-check oracle).
+ * "cuda" answers MP_ERR_NODEVICE until the GPU backend is linked in.  Close
+ * with mp_backend_close.  The cpu backend uses mp_threads_get() threads and
+ * sets OpenBLAS to one thread (it splits the products itself).  Its first
+ * open may re-select OpenBLAS's kernels (ops_cpu.c), which briefly sets an
+ * environment variable: open it before starting threads that read the
+ * environment.
+ */
+mp_status mp_backend_open(mp_backend **out, const char *name);
+void      mp_backend_close(mp_backend *b);
+
+/* The backends themselves (mp_backend_open dispatches to these). */
+mp_status mp_backend_cpu_open(mp_backend **out);
+mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype);
+/* The CUDA backend ("cuda", "cuda:fp32", "cuda:tf32", "cuda:bf16"), provided
+ * by src/gpu (its CUDA=0 stand-in answers MP_ERR_NODEVICE).  Declared here so
+ * mp_backend_open can dispatch by name; defined in src/gpu/gpu.h's module. */
+mp_status mp_backend_cuda_open_name(mp_backend **out, const char *name);
+
+/* One line for logs: the BLAS core the cpu backend runs on, e.g.
+ * "OpenBLAS core SkylakeX (OpenBLAS chose Prescott for this CPU)". */
+const char *mp_backend_cpu_info(void);
+
+/*
+ * Dropout keep decision, shared by every backend so they drop the same units:
+ * a counter-based hash (splitmix64's finalizer) of (key, index) gives 24
+ * random bits u; the unit is kept when u >= thr, thr = mp_dropout_threshold(p)
+ * = ceil(p * 2^24), i.e. with probability 1 - p (up to 2^-24).  Counter based,
+ * so a GPU thread can decide for its own element and backward can recompute
+ * the mask instead of storing it.  The key comes from the model's dropout
+ * stream (one draw per dropout layer per step).
+ */
+static inline uint32_t mp_dropout_threshold(double p)
+{
+    if (!(p > 0)) return 0;
+    if (p >= 1) return 1u << 24;
+    double t = p * 16777216.0;
+    uint32_t u = (uint32_t)t;
+    return (double)u < t ? u + 1 : u;
+}
+
+static inline int mp_dropout_keep(uint64_t key, uint64_t index, uint32_t thr)
+{
+    uint64_t z = key + (index + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (uint32_t)(z >> 40) >= thr;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_OPS_H */

@@ -1,0 +1,93 @@
+/*
+ * resident.h - device-resident training: every batch of an epoch packed on
+ * the host into fixed-capacity slots, uploaded to the device in one copy,
+ * then one step per slot with no other host<->device traffic: a
+ * device-to-device copy of the slot into the model's bound batch buffers and
+ * the step itself, which on a cuda backend without dropout is ONE captured
+ * CUDA graph replayed every step (the learning rate, Adam's step count and
+ * the loss live in device memory, indexed by a device step counter).
+ *
+ *   mp_resident *r;
+ *   mp_resident_create(&r, model, &opts);
+ *   per epoch: for each batch s: mp_resident_pack(r, s, ...);  lrs[s] = ...;
+ *              mp_resident_run(r, n_batches, lrs, losses);
+ *   mp_resident_free(r);
+ *
+ * Padding.  A slot holds cap_edges directed edges (rounded up to even),
+ * cap_atoms + 1 + cap_edges / 32 atoms and batch_size + 1 + atoms / 64
+ * molecules (mp_resident_caps).  The real molecules come first, in batch
+ * order, exactly as mp_graphs_select lays them out; then padding molecules
+ * of up to 64 atoms (no hot slots, mass 0) own the unused atoms, and the
+ * unused edges are pairs of self-loops, at most 32 into one padding atom (so
+ * no padding row is a long serial walk for the GPU's one-warp-per-row ops);
+ * molecules after the last padding atom are empty.  Padding rows have loss
+ * mask 0, so they add
+ * exactly zero to the loss and to every gradient (tests/test_gpu_train.c
+ * compares padded and unpadded gradients).
+ */
+#ifndef MP_RESIDENT_H
+#define MP_RESIDENT_H
+
+#include "models/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int32_t batch_size;   /* real molecules a step may hold                        */
+    int32_t max_batches;  /* slots per epoch                                        */
+    int32_t cap_atoms;    /* real atoms / edges a batch may hold (D-MPNN; e.g.      */
+    int32_t cap_edges;    /*   mp_graphs_batch_bounds over the training set)        */
+    int     use_graph;    /* 1: capture one step as a CUDA graph and replay it      *
+                           * (cuda backend, model without dropout); 0: issue the    *
+                           * ops of every step (any backend)                        */
+} mp_resident_opts;
+
+typedef struct mp_resident mp_resident;
+
+/* Allocates the host staging, the device epoch block, the step buffers and
+ * the schedule for `m` (which must outlive it).  MP_ERR_ARG for bad sizes or
+ * use_graph on a backend that cannot capture (or a model with dropout),
+ * MP_ERR_NOMEM naming the bytes. */
+mp_status mp_resident_create(mp_resident **out, mp_model *m, const mp_resident_opts *o);
+void      mp_resident_free(mp_resident *r);
+
+/*
+ * Packs slot `slot` of the coming epoch: molecules mols[0..n) of the store g
+ * (D-MPNN; NULL for the FFN model), their targets [n x n_tasks] (scaled, NaN
+ * missing) and extra features [n x extra_dim] (standardized; NULL when the
+ * model takes none), then the padding.  The packed slot is checked like any
+ * batch (mp_batch_check); MP_ERR_ARG when the batch exceeds the capacities,
+ * MP_ERR_FORMAT for a bad graph or an infinite target.  Different slots may
+ * be packed concurrently (each writes only its own slot); the error message
+ * is the calling thread's.
+ */
+mp_status mp_resident_pack(mp_resident *r, int32_t slot, const mp_graphs *g,
+                           const int32_t *mols, int32_t n, const float *targets,
+                           const float *extra);
+
+/*
+ * Runs slots 0..n_steps-1 as training steps with learning rates lrs[] (Adam's
+ * step count continues the model's): one upload of the slots, one of the
+ * schedule, the steps, one download of the losses into losses[0..n_steps).
+ */
+mp_status mp_resident_run(mp_resident *r, int32_t n_steps, const double *lrs, double *losses);
+
+/* Seconds the last mp_resident_run spent uploading (slots, schedule) and
+ * running the steps (through the final sync and the losses' download). */
+void mp_resident_times(const mp_resident *r, double *upload, double *steps);
+
+/* The padded capacities of a slot (for tests and logs). */
+void mp_resident_caps(const mp_resident *r, int32_t *mols, int32_t *atoms, int32_t *edges);
+
+/* The packed slot `slot` as a host graph view (pointers into the staging,
+ * valid until the next pack of that slot) plus its targets and mask (model
+ * element type): for tests. */
+mp_status mp_resident_slot_view(mp_resident *r, int32_t slot, mp_graphs *view,
+                                const void **target, const uint8_t **mask);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_RESIDENT_H */

@@ -1,0 +1,74 @@
+/*
+ * trainer.h - the whole training run behind `molprop train`: read the CSV,
+ * featurize, split, scale, train every ensemble member with Adam and the Noam
+ * schedule (Chemprop v1's loop, REFERENCE.md 2.4-2.7), keep each member's best
+ * validation epoch, score the test set, write model.mpm and metrics.json.
+ */
+#ifndef MP_TRAINER_H
+#define MP_TRAINER_H
+
+#include "core/core.h"
+#include "data/dataset.h"
+#include "data/metrics.h"
+#include "data/split.h"
+#include "models/ensemble.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char     *data_path;
+    mp_column_spec  columns;
+    int             task;            /* -1: auto (registry, else 0/1 labels)  */
+    const char     *metric;          /* NULL: rmse (regression) / auc          */
+    mp_model_kind   model;
+    unsigned        features;        /* MP_FEAT_* mask                         */
+    mp_atom_layout  layout;
+    mp_split_opts   split;           /* its seed is ignored: `seed` below      */
+    int             epochs;          /* 30                                     */
+    int             batch_size;      /* 50                                     */
+    double          warmup_epochs;   /* 2                                      */
+    double          init_lr, max_lr, final_lr;   /* 1e-4, 1e-3, 1e-4           */
+    int             hidden, depth, ffn_layers, ffn_hidden;
+    double          dropout;
+    mp_aggregation  aggregation;
+    int             ensemble_size;   /* 1                                      */
+    uint64_t        seed;            /* split seed; member i is seeded seed+i  */
+    int             threads;         /* 0: default                             */
+    const char     *backend;         /* "cpu" (default), "cuda[:fp32|tf32|bf16]" */
+    int             resident;        /* device-resident epochs (resident.h):   *
+                                      * -1 auto (on the GPU), 0 off, 1 on       */
+    int             graph;           /* -1 auto: replay one captured CUDA graph *
+                                      * per step when resident on the GPU and   *
+                                      * dropout is 0; 0 off                     */
+    const char     *save_dir;        /* NULL: nothing written                  */
+    int             quiet;           /* 1: no progress output                  */
+} mp_train_opts;
+
+mp_train_opts mp_train_opts_default(void);
+
+typedef struct {
+    mp_task_type task;
+    mp_metric    metric;
+    size_t       n_tasks;
+    double       val_mean, test_mean;      /* the chosen metric, mean over tasks */
+    double      *val_per_task, *test_per_task;   /* n_tasks                    */
+    size_t       n_train, n_val, n_test, n_invalid;
+    int         *best_epoch;               /* per member (0 = initial weights)  */
+    double       featurize_seconds, train_seconds, train_mols_per_second;
+} mp_train_result;
+
+/*
+ * Runs the whole training.  Messages for the user (the task type chosen,
+ * invalid rows, per-epoch lines or a progress bar, skipped tasks) go to
+ * stderr unless opts->quiet.  Writes save_dir/model.mpm and
+ * save_dir/metrics.json atomically.  Fails with a message on bad input.
+ */
+mp_status mp_train(const mp_train_opts *opts, mp_train_result *res);
+void      mp_train_result_free(mp_train_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_TRAINER_H */
