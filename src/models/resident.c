@@ -36,6 +36,8 @@ struct mp_resident {
     void       *losses;              /* host copy of the losses                  */
     mp_dev_batch bt;
     double      t_upload, t_steps;   /* seconds in the last run                  */
+    double      t_bound;             /* when its steps began to be issued        */
+    int32_t     n_launched;          /* steps launched, not yet finished         */
     mp_cuda_graph *graph;
     void       *graph_arena;         /* the arena the graph was captured on,     */
     int32_t     graph_caps[3];       /* with these capacities                    */
@@ -381,11 +383,12 @@ static mp_status one_step(mp_resident *r, const float *sched_dev)
     return mp_cuda_graph_launch(b, r->graph);
 }
 
-mp_status mp_resident_run(mp_resident *r, int32_t n_steps, const double *lrs, double *losses)
+mp_status mp_resident_launch(mp_resident *r, int32_t n_steps, const double *lrs)
 {
     mp_backend *b = r->b;
     mp_model *m = r->m;
     mp_status st;
+    r->n_launched = 0;
     if (n_steps < 0 || n_steps > r->o.max_batches)
         return mp_error_set(MP_ERR_ARG, "resident run: %d steps for %d slots", (int)n_steps,
                             (int)r->o.max_batches);
@@ -400,28 +403,47 @@ mp_status mp_resident_run(mp_resident *r, int32_t n_steps, const double *lrs, do
     }
     int32_t zero = 0;
     double t_start = mp_time_now();
+    /* b->upload is synchronous: the staging may be packed again on return */
     if ((st = b->upload(b, r->dev_epoch, r->host, (size_t)n_steps * r->L.bytes)) != MP_OK ||
         (st = b->upload(b, r->dev_sched, r->sched, sizeof(float) * 2 * (size_t)n_steps)) ||
         (st = b->upload(b, r->dev_k, &zero, sizeof zero)) != MP_OK)
         return st;
     if ((st = mp_model_bind(m, &r->bt)) != MP_OK)
         return st;
-    double t_bound = mp_time_now();
-    r->t_upload = t_bound - t_start;
+    r->t_bound = mp_time_now();
+    r->t_upload = r->t_bound - t_start;
     for (int32_t i = 0; i < n_steps; i++) {
         b->copy(b, r->dev_step, r->dev_epoch + (size_t)i * r->L.bytes, r->L.bytes);
         if ((st = one_step(r, r->dev_sched)) != MP_OK)
             return st;
     }
+    r->n_launched = n_steps;
+    return MP_OK;
+}
+
+mp_status mp_resident_finish(mp_resident *r, double *losses)
+{
+    mp_backend *b = r->b;
+    int32_t n_steps = r->n_launched;
+    mp_status st;
+    r->n_launched = 0;
+    if (n_steps == 0)
+        return MP_OK;
     if ((st = b->sync(b)) != MP_OK ||
         (st = b->download(b, r->losses, r->dev_losses, r->es * (size_t)n_steps)) != MP_OK)
         return st;
-    r->t_steps = mp_time_now() - t_bound;
-    mp_model_add_adam_steps(m, n_steps);
+    r->t_steps = mp_time_now() - r->t_bound;
+    mp_model_add_adam_steps(r->m, n_steps);
     for (int32_t i = 0; i < n_steps; i++)
         losses[i] = r->es == sizeof(double) ? ((double *)r->losses)[i]
                                             : (double)((float *)r->losses)[i];
     return MP_OK;
+}
+
+mp_status mp_resident_run(mp_resident *r, int32_t n_steps, const double *lrs, double *losses)
+{
+    mp_status st = mp_resident_launch(r, n_steps, lrs);
+    return st != MP_OK ? st : mp_resident_finish(r, losses);
 }
 
 void mp_resident_times(const mp_resident *r, double *upload, double *steps)

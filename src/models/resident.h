@@ -11,6 +11,7 @@
  *   mp_resident_create(&r, model, &opts);
  *   per epoch: for each batch s: mp_resident_pack(r, s, ...);  lrs[s] = ...;
  *              mp_resident_run(r, n_batches, lrs, losses);
+ *              (or _launch, pack the next epoch on the host, _finish)
  *   mp_resident_free(r);
  *
  * Padding.  A slot holds cap_edges directed edges (rounded up to even),
@@ -73,6 +74,14 @@ mp_status mp_resident_pack(mp_resident *r, int32_t slot, const mp_graphs *g,
  * schedule, the steps, one download of the losses into losses[0..n_steps).
  */
 mp_status mp_resident_run(mp_resident *r, int32_t n_steps, const double *lrs, double *losses);
+
+/* mp_resident_run in two halves, so the host can pack the next epoch while
+ * the device runs this one: launch uploads the slots and the schedule (the
+ * staging may be packed again as soon as it returns) and queues the steps;
+ * finish waits for them and downloads the losses (n_steps of the launch).
+ * Between the two the model must not be used. */
+mp_status mp_resident_launch(mp_resident *r, int32_t n_steps, const double *lrs);
+mp_status mp_resident_finish(mp_resident *r, double *losses);
 
 /* Seconds the last mp_resident_run spent uploading (slots, schedule) and
  * running the steps (through the final sync and the losses' download). */

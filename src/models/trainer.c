@@ -242,6 +242,22 @@ static mp_status pack_slot(const train_ctx *c, mp_resident *res, const size_t *o
                             extra);
 }
 
+/* Shuffles the next epoch (the host loop's RNG use), takes its learning
+ * rates from the schedule and packs its slots. */
+static mp_status pack_epoch(const train_ctx *c, mp_resident *res, const size_t *order,
+                            int32_t n_steps, pack_bufs *pk);
+
+static mp_status prepare_epoch(const train_ctx *c, mp_resident *res, mp_rng *rng, size_t *order,
+                               mp_noam *noam, double *lrs, int32_t n_steps, pack_bufs *pk)
+{
+    mp_rng_shuffle(rng, order, (size_t)c->n_train);
+    for (int32_t s = 0; s < n_steps; s++) {
+        lrs[s] = noam->lr;
+        mp_noam_step(noam);
+    }
+    return pack_epoch(c, res, order, n_steps, pk);
+}
+
 /* Packs every slot of an epoch, in parallel; on a failure the first failing
  * slot is packed again on this thread, for its message. */
 static mp_status pack_epoch(const train_ctx *c, mp_resident *res, const size_t *order,
@@ -349,29 +365,33 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
     int best_epoch = 0;
 
     for (int epoch = 1; epoch <= o->epochs; epoch++) {
-        mp_rng_shuffle(&rng, order, (size_t)c->n_train);
         double loss_sum = 0;
         int n_batches = 0;
         double tp0 = mp_time_now(), tp1 = tp0, tp2 = tp0;
         if (res) {
-            /* Pack the epoch (the same batches in the same order as the host
-             * loop below), slots in parallel, then run it on the device. */
-            int32_t s = 0;
-            for (int32_t b0 = 0; b0 < c->n_train; b0 += bs, s++) {
-                lrs[s] = noam.lr;
-                mp_noam_step(&noam);
-            }
-            if ((st = pack_epoch(c, res, order, n_steps, pk)))
+            /* The epoch was packed (the same batches in the same order as
+             * the host loop below) while the previous one ran; run it, and
+             * meanwhile pack the next. */
+            if (epoch == 1 && (st = prepare_epoch(c, res, &rng, order, &noam, lrs, n_steps, pk)))
+                goto done;
+            if ((st = mp_resident_launch(res, n_steps, lrs)))
                 goto done;
             tp1 = mp_time_now();
-            if ((st = mp_resident_run(res, s, lrs, step_loss)))
+            if (epoch < o->epochs &&
+                (st = prepare_epoch(c, res, &rng, order, &noam, lrs, n_steps, pk))) {
+                mp_resident_finish(res, step_loss);
                 goto done;
+            }
             tp2 = mp_time_now();
-            for (int32_t i = 0; i < s; i++) {
+            if ((st = mp_resident_finish(res, step_loss)))
+                goto done;
+            for (int32_t i = 0; i < n_steps; i++) {
                 loss_sum += step_loss[i];
                 n_batches++;
                 mp_progress_step(c->progress, step_loss[i]);
             }
+        } else {
+            mp_rng_shuffle(&rng, order, (size_t)c->n_train);
         }
         for (int32_t b0 = 0; !res && b0 < c->n_train; b0 += bs) {
             int32_t n = c->n_train - b0 < bs ? c->n_train - b0 : bs;
@@ -418,9 +438,10 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
                 mp_resident_times(res, &up, &run);
             else
                 tp2 = tp1 = tp0;
-            fprintf(stderr, "profile epoch %d: pack %.3f s, upload %.3f s, steps %.3f s%s, "
-                    "train loop %.3f s, validation %.3f s\n", epoch, tp1 - tp0, up, run,
-                    res ? "" : " (host loop)", res ? tp2 - tp0 : tv_train - tp0, tv - tv_train);
+            fprintf(stderr, "profile epoch %d: upload %.3f s, steps %.3f s%s, next epoch's pack "
+                    "%.3f s (during the steps), train loop %.3f s, validation %.3f s\n", epoch,
+                    up, run, res ? "" : " (host loop)", tp2 - tp1, tv_train - tp0,
+                    tv - tv_train);
         }
         if (better(c->metric, val_mean, best_score) || (c->n_val == 0 && epoch == o->epochs)) {
             best_score = val_mean;
