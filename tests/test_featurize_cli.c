@@ -32,17 +32,7 @@ static int exists(const char *path)
 /* Runs "$MOLPROP_BIN featurize ARGS 2>&1"; exit status, output in out. */
 static int run(const char *args, char *out, size_t cap)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' featurize %s 2>&1", getenv("MOLPROP_BIN"), args);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    while (fgetc(p) != EOF)
-        ;
-    int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return mp_test_cli(out, cap, "featurize %s", args);
 }
 
 static void write_text(const char *path, const char *text)
