@@ -245,6 +245,27 @@ static mp_status alloc3(double **a, double **b, double **c, size_t n)
     return mp_error_set(MP_ERR_NOMEM, "out of memory for a curve of %zu points", n);
 }
 
+/* The cumulative true/false positive counts at each distinct score, highest
+ * first (sklearn's _binary_clf_curve), over the labelled rows: three arrays
+ * of *k entries the caller frees. */
+static mp_status curve_counts(const double *score, size_t score_stride, const double *target,
+                              size_t target_stride, size_t n, double **tps, double **fps,
+                              double **thr, size_t *k)
+{
+    scored *s = NULL;
+    size_t m = 0;
+    mp_status st = gather_scored(&s, &m, score, score_stride, target, target_stride, n);
+    if (st)
+        return st;
+    if ((st = alloc3(tps, fps, thr, m))) {
+        mp_free(s);
+        return st;
+    }
+    *k = clf_curve(s, m, *tps, *fps, *thr);
+    mp_free(s);
+    return MP_OK;
+}
+
 mp_status mp_pr_curve(const double *score, size_t score_stride,
                       const double *target, size_t target_stride, size_t n,
                       double **precision, double **recall, double **thresholds,
@@ -252,18 +273,12 @@ mp_status mp_pr_curve(const double *score, size_t score_stride,
 {
     *precision = *recall = *thresholds = NULL;
     *n_points = 0;
-    scored *s;
-    size_t m;
-    mp_status st = gather_scored(&s, &m, score, score_stride, target, target_stride, n);
+    double *tps, *fps, *thr;
+    size_t k;
+    mp_status st = curve_counts(score, score_stride, target, target_stride, n, &tps, &fps,
+                                &thr, &k);
     if (st)
         return st;
-    double *tps, *fps, *thr;
-    if ((st = alloc3(&tps, &fps, &thr, m))) {
-        mp_free(s);
-        return st;
-    }
-    size_t k = clf_curve(s, m, tps, fps, thr);
-    mp_free(s);
     double *P, *R, *T;
     if ((st = alloc3(&P, &R, &T, k + 1))) {
         mp_free(tps);
@@ -299,18 +314,12 @@ mp_status mp_roc_curve(const double *score, size_t score_stride,
 {
     *fpr = *tpr = *thresholds = NULL;
     *n_points = 0;
-    scored *s;
-    size_t m;
-    mp_status st = gather_scored(&s, &m, score, score_stride, target, target_stride, n);
+    double *tps, *fps, *thr;
+    size_t k;
+    mp_status st = curve_counts(score, score_stride, target, target_stride, n, &tps, &fps,
+                                &thr, &k);
     if (st)
         return st;
-    double *tps, *fps, *thr;
-    if ((st = alloc3(&tps, &fps, &thr, m))) {
-        mp_free(s);
-        return st;
-    }
-    size_t k = clf_curve(s, m, tps, fps, thr);
-    mp_free(s);
     double *F, *T, *H;
     if ((st = alloc3(&F, &T, &H, k + 1))) {
         mp_free(tps);
