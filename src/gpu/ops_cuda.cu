@@ -33,181 +33,10 @@
  * upload and download (gpu.h).  Once a failure is kept, later ops are not
  * queued (they would compute on garbage).
  */
-#include "gpu/gpu.h"
-
-#include <cublasLt.h>
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
+#include "gpu/cuda_ctx.cuh"
 
 #include <math.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <string.h>
-
-/* ===================================================================== */
-/* Context and errors                                                     */
-/* ===================================================================== */
-
-/* cuBLAS workspace: fixed (so its algorithm choice, hence its bits, is fixed,
- * and capture needs no allocation).  NVIDIA recommends 32 MiB on Hopper. */
-#define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
-/* Scratch for the partial sums of the two-level reductions: 16M floats. */
-#define SCRATCH_ELEMS ((size_t)16 << 20)
-
-typedef struct {
-    int            device;
-    cudaStream_t   stream;
-    cublasHandle_t blas;
-    void          *blas_ws;
-    /* gemm_batch's second lane: a side stream with its own cuBLAS handle and
-     * workspace, forked from and joined into `stream` by the two events */
-    cudaStream_t   side;
-    cublasHandle_t blas2;
-    void          *blas_ws2;
-    cudaEvent_t    ev_fork, ev_join;
-    cudaStream_t   lane_stream[2];
-    cublasHandle_t lane_blas[2];
-    cublasLtHandle_t lt;         /* gemm_res_relu's fused epilogue; shares blas_ws */
-    float         *scratch;
-    mp_precision   prec;
-    int            sm_count;
-    size_t         mem_total;
-    int            capturing;
-    mp_status      err;          /* first failure, MP_OK when none   */
-    char           errmsg[512];
-    char           info[512];
-} gpu_ctx;
-
-static gpu_ctx *CTX(const mp_backend *b) { return (gpu_ctx *)b->ctx; }
-
-static void record(gpu_ctx *c, mp_status st, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static void record(gpu_ctx *c, mp_status st, const char *file, int line, const char *fmt, ...)
-{
-    if (c->err != MP_OK)
-        return;
-    c->err = st;
-    int k = snprintf(c->errmsg, sizeof c->errmsg, "%s:%d: ", file, line);
-    if (k < 0 || (size_t)k >= sizeof c->errmsg)
-        k = 0;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->errmsg + k, sizeof c->errmsg - (size_t)k, fmt, ap);
-    va_end(ap);
-}
-
-static int cuda_ok(gpu_ctx *c, cudaError_t e, const char *what, const char *file, int line)
-{
-    if (e == cudaSuccess)
-        return 1;
-    record(c, e == cudaErrorMemoryAllocation ? MP_ERR_NOMEM : MP_ERR_INTERNAL, file, line,
-           "CUDA error: %s (%s, in %s)", cudaGetErrorString(e), cudaGetErrorName(e), what);
-    return 0;
-}
-
-static int blas_ok(gpu_ctx *c, cublasStatus_t s, const char *what, const char *file, int line)
-{
-    if (s == CUBLAS_STATUS_SUCCESS)
-        return 1;
-    record(c, s == CUBLAS_STATUS_ALLOC_FAILED ? MP_ERR_NOMEM : MP_ERR_INTERNAL, file, line,
-           "cuBLAS error: %s (%s, in %s)", cublasGetStatusString(s), cublasGetStatusName(s),
-           what);
-    return 0;
-}
-
-#define CUDA_OK(c, call) cuda_ok((c), (call), #call, __FILE__, __LINE__)
-#define BLAS_OK(c, call) blas_ok((c), (call), #call, __FILE__, __LINE__)
-/* After every kernel launch: a bad configuration shows up here. */
-#define LAUNCHED(c, name) cuda_ok((c), cudaGetLastError(), "launch of " name, __FILE__, __LINE__)
-
-/* The kept failure as a status with the message set (MP_OK when none). */
-static mp_status report(gpu_ctx *c)
-{
-    if (c->err == MP_OK)
-        return MP_OK;
-    return mp_error_set(c->err, "%s", c->errmsg);
-}
-
-/* An op may queue work: no failure kept. */
-static int usable(gpu_ctx *c) { return c->err == MP_OK; }
-
-/* Calls that cannot be part of a captured graph fail it with a message. */
-static int not_capturing(gpu_ctx *c, const char *what, const char *file, int line)
-{
-    if (!c->capturing)
-        return 1;
-    record(c, MP_ERR_ARG, file, line,
-           "%s is not allowed while a CUDA graph is being captured (mp_cuda_graph_begin): "
-           "only device ops can be recorded", what);
-    return 0;
-}
-#define NOT_CAPTURING(c, what) not_capturing((c), (what), __FILE__, __LINE__)
-
-/* ===================================================================== */
-/* Launch shapes                                                          */
-/* ===================================================================== */
-
-#define THREADS 256
-#define ROWS_PER_BLOCK (THREADS / 32)
-
-/* Blocks for a grid-stride loop over n items, items_per_block per block:
- * enough to fill the device several times over, never 0.  Results never
- * depend on this number (each output has one fixed computation). */
-static unsigned grid_for(const gpu_ctx *c, size_t n, size_t items_per_block)
-{
-    size_t blocks = (n + items_per_block - 1) / items_per_block;
-    size_t cap = (size_t)c->sm_count * 32;
-    if (blocks > cap)
-        blocks = cap;
-    return blocks ? (unsigned)blocks : 1u;
-}
-
-/* 1 when rows of width h can be moved 16 bytes at a time (kernels_rows.cuh):
- * h a multiple of 4 and every given base pointer 16-byte aligned (NULL, an
- * absent optional input, counts as aligned). */
-static int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-static int vec4(int h, const void *p0, const void *p1 = NULL, const void *p2 = NULL,
-                const void *p3 = NULL)
-{
-    return h % 4 == 0 && al16(p0) && al16(p1) && al16(p2) && al16(p3);
-}
-
-/* Launch kern<4> (v4) or kern<1> over rows x (h / V) items on the stream. */
-#define LAUNCH_ROWS(c, v4, rows, h, kern, ...)                                             \
-    do {                                                                                  \
-        size_t items_ = (size_t)(rows) * (size_t)((h) / ((v4) ? 4 : 1));                   \
-        unsigned grid_ = grid_for((c), items_, THREADS);                                  \
-        if (v4)                                                                           \
-            kern<4><<<grid_, THREADS, 0, (c)->stream>>>(__VA_ARGS__);                     \
-        else                                                                              \
-            kern<1><<<grid_, THREADS, 0, (c)->stream>>>(__VA_ARGS__);                     \
-    } while (0)
-
-/* Warp-per-row kernels: global warp index and warp count. */
-__device__ __forceinline__ int64_t warp_id(void)
-{
-    return ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-}
-__device__ __forceinline__ int64_t warp_count(void)
-{
-    return ((int64_t)gridDim.x * blockDim.x) >> 5;
-}
-__device__ __forceinline__ int lane_id(void) { return (int)(threadIdx.x & 31); }
-
-/* ===================================================================== */
-/* Dropout hash (the device twin of ops.h's mp_dropout_keep)              */
-/* ===================================================================== */
-
-__device__ __forceinline__ bool d_keep(uint64_t key, uint64_t index, uint32_t thr)
-{
-    uint64_t z = key + (index + 1) * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (uint32_t)(z >> 40) >= thr;
-}
 
 /* ===================================================================== */
 /* Kernels: dense helpers and elementwise                                 */
@@ -1370,130 +1199,47 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
 /* Introspection                                                          */
 /* ===================================================================== */
 
-static gpu_ctx *cuda_ctx(const mp_backend *b)
+gpu_ctx *mp_cu_ctx(const mp_backend *b)
 {
     return b && b->close == cu_close ? CTX(b) : NULL;
 }
 
 extern "C" const char *mp_backend_cuda_info(const mp_backend *b)
 {
-    gpu_ctx *c = cuda_ctx(b);
+    gpu_ctx *c = mp_cu_ctx(b);
     return c ? c->info : "";
 }
 
 extern "C" int mp_backend_cuda_sm_count(const mp_backend *b)
 {
-    gpu_ctx *c = cuda_ctx(b);
+    gpu_ctx *c = mp_cu_ctx(b);
     return c ? c->sm_count : 0;
 }
 
 extern "C" size_t mp_backend_cuda_memory(const mp_backend *b)
 {
-    gpu_ctx *c = cuda_ctx(b);
+    gpu_ctx *c = mp_cu_ctx(b);
     return c ? c->mem_total : 0;
 }
 
 extern "C" mp_precision mp_backend_cuda_precision(const mp_backend *b)
 {
-    gpu_ctx *c = cuda_ctx(b);
+    gpu_ctx *c = mp_cu_ctx(b);
     return c ? c->prec : MP_PREC_FP32;
 }
 
 extern "C" void *mp_backend_cuda_stream(mp_backend *b)
 {
-    gpu_ctx *c = cuda_ctx(b);
+    gpu_ctx *c = mp_cu_ctx(b);
     return c ? (void *)c->stream : NULL;
 }
 
 extern "C" void mp_backend_cuda_clear_error(mp_backend *b)
 {
-    gpu_ctx *c = cuda_ctx(b);
+    gpu_ctx *c = mp_cu_ctx(b);
     if (!c)
         return;
     (void)cudaGetLastError();
     c->err = MP_OK;
     c->errmsg[0] = '\0';
-}
-
-/* ===================================================================== */
-/* CUDA graphs                                                            */
-/* ===================================================================== */
-
-struct mp_cuda_graph {
-    cudaGraph_t     graph;
-    cudaGraphExec_t exec;
-};
-
-extern "C" mp_status mp_cuda_graph_begin(mp_backend *b)
-{
-    gpu_ctx *c = cuda_ctx(b);
-    if (!c)
-        return mp_error_set(MP_ERR_ARG, "mp_cuda_graph_begin: not a cuda backend");
-    if (c->capturing)
-        return mp_error_set(MP_ERR_ARG, "mp_cuda_graph_begin: a capture is already running");
-    if (!usable(c))
-        return report(c);
-    /* Thread-local mode: other threads' CUDA calls do not break our capture,
-     * ours that cannot be captured do. */
-    if (!CUDA_OK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal)))
-        return report(c);
-    c->capturing = 1;
-    return MP_OK;
-}
-
-extern "C" mp_status mp_cuda_graph_end(mp_backend *b, mp_cuda_graph **out)
-{
-    *out = NULL;
-    gpu_ctx *c = cuda_ctx(b);
-    if (!c)
-        return mp_error_set(MP_ERR_ARG, "mp_cuda_graph_end: not a cuda backend");
-    if (!c->capturing)
-        return mp_error_set(MP_ERR_ARG, "mp_cuda_graph_end: no capture is running");
-    c->capturing = 0;
-    cudaGraph_t graph = NULL;
-    cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
-    if (e != cudaSuccess || c->err != MP_OK) {
-        if (graph)
-            cudaGraphDestroy(graph);
-        cuda_ok(c, e, "cudaStreamEndCapture", __FILE__, __LINE__);
-        return report(c);
-    }
-    cudaGraphExec_t exec = NULL;
-    if (!CUDA_OK(c, cudaGraphInstantiate(&exec, graph, 0))) {
-        cudaGraphDestroy(graph);
-        return report(c);
-    }
-    mp_cuda_graph *g = (mp_cuda_graph *)mp_malloc(sizeof *g);
-    if (!g) {
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
-        return mp_error_set(MP_ERR_NOMEM, "mp_cuda_graph_end: out of host memory");
-    }
-    g->graph = graph;
-    g->exec = exec;
-    *out = g;
-    return MP_OK;
-}
-
-extern "C" mp_status mp_cuda_graph_launch(mp_backend *b, mp_cuda_graph *g)
-{
-    gpu_ctx *c = cuda_ctx(b);
-    if (!c || !g)
-        return mp_error_set(MP_ERR_ARG, "mp_cuda_graph_launch: not a cuda backend or no graph");
-    if (c->capturing)
-        return mp_error_set(MP_ERR_ARG, "mp_cuda_graph_launch: a capture is running");
-    if (!usable(c))
-        return report(c);
-    CUDA_OK(c, cudaGraphLaunch(g->exec, c->stream));
-    return report(c);
-}
-
-extern "C" void mp_cuda_graph_free(mp_cuda_graph *g)
-{
-    if (!g)
-        return;
-    (void)cudaGraphExecDestroy(g->exec);
-    (void)cudaGraphDestroy(g->graph);
-    (void)cudaGetLastError();
-    mp_free(g);
 }
