@@ -17,6 +17,7 @@
 #include <string.h>
 #include <errno.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define EVAL_BATCH 256           /* inference batch for validation/test      */
 #define EVAL_BATCH_GPU 4096      /* the same on a device backend             */
@@ -582,8 +583,13 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
     memset(&prog, 0, sizeof prog);
     char path[4096];
 
+    /* The save directory is made first (an unwritable place fails before any
+     * work) and removed again if this run made it and then failed. */
+    int made_dir = 0;
     if (o->save_dir) {
-        if (mkdir(o->save_dir, 0777) != 0 && errno != EEXIST)
+        if (mkdir(o->save_dir, 0777) == 0)
+            made_dir = 1;
+        else if (errno != EEXIST)
             return mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", o->save_dir,
                                 strerror(errno));
     }
@@ -592,7 +598,7 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
     if (o->backend && strcmp(o->backend, "cpu") != 0) {
         mp_backend *probe = NULL;
         if ((st = mp_backend_open(&probe, o->backend)))
-            return st;
+            goto done;
         mp_backend_close(probe);
     }
 
@@ -840,6 +846,14 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
     }
 
 done:
+    if (st != MP_OK && made_dir) {
+        static const char *const outputs[3] = { "model.mpm", "metrics.json", "split.tsv" };
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", o->save_dir, outputs[i]);
+            (void)unlink(path);
+        }
+        (void)rmdir(o->save_dir);
+    }
     mp_free(why);
     mp_free(testpred);
     mp_free(teststd);
