@@ -125,8 +125,10 @@ $(BUILD)/gpu_ops: $(BUILD)/bench/gpu_ops.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
 $(BUILD)/gpu_infer: $(BUILD)/bench/gpu_infer.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
+$(BUILD)/gpu_predict: $(BUILD)/bench/gpu_predict.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
 ifeq ($(CUDA),1)
-bench-gpu: $(BUILD)/gpu_ops $(BUILD)/gpu_infer
+bench-gpu: $(BUILD)/gpu_ops $(BUILD)/gpu_infer $(BUILD)/gpu_predict
 else
 bench-gpu:
 	@echo "bench-gpu needs the CUDA build (nvcc on the PATH, CUDA=1)" >&2; exit 1
@@ -155,4 +157,4 @@ $(BUILD)/bench/featurize_rate: bench/featurize_rate.c $(BUILD)/libmolprop.a
 clean:
 	rm -rf build build-san
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d $(BUILD)/bench/gpu_predict.d

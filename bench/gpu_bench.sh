@@ -5,7 +5,9 @@
 #   1. the GPU tests (a skip counts as a failure);
 #   2. bench/gpu_ops: per-op times of one D-MPNN training step (batch 50 and
 #      4096; fp32, tf32, bf16), eager and as a CUDA graph;
-#   3. bench/gpu_infer: inference molecules/s of the real model at large batches;
+#   3. bench/gpu_infer: inference molecules/s of the real model at large
+#      batches; bench/gpu_predict: the same through the prediction path on
+#      qm9 and hiv (featurized beforehand) at batch 50 and 4096;
 #   4. `molprop train` on qm9 and hiv at batch 50 and 4096 in each precision
 #      (2 epochs; training molecules/s from metrics.json);
 #   5. end to end: `molprop train` on hiv, defaults + bf16, scaffold split seed 0
@@ -25,6 +27,9 @@ echo "== 2. per-op step benchmark"
 grep -E "^==|STEP, CUDA|molecules/s" "$OUT/gpu_ops.log"
 echo "== 3. inference"
 "$BIN/gpu_infer" 4096 16384 65536 2>&1 | tee "$OUT/gpu_infer.log"
+for ds in qm9 hiv; do
+    "$BIN/gpu_predict" data/$ds.csv.gz 50 4096 2>&1 | tee "$OUT/gpu_predict-$ds.log"
+done
 echo "== 4. molprop train, 2 epochs (training molecules/s, featurization excluded)"
 printf "%-6s %6s %-5s %10s %12s\n" data batch prec train_s mol_per_s | tee "$OUT/train.log"
 for ds in qm9 hiv; do
