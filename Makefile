@@ -71,6 +71,7 @@ deps:
 
 $(BUILD)/libmolprop.a: $(LIB_OBJ)
 	@rm -f $@
+	rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/molprop: $(CLI_OBJ) $(BUILD)/libmolprop.a
