@@ -188,4 +188,7 @@ __device__ __forceinline__ bool d_keep(uint64_t key, uint64_t index, uint32_t th
 /* The context of a cuda backend, or NULL when b is not one (ops_cuda.cu). */
 gpu_ctx *mp_cu_ctx(const mp_backend *b);
 
+/* Sets the device-keyed dropout ops of a cuda backend (ops_cuda_keyed.cu). */
+void mp_cu_keyed_ops(mp_backend *b);
+
 #endif /* MP_CUDA_CTX_CUH */

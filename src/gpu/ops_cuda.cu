@@ -1191,6 +1191,7 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     b->adam = cu_adam;
     b->gemm_res_relu = cu_gemm_res_relu;
     b->message_backward_relu = cu_message_backward_relu;
+    mp_cu_keyed_ops(b);
     *out = b;
     return MP_OK;
 }

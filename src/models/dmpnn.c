@@ -46,35 +46,35 @@ void mp_dmpnn_forward(mp_model *m, int training)
     for (int t = 1; t < depth; t++) {
         b->message(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src, a->m[t - 1], na,
                    ne, h);
-        /* M_t = H0 + msg W_h: the residual is the pre-activation H0 */
-        uint64_t key = p > 0 ? mp_rng_u64(&m->drop_rng) : 0;
+        /* M_t = H0 + msg W_h: the residual is the pre-activation H0;
+         * dropout layer t-1 (dropout.c: its key, eager or device-keyed) */
         if (b->gemm_res_relu) {
             /* fused residual + ReLU (ops.h); dropout, if any, after it:
              * dropout of ReLU(ReLU(x)) is exactly relu_dropout of x */
             b->gemm_res_relu(b, ne, h, h, a->msg[t], h, wh, h, a->h0, h, a->m[t], h);
             if (p > 0)
-                b->relu_dropout(b, a->m[t], a->m[t], edge_elems, p, key);
+                mp_model_relu_dropout(m, a->m[t], a->m[t], edge_elems, p, t - 1);
             continue;
         }
         b->copy(b, a->m[t], a->h0, edge_elems * m->esize);
         b->gemm(b, 0, 0, ne, h, h, 1.0, a->msg[t], h, wh, h, 1.0, a->m[t], h);
-        b->relu_dropout(b, a->m[t], a->m[t], edge_elems, p, key);
+        mp_model_relu_dropout(m, a->m[t], a->m[t], edge_elems, p, t - 1);
     }
 
-    /* Readout: h_v = Dropout(ReLU(W_o [x_v ; a_v] + b_o)). */
+    /* Readout: h_v = Dropout(ReLU(W_o [x_v ; a_v] + b_o)), dropout layer
+     * depth-1. */
     b->atom_sum(b, a->a, g->in_start, g->in_edge, a->m[depth - 1], na, h);
     b->atom_embed(b, a->ho, g->atom_hot, g->atom_mass, wo, bo, na, h, fa - 1);
-    uint64_t key = p > 0 ? mp_rng_u64(&m->drop_rng) : 0;
     if (b->gemm_res_relu) {
         /* in place: ho = ReLU(ho + a W_o), then the dropout if any */
         b->gemm_res_relu(b, na, h, h, a->a, h, MP_AT(m, wo, (size_t)fa * h), h, a->ho, h, a->ho,
                          h);
         if (p > 0)
-            b->relu_dropout(b, a->ho, a->ho, (size_t)na * h, p, key);
+            mp_model_relu_dropout(m, a->ho, a->ho, (size_t)na * h, p, depth - 1);
     } else {
         b->gemm(b, 0, 0, na, h, h, 1.0, a->a, h, MP_AT(m, wo, (size_t)fa * h), h, 1.0, a->ho,
                 h);
-        b->relu_dropout(b, a->ho, a->ho, (size_t)na * h, p, key);
+        mp_model_relu_dropout(m, a->ho, a->ho, (size_t)na * h, p, depth - 1);
     }
 
     b->pool(b, a->x0, m->in_dim, g->mol_atom, a->ho, g->n_mols, h, m->cfg.aggregation,

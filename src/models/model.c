@@ -483,6 +483,7 @@ void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *
     if (c->kind == MP_MODEL_FFN)
         b->copy(b, m->a.x0, m->bound_extra, (size_t)m->n_mols * c->extra_dim * m->esize);
     m->p = c->dropout;
+    m->drop_k = k_dev;   /* the step index of a device key source, if set */
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_forward(m, 1);
     mp_ffn_forward(m, 1);

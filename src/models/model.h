@@ -171,9 +171,10 @@ void      mp_model_unbind(mp_model *m);
  * captured in a CUDA graph and replayed): zero the gradients, forward with
  * dropout, masked loss, backward, adam_sched with the scalars sched[2k],
  * sched[2k+1] (k = k_dev[0]), then losses[k] = the loss and k_dev[0] += 1.
- * Dropout keys are drawn on the host when the step is issued, so a replayed
- * capture of a model with dropout would reuse them: resident.c captures only
- * models without dropout.  The host Adam counter is not advanced: call
+ * Dropout keys are drawn on the host when the step is issued (a replayed
+ * capture would reuse them), unless a device key source is set (resident.c,
+ * model_impl.h: drop_keys), whose keys the step reads at index k.  The host
+ * Adam counter is not advanced: call
  * mp_model_add_adam_steps with the number of steps run.
  */
 void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *losses);

@@ -232,7 +232,27 @@ struct mp_backend {
     /* Ends a step: losses[k] = loss[0]; k_dev[0] += 1 (k = k_dev[0] before).
      * losses and loss are of the backend's element type. */
     void (*step_end)(mp_backend *b, int32_t *k_dev, void *losses, const void *loss);
+
+    /* ---- device-keyed dropout (optional; resident.c) ------------------ */
+    /* relu_dropout, dropout and dropout_backward with the key read from
+     * device memory at the device step index: key = keys[k_dev[0] * stride]
+     * (keys: a device buffer of uint64_t; the model passes keys + its layer
+     * and stride = keys per step), so one captured step replays with each
+     * step's own keys.  Bitwise the same as the plain op given that key.
+     * cpu and ref: mp_ops_keyed_host; cuda: ops_cuda_keyed.cu. */
+    void (*relu_dropout_keyed)(mp_backend *b, void *y, const void *x, size_t n, double p,
+                               const uint64_t *keys, const int32_t *k_dev, int stride);
+    void (*dropout_keyed)(mp_backend *b, void *y, const void *x, int32_t n_rows, int n_cols,
+                          int ld, double p, const uint64_t *keys, const int32_t *k_dev,
+                          int stride);
+    void (*dropout_backward_keyed)(mp_backend *b, void *dx, const void *dy, int32_t n_rows,
+                                   int n_cols, int ld, double p, const uint64_t *keys,
+                                   const int32_t *k_dev, int stride);
 };
+
+/* Gives a host-memory backend (cpu, ref) the keyed dropout ops: each reads
+ * its key on the host and calls the backend's plain op (ops_keyed.c). */
+void mp_ops_keyed_host(mp_backend *b);
 
 /* The fused ops as the unfused ops they replace (copy2d, gemm, relu_dropout;
  * message_backward, relu_dropout_backward, add): what the cpu and ref

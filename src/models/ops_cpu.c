@@ -1038,6 +1038,7 @@ mp_status mp_backend_cpu_open(mp_backend **out)
     b->message_backward_relu = mp_ops_message_backward_relu_composed;
     b->adam_sched = cpu_adam_sched;
     b->step_end = cpu_step_end;
+    mp_ops_keyed_host(b);
     *out = b;
     return MP_OK;
 }

@@ -502,6 +502,7 @@ mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype)
     b->message_backward_relu = mp_ops_message_backward_relu_composed;
     b->adam_sched = ref_adam_sched;
     b->step_end = ref_step_end;
+    mp_ops_keyed_host(b);
     *out = b;
     return MP_OK;
 }
