@@ -69,10 +69,15 @@ all: $(BUILD)/molprop $(BUILD)/libmolprop.a
 deps:
 	@sh scripts/deps.sh
 
-$(BUILD)/libmolprop.a: $(LIB_OBJ)
+# The archive is rebuilt whenever the CUDA setting changes (a CUDA=0 build
+# after a CUDA=1 one in the same directory must not keep the .cu objects).
+$(BUILD)/cuda.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo "CUDA=$(CUDA)" | cmp -s - $@ || echo "CUDA=$(CUDA)" > $@
+
+$(BUILD)/libmolprop.a: $(LIB_OBJ) $(BUILD)/cuda.stamp
 	@rm -f $@
-	rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(LIB_OBJ)
 
 $(BUILD)/molprop: $(CLI_OBJ) $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libmolprop.a $(LDLIBS)
@@ -159,3 +164,5 @@ clean:
 	rm -rf build build-san
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d $(BUILD)/bench/gpu_predict.d
+
+FORCE:
