@@ -50,6 +50,11 @@ typedef struct {
     int            sm_count;
     size_t         mem_total;
     int            capturing;
+    /* streaming (stream_cuda.cu): the copy lane and the fences of ops.h's
+     * streaming ops; made at open by mp_cu_stream_ops, freed by
+     * mp_cu_stream_close from close */
+    cudaStream_t   copy;
+    cudaEvent_t    fence[MP_FENCES];
     mp_status      err;          /* first failure, MP_OK when none   */
     char           errmsg[512];
     char           info[512];
@@ -187,5 +192,15 @@ __device__ __forceinline__ bool d_keep(uint64_t key, uint64_t index, uint32_t th
 
 /* The context of a cuda backend, or NULL when b is not one (ops_cuda.cu). */
 gpu_ctx *mp_cu_ctx(const mp_backend *b);
+
+/* Registration of the ops kept outside ops_cuda.cu, called by
+ * mp_backend_cuda_open: the inference ops (ops_cuda_infer.cu:
+ * edge_embed_relu) and the streaming ops (stream_cuda.cu: pinned host
+ * buffers, the copy lane, fences; if those cannot be made they stay NULL,
+ * with no failure kept).  mp_cu_stream_close releases the latter's stream and
+ * events (called by close; safe when they were never made). */
+void mp_cu_infer_ops(mp_backend *b);
+void mp_cu_stream_ops(mp_backend *b);
+void mp_cu_stream_close(gpu_ctx *c);
 
 #endif /* MP_CUDA_CTX_CUH */

@@ -1045,6 +1045,7 @@ static void cu_close(mp_backend *b)
             (void)cudaStreamSynchronize(c->stream);
         if (c->side)
             (void)cudaStreamSynchronize(c->side);
+        mp_cu_stream_close(c);
         if (c->blas)
             (void)cublasDestroy(c->blas);
         if (c->blas2)
@@ -1191,6 +1192,8 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     b->adam = cu_adam;
     b->gemm_res_relu = cu_gemm_res_relu;
     b->message_backward_relu = cu_message_backward_relu;
+    mp_cu_infer_ops(b);
+    mp_cu_stream_ops(b);
     *out = b;
     return MP_OK;
 }

@@ -40,8 +40,15 @@ void mp_dmpnn_forward(mp_model *m, int training)
     /* H0 = W_i [x_u ; b_uv]: the atom part once per atom, then per edge the
      * source atom's row plus the bond's rows. */
     b->atom_embed(b, a->as, g->atom_hot, g->atom_mass, wi, NULL, na, h, fa - 1);
-    b->edge_embed(b, a->h0, g->edge_src, g->bond_hot, a->as, MP_AT(m, wi, (size_t)fa * h), ne, h);
-    b->relu_dropout(b, a->m[0], a->h0, edge_elems, 0.0, 0);
+    if (b->edge_embed_relu) {
+        /* fused (ops.h): H0 and M_0 = ReLU(H0) in one pass */
+        b->edge_embed_relu(b, a->h0, a->m[0], g->edge_src, g->bond_hot, a->as,
+                           MP_AT(m, wi, (size_t)fa * h), ne, h);
+    } else {
+        b->edge_embed(b, a->h0, g->edge_src, g->bond_hot, a->as, MP_AT(m, wi, (size_t)fa * h),
+                      ne, h);
+        b->relu_dropout(b, a->m[0], a->h0, edge_elems, 0.0, 0);
+    }
 
     for (int t = 1; t < depth; t++) {
         b->message(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src, a->m[t - 1], na,
