@@ -901,6 +901,43 @@ static int case_embed(fx *f, int bi, int h, int slots)
             ok = same_bytes(f, what, &H0, &first);
         }
     }
+    if (ok && f->g->edge_embed_relu) {
+        /* the fused edge_embed_relu (ops_cuda_infer.cu): against the oracle,
+         * then bitwise against the unfused GPU pair, then run again */
+        pair H0f, M0f;
+        void *first2 = NULL;
+        snprintf(what, sizeof what, "edge_embed_relu(%s)", tag);
+        ok = pair_make(f, &H0f, NULL, E * H) && pair_make(f, &M0f, NULL, E * H);
+        if (ok) {
+            f->r->edge_embed_relu(f->r, H0f.r, M0f.r, d.src[1], d.bond[1], Aa.r, Wb.r,
+                                  g->n_edges, h);
+            f->g->edge_embed_relu(f->g, H0f.g, M0f.g, d.src[0], d.bond[0], Aa.g, Wb.g,
+                                  g->n_edges, h);
+            ok = compare(f, what, &H0f, TOL_FP32, &first) &&
+                 compare_ex(f, what, &M0f, TOL_FP32, 1, &first2) && regpu(f, &H0f, NULL) &&
+                 regpu(f, &M0f, NULL);
+        }
+        if (ok) {
+            snprintf(what, sizeof what, "edge_embed_relu(%s) vs edge_embed + relu", tag);
+            f->g->edge_embed(f->g, H0f.g, d.src[0], d.bond[0], Aa.g, Wb.g, g->n_edges, h);
+            f->g->relu_dropout(f->g, M0f.g, H0f.g, E * H, 0.0, 0);
+            ok = same_bytes(f, what, &H0f, &first) & same_bytes(f, what, &M0f, &first2);
+            first = first2 = NULL;
+            ok = ok && compare(f, what, &H0f, TOL_FP32, &first) &&
+                 compare_ex(f, what, &M0f, TOL_FP32, 1, &first2) && regpu(f, &H0f, NULL) &&
+                 regpu(f, &M0f, NULL);
+        }
+        if (ok) {
+            snprintf(what, sizeof what, "edge_embed_relu(%s), second run", tag);
+            f->g->edge_embed_relu(f->g, H0f.g, M0f.g, d.src[0], d.bond[0], Aa.g, Wb.g,
+                                  g->n_edges, h);
+            ok = same_bytes(f, what, &H0f, &first) & same_bytes(f, what, &M0f, &first2);
+            first = first2 = NULL;
+        }
+        mp_free(first);
+        mp_free(first2);
+        first = NULL;
+    }
     if (ok) {
         snprintf(what, sizeof what, "edge_embed_backward(%s)", tag);
         f->r->edge_embed_backward(f->r, Da.r, Dwb.r, d.in_start[1], d.in_edge[1], d.bond[1], Dh0.r,

@@ -651,11 +651,23 @@ mp_status mp_ensemble_predict_stream(mp_ensemble *e, const mp_features *f, const
             return mp_error_set(MP_ERR_ARG, "predict: molecule %d out of range (store of %d)",
                                 (int)mols[i], (int)f->g.n_mols);
 
-    /* Capacities: the largest batch of batch_size of these molecules. */
-    int32_t max_atoms = 0, max_edges = 0;
-    if (graphs)
-        mp_graphs_batch_bounds(&f->g, mols, n, batch_size, &max_atoms, &max_edges);
-    max_edges += max_edges & 1;
+    /* Capacities: the largest of the batches this call will form (they are
+     * consecutive runs of mols; invalid molecules count 0). */
+    int64_t max_atoms = 0, max_edges = 0;
+    for (int32_t b0 = 0; graphs && b0 < n; b0 += batch_size) {
+        int64_t na = 0, ne = 0;
+        for (int32_t i = b0; i < n && i < b0 + batch_size; i++) {
+            na += f->g.mol_atom[mols[i] + 1] - f->g.mol_atom[mols[i]];
+            ne += f->g.mol_edge[mols[i] + 1] - f->g.mol_edge[mols[i]];
+        }
+        max_atoms = na > max_atoms ? na : max_atoms;
+        max_edges = ne > max_edges ? ne : max_edges;
+    }
+    if (max_atoms > INT32_MAX || max_edges > INT32_MAX)
+        return mp_error_set(MP_ERR_ARG, "predict: a batch of %d molecules holds %lld atoms and "
+                            "%lld edges (at most %d each): use smaller batches",
+                            (int)batch_size, (long long)max_atoms, (long long)max_edges,
+                            (int)INT32_MAX);
     double *vals = mp_malloc(sizeof(double) * (size_t)n_used * (size_t)batch_size * t);
     mp_status st = MP_OK;
     pslot *sl = NULL;
@@ -664,10 +676,10 @@ mp_status mp_ensemble_predict_stream(mp_ensemble *e, const mp_features *f, const
         goto done;
     }
     for (int k = lo; k < hi; k++)
-        if ((st = mp_model_reserve(e->members[k], batch_size, graphs ? max_atoms : 0,
-                                   graphs ? max_edges : 0)))
+        if ((st = mp_model_reserve(e->members[k], batch_size, (int32_t)max_atoms,
+                                   (int32_t)max_edges)))
             goto done;
-    if ((st = stream_bufs_get(e, batch_size, max_atoms, max_edges,
+    if ((st = stream_bufs_get(e, batch_size, (int32_t)max_atoms, (int32_t)max_edges,
                               sizeof(float) * (size_t)n_used * (size_t)batch_size * t, &sl)))
         goto done;
 
