@@ -125,6 +125,13 @@ static void s_message(mp_backend *b, void *msg, void *s, const int32_t *is, cons
     real.message(&real, msg, s, is, ie, src, m, na, ne, h);
     t_end();
 }
+static void s_message_direct(mp_backend *b, void *msg, const int32_t *is, const int32_t *ie,
+                             const int32_t *src, const void *m, int32_t ne, int h)
+{
+    t_begin("message_direct (%ld edges)", ne, 0, 0);
+    real.message_direct(&real, msg, is, ie, src, m, ne, h);
+    t_end();
+}
 static void s_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, int lda,
                             const void *w, int ldw, const void *r, int ldr, void *c, int ldc)
 {
@@ -170,6 +177,8 @@ static mp_backend *shim_of(mp_backend *b)
         shim.edge_embed_relu = s_edge_embed_relu;
     shim.relu_dropout = s_relu_dropout;
     shim.message = s_message;
+    if (b->message_direct)
+        shim.message_direct = s_message_direct;
     if (b->gemm_res_relu)
         shim.gemm_res_relu = s_gemm_res_relu;
     shim.gemm = s_gemm;

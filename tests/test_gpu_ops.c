@@ -1000,6 +1000,35 @@ static int case_message(fx *f, int bi, int h)
             f1 = f2 = NULL;
         }
     }
+    if (ok && f->g->message_direct) {
+        /* the fused message_direct (ops_cuda_infer.cu): msg against the
+         * oracle's message, bitwise against the GPU's message, repeatable */
+        pair Msg2;
+        snprintf(what, sizeof what, "message_direct(%s)", tag);
+        ok = pair_make(f, &Msg2, NULL, E * H);
+        if (ok) {
+            f->r->message(f->r, Msg2.r, S.r, d.in_start[1], d.in_edge[1], d.src[1], M.r,
+                          g->n_atoms, g->n_edges, h);
+            f->g->message_direct(f->g, Msg2.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
+                                 g->n_edges, h);
+            ok = compare(f, what, &Msg2, TOL_FP32, &f1) && regpu(f, &Msg2, NULL);
+        }
+        if (ok) {
+            snprintf(what, sizeof what, "message_direct(%s) vs message", tag);
+            f->g->message(f->g, Msg2.g, S.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
+                          g->n_atoms, g->n_edges, h);
+            ok = same_bytes(f, what, &Msg2, &f1) && compare(f, what, &Msg2, TOL_FP32, &f1) &&
+                 regpu(f, &Msg2, NULL);
+        }
+        if (ok) {
+            snprintf(what, sizeof what, "message_direct(%s), second run", tag);
+            f->g->message_direct(f->g, Msg2.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
+                                 g->n_edges, h);
+            ok = same_bytes(f, what, &Msg2, &f1);
+        }
+        mp_free(f1);
+        f1 = NULL;
+    }
     if (ok) {
         snprintf(what, sizeof what, "message_backward(%s)", tag);
         f->r->message_backward(f->r, Dm.r, Ds.r, d.in_start[1], d.in_edge[1], d.dst[1], Dmsg.r,

@@ -51,8 +51,12 @@ void mp_dmpnn_forward(mp_model *m, int training)
     }
 
     for (int t = 1; t < depth; t++) {
-        b->message(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src, a->m[t - 1], na,
-                   ne, h);
+        if (b->message_direct)   /* fused (ops.h): no scratch sums */
+            b->message_direct(b, a->msg[t], g->in_start, g->in_edge, g->edge_src, a->m[t - 1],
+                              ne, h);
+        else
+            b->message(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src, a->m[t - 1],
+                       na, ne, h);
         /* M_t = H0 + msg W_h: the residual is the pre-activation H0 */
         uint64_t key = p > 0 ? mp_rng_u64(&m->drop_rng) : 0;
         if (b->gemm_res_relu) {

@@ -241,6 +241,13 @@ struct mp_backend {
     void (*edge_embed_relu)(mp_backend *b, void *h0, void *m0, const int32_t *edge_src,
                             const int8_t *bond_hot, const void *a, const void *wb,
                             int32_t n_edges, int h);
+    /* message without its scratch: msg[e] = sum_{k in in(src[e])} m[k] -
+     * m[e ^ 1], the sum in CSR order from 0, so bitwise message's msg; the
+     * GPU gathers the few incoming rows per edge directly instead of a
+     * segment-sum pass and a gather pass (cpu/ref: NULL, use message). */
+    void (*message_direct)(mp_backend *b, void *msg, const int32_t *in_start,
+                           const int32_t *in_edge, const int32_t *edge_src, const void *m,
+                           int32_t n_edges, int h);
 
     /* ---- streaming (optional: NULL on host-memory backends) ----------- */
     /* What a prediction pipeline needs to pack and upload one batch while
