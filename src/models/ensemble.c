@@ -331,16 +331,22 @@ typedef struct {
     mp_dev_batch bt;        /* device pointers into dev                      */
     int32_t  b0, span, nb;
     int      busy;          /* issued, not yet collected                     */
+    int      pinned;        /* host is from host_alloc (else mp_malloc)      */
 } pslot;
 
-/* The streaming ops, or their synchronous stand-ins where a backend has none. */
-static void *s_host_alloc(mp_backend *b, size_t n)
+/* The streaming ops, or their synchronous stand-ins where a backend has none.
+ * Host buffers: page-locked when the backend can, else (or when locking
+ * fails: a container's limit, say) plain memory, which the async copies
+ * still accept, only without overlapping the host. */
+static void *s_host_alloc(mp_backend *b, size_t n, int *pinned)
 {
-    return b->host_alloc ? b->host_alloc(b, n) : mp_malloc(n ? n : 1);
+    void *p = b->host_alloc ? b->host_alloc(b, n) : NULL;
+    *pinned = p != NULL;
+    return p ? p : mp_malloc(n ? n : 1);
 }
-static void s_host_free(mp_backend *b, void *p)
+static void s_host_free(mp_backend *b, void *p, int pinned)
 {
-    if (b->host_alloc)
+    if (pinned)
         b->host_free(b, p);
     else
         mp_free(p);
@@ -450,7 +456,7 @@ static void stream_bufs_free(mp_ensemble *e)
         return;
     mp_backend *b = e->backend;
     for (int q = 0; q < 2; q++) {
-        s_host_free(b, sb->sl[q].host);
+        s_host_free(b, sb->sl[q].host, sb->sl[q].pinned);
         b->free(b, sb->sl[q].dev);
         mp_free(sb->sl[q].sel);
         mp_free(sb->sl[q].mol_edge);
@@ -486,10 +492,10 @@ static mp_status stream_bufs_get(mp_ensemble *e, int32_t batch_size, int32_t max
         for (int q = 0; q < 2; q++) {
             pslot *s = &sb->sl[q];
             s->pack_cap = need;
-            if (!(s->host = s_host_alloc(b, need + out_bytes))) {
-                mp_status st = mp_error_set(MP_ERR_NOMEM, "predict: %s", mp_error_message());
+            if (!(s->host = s_host_alloc(b, need + out_bytes, &s->pinned))) {
                 stream_bufs_free(e);
-                return st;
+                return mp_error_set(MP_ERR_NOMEM, "predict: out of memory for the batch "
+                                    "buffers (%zu bytes per slot)", need + out_bytes);
             }
             s->out = (float *)(void *)(s->host + need);
             s->dev = b->alloc(b, need);
