@@ -73,6 +73,7 @@ static mp_backend real, shim;
 static cudaStream_t t_stream;
 static cudaEvent_t t_ev[2 * MAX_T];
 static char t_name[MAX_T][80];
+static double t_host[MAX_T], t_host0;   /* host seconds to issue each op */
 static int t_n, t_on;
 
 static void t_begin(const char *fmt, long a, long b2, long c)
@@ -81,11 +82,13 @@ static void t_begin(const char *fmt, long a, long b2, long c)
         return;
     snprintf(t_name[t_n], sizeof t_name[t_n], fmt, a, b2, c);
     cudaEventRecord(t_ev[2 * t_n], t_stream);
+    t_host0 = mp_time_now();
 }
 static void t_end(void)
 {
     if (!t_on || t_n >= MAX_T)
         return;
+    t_host[t_n] = mp_time_now() - t_host0;
     cudaEventRecord(t_ev[2 * t_n + 1], t_stream);
     t_n++;
 }
@@ -126,10 +129,11 @@ static void s_message(mp_backend *b, void *msg, void *s, const int32_t *is, cons
     t_end();
 }
 static void s_message_direct(mp_backend *b, void *msg, const int32_t *is, const int32_t *ie,
-                             const int32_t *src, const void *m, int32_t ne, int h)
+                             const int32_t *src, const void *m, int relu_in, int32_t ne, int h)
 {
-    t_begin("message_direct (%ld edges)", ne, 0, 0);
-    real.message_direct(&real, msg, is, ie, src, m, ne, h);
+    t_begin(relu_in ? "message_direct, ReLU on read (%ld edges)" : "message_direct (%ld edges)",
+            ne, 0, 0);
+    real.message_direct(&real, msg, is, ie, src, m, relu_in, ne, h);
     t_end();
 }
 static void s_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, int lda,
@@ -356,8 +360,7 @@ int main(int argc, char **argv)
              * whether they give the same bits */
             static mp_backend plain;
             plain = *b;
-            plain.edge_embed_relu = NULL;
-            plain.message_direct = NULL;
+            mp_backend_cuda_plain_ops(&plain);
             mp_model *mu = NULL;
             OK(mp_model_create(&mu, &cfg, &plain, 1));
             OK(mp_model_reserve(mu, g.n_mols, g.n_atoms, g.n_edges));
@@ -425,7 +428,7 @@ int main(int argc, char **argv)
                 OK(mp_model_reserve(ms, g.n_mols, g.n_atoms, g.n_edges));
                 OK(mp_model_forward_dev(ms, &d.bt));          /* warm up */
                 OK(b->sync(b));
-                double per[9][MAX_T];
+                double per[9][MAX_T], host[9][MAX_T];
                 int nops = 0;
                 for (int rep = 0; rep < 9; rep++) {
                     t_n = 0;
@@ -438,20 +441,25 @@ int main(int argc, char **argv)
                         float e = 0;
                         cudaEventElapsedTime(&e, t_ev[2 * i], t_ev[2 * i + 1]);
                         per[rep][i] = e;
+                        host[rep][i] = 1e3 * t_host[i];
                     }
                 }
-                printf("  ops, %s (median of 9 forwards, us):\n", precs[p]);
-                double sum = 0;
+                printf("  ops, %s (median of 9 forwards; device us, host us to issue):\n",
+                       precs[p]);
+                double sum = 0, hsum = 0;
                 for (int i = 0; i < nops; i++) {
-                    double col[9];
-                    for (int rep = 0; rep < 9; rep++)
+                    double col[9], hcol[9];
+                    for (int rep = 0; rep < 9; rep++) {
                         col[rep] = per[rep][i];
-                    double us = 1e3 * median(col, 9);
+                        hcol[rep] = host[rep][i];
+                    }
+                    double us = 1e3 * median(col, 9), hus = 1e3 * median(hcol, 9);
                     sum += us;
-                    printf("    %-48s %9.1f\n", t_name[i], us);
+                    hsum += hus;
+                    printf("    %-48s %9.1f %8.1f\n", t_name[i], us, hus);
                 }
-                printf("    %-48s %9.1f  (forward timed whole: %.1f)\n", "sum of ops", sum,
-                       1e3 * fwd_ms);
+                printf("    %-48s %9.1f %8.1f  (forward timed whole: %.1f)\n", "sum of ops", sum,
+                       hsum, 1e3 * fwd_ms);
                 mp_model_free(ms);
             }
             dev_graph_free(&d, b);

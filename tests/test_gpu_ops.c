@@ -880,6 +880,18 @@ static int case_embed(fx *f, int bi, int h, int slots)
                              g->n_atoms, h, slots);
             ok = same_bytes(f, what, &Out, &first);
         }
+        if (ok) {
+            /* bitwise the op ops_cuda_infer.cu replaced (mp_backend_cuda_plain_ops) */
+            mp_backend plain = *f->g;
+            mp_backend_cuda_plain_ops(&plain);
+            snprintf(what, sizeof what, "atom_embed(%s bias=%d) vs the plain op", tag, with_bias);
+            ok = compare(f, what, &Out, TOL_FP32, &first) && regpu(f, &Out, NULL);
+            if (ok) {
+                plain.atom_embed(&plain, Out.g, d.hot[0], d.mass[0], W.g,
+                                 with_bias ? Bias.g : NULL, g->n_atoms, h, slots);
+                ok = same_bytes(f, what, &Out, &first);
+            }
+        }
     }
     if (ok) {
         snprintf(what, sizeof what, "atom_embed_backward(%s)", tag);
@@ -1000,30 +1012,34 @@ static int case_message(fx *f, int bi, int h)
             f1 = f2 = NULL;
         }
     }
-    if (ok && f->g->message_direct) {
-        /* the fused message_direct (ops_cuda_infer.cu): msg against the
-         * oracle's message, bitwise against the GPU's message, repeatable */
-        pair Msg2;
-        snprintf(what, sizeof what, "message_direct(%s)", tag);
-        ok = pair_make(f, &Msg2, NULL, E * H);
+    /* the fused message_direct (ops_cuda_infer.cu), reading m as it is and
+     * through ReLU: msg against the oracle's message (of ReLU(m)), bitwise
+     * against the GPU's message (after the GPU's ReLU), repeatable */
+    for (int relu_in = 0; ok && f->g->message_direct && relu_in < 2; relu_in++) {
+        pair Msg2, Mr;
+        ok = pair_make(f, &Msg2, NULL, E * H) && pair_make(f, &Mr, NULL, E * H);
+        snprintf(what, sizeof what, "message_direct(%s relu_in=%d)", tag, relu_in);
         if (ok) {
-            f->r->message(f->r, Msg2.r, S.r, d.in_start[1], d.in_edge[1], d.src[1], M.r,
-                          g->n_atoms, g->n_edges, h);
+            f->r->relu_dropout(f->r, Mr.r, M.r, E * H, 0.0, 0);
+            f->r->message(f->r, Msg2.r, S.r, d.in_start[1], d.in_edge[1], d.src[1],
+                          relu_in ? Mr.r : M.r, g->n_atoms, g->n_edges, h);
             f->g->message_direct(f->g, Msg2.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
-                                 g->n_edges, h);
+                                 relu_in, g->n_edges, h);
             ok = compare(f, what, &Msg2, TOL_FP32, &f1) && regpu(f, &Msg2, NULL);
         }
         if (ok) {
-            snprintf(what, sizeof what, "message_direct(%s) vs message", tag);
-            f->g->message(f->g, Msg2.g, S.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
-                          g->n_atoms, g->n_edges, h);
+            snprintf(what, sizeof what, "message_direct(%s relu_in=%d) vs message", tag, relu_in);
+            f->g->relu_dropout(f->g, Mr.g, M.g, E * H, 0.0, 0);
+            f->g->message(f->g, Msg2.g, S.g, d.in_start[0], d.in_edge[0], d.src[0],
+                          relu_in ? Mr.g : M.g, g->n_atoms, g->n_edges, h);
             ok = same_bytes(f, what, &Msg2, &f1) && compare(f, what, &Msg2, TOL_FP32, &f1) &&
                  regpu(f, &Msg2, NULL);
         }
         if (ok) {
-            snprintf(what, sizeof what, "message_direct(%s), second run", tag);
+            snprintf(what, sizeof what, "message_direct(%s relu_in=%d), second run", tag,
+                     relu_in);
             f->g->message_direct(f->g, Msg2.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
-                                 g->n_edges, h);
+                                 relu_in, g->n_edges, h);
             ok = same_bytes(f, what, &Msg2, &f1);
         }
         mp_free(f1);

@@ -367,7 +367,9 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
         return st;
     if (out && (st = download_floats(m, out, m->a.out, (size_t)n_mols * c->n_tasks)) != MP_OK)
         return st;
-    m->have_forward = 1;
+    /* 2: an inference forward that did not keep M_0 (dmpnn.c), no backward */
+    m->have_forward = !training && b->message_direct && c->kind == MP_MODEL_DMPNN &&
+                      c->depth > 1 ? 2 : 1;
     return MP_OK;
 }
 
@@ -378,6 +380,10 @@ mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss
     mp_status st;
     if (!m->have_forward)
         return mp_error_set(MP_ERR_ARG, "model backward: no forward pass to go back through");
+    if (m->have_forward == 2)
+        return mp_error_set(MP_ERR_ARG, "model backward: the last forward was an inference one "
+                            "(training = 0), which on backend '%s' does not keep what backward "
+                            "needs", b->name);
     size_t n = (size_t)m->n_mols * c->n_tasks;
     if (n && !targets)
         return mp_error_set(MP_ERR_ARG, "model backward: no targets");
