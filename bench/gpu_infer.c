@@ -129,11 +129,12 @@ static void s_message(mp_backend *b, void *msg, void *s, const int32_t *is, cons
     t_end();
 }
 static void s_message_direct(mp_backend *b, void *msg, const int32_t *is, const int32_t *ie,
-                             const int32_t *src, const void *m, int relu_in, int32_t ne, int h)
+                             const int32_t *src, const void *m, int relu_in, int32_t na,
+                             int32_t ne, int h)
 {
     t_begin(relu_in ? "message_direct, ReLU on read (%ld edges)" : "message_direct (%ld edges)",
             ne, 0, 0);
-    real.message_direct(&real, msg, is, ie, src, m, relu_in, ne, h);
+    real.message_direct(&real, msg, is, ie, src, m, relu_in, na, ne, h);
     t_end();
 }
 static void s_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, int lda,

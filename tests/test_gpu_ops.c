@@ -1024,7 +1024,7 @@ static int case_message(fx *f, int bi, int h)
             f->r->message(f->r, Msg2.r, S.r, d.in_start[1], d.in_edge[1], d.src[1],
                           relu_in ? Mr.r : M.r, g->n_atoms, g->n_edges, h);
             f->g->message_direct(f->g, Msg2.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
-                                 relu_in, g->n_edges, h);
+                                 relu_in, g->n_atoms, g->n_edges, h);
             ok = compare(f, what, &Msg2, TOL_FP32, &f1) && regpu(f, &Msg2, NULL);
         }
         if (ok) {
@@ -1039,7 +1039,7 @@ static int case_message(fx *f, int bi, int h)
             snprintf(what, sizeof what, "message_direct(%s relu_in=%d), second run", tag,
                      relu_in);
             f->g->message_direct(f->g, Msg2.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
-                                 relu_in, g->n_edges, h);
+                                 relu_in, g->n_atoms, g->n_edges, h);
             ok = same_bytes(f, what, &Msg2, &f1);
         }
         mp_free(f1);

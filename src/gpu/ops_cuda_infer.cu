@@ -7,11 +7,12 @@
  *   edge_embed_relu   H0 = W_i [x_u ; b_uv] per edge and M_0 = ReLU(H0) in
  *                     one pass: the unfused pair wrote H0, then read it back
  *                     to write M_0 (3 edge-sized passes become 2).
- *   message_direct    msg[e] = S[src e] - M[rev e] with S[v] summed per edge
- *                     from the ~2 rows entering src e (which the edges of one
- *                     atom share, in cache), instead of a segment-sum pass
- *                     writing S and a gather pass reading it back: about 2
- *                     edge-sized passes instead of ~4.
+ *   message_direct    msg[e] = S[src e] - M[rev e] per atom: S[v] summed from
+ *                     the rows entering v, kept in registers, then written
+ *                     as S - M[k] to each edge k ^ 1 leaving v, instead of a
+ *                     segment-sum pass writing S and a gather pass reading
+ *                     it back: 2 edge-sized passes (read M, write msg)
+ *                     instead of ~4.
  *
  *   atom_embed        (replaces ops_cuda.cu's for h % 4 == 0) the weight rows
  *                     staged in shared memory per column tile, instead of
@@ -102,47 +103,81 @@ __global__ void k_edge_embed_relu(float *__restrict__ h0, float *__restrict__ m0
     }
 }
 
-/* msg[e] = (sum over k in in(src[e]) of m[in_edge[k]], from 0 in CSR
- * order, as k_segment_sum) - m[e ^ 1] (as k_gather_sub_rev). */
+/* One thread per (atom v, V columns): S = the rows entering v, summed in
+ * CSR order from 0 (as k_segment_sum), then for each entering edge k the
+ * edge leaving v back along it, k ^ 1, gets msg[k ^ 1] = S - m[k] (as
+ * k_gather_sub_rev: src[k ^ 1] = v and (k ^ 1) ^ 1 = k).  Every row of m is
+ * read once and every row of msg written once (each edge leaves exactly one
+ * atom); the first MD_CACHE entering rows stay in registers between the two
+ * loops, more are read again.  RELU reads m through max(., 0). */
+#define MD_CACHE 6
+
+template <bool RELU> static __device__ __forceinline__ float rl(float x)
+{
+    return RELU ? (x > 0.0f ? x : 0.0f) : x;
+}
+
 template <int V, bool RELU>
-__global__ void k_message_direct(float *__restrict__ msg, const int32_t *__restrict__ in_start,
-                                 const int32_t *__restrict__ in_edge,
-                                 const int32_t *__restrict__ edge_src,
-                                 const float *__restrict__ m, int32_t n_edges, int h)
+__global__ void k_message_by_atom(float *__restrict__ msg, const int32_t *__restrict__ in_start,
+                                  const int32_t *__restrict__ in_edge,
+                                  const float *__restrict__ m, int32_t n_atoms, int h)
 {
     const unsigned nv = (unsigned)(h / V);
-    const size_t total = (size_t)n_edges * nv;
+    const size_t total = (size_t)n_atoms * nv;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
-        size_t e;
+        size_t v;
         unsigned jv;
         if (t <= 0xffffffffu) {
             unsigned tt = (unsigned)t, r = tt / nv;
             jv = tt - r * nv;
-            e = r;
+            v = r;
         } else {
-            e = t / nv;
-            jv = (unsigned)(t - e * nv);
+            v = t / nv;
+            jv = (unsigned)(t - v * nv);
         }
         const int j = (int)jv * V;
-        const int32_t v = edge_src[e];
-        const int32_t k0 = in_start[v], k1 = in_start[v + 1];
-        vf<V> acc;
+        const int32_t k0 = in_start[v], deg = in_start[v + 1] - k0;
+        vf<V> acc, keep[MD_CACHE];
 #pragma unroll
         for (int u = 0; u < V; u++)
             acc.v[u] = 0.0f;
-#pragma unroll 4
-        for (int32_t k = k0; k < k1; k++) {
-            vf<V> x = ld<V>(m + (size_t)in_edge[k] * h + j);
+#pragma unroll
+        for (int q = 0; q < MD_CACHE; q++) {
+            if (q < deg) {
+                keep[q] = ld<V>(m + (size_t)in_edge[k0 + q] * h + j);
+#pragma unroll
+                for (int u = 0; u < V; u++) {
+                    keep[q].v[u] = rl<RELU>(keep[q].v[u]);
+                    acc.v[u] += keep[q].v[u];
+                }
+            }
+        }
+        for (int32_t q = MD_CACHE; q < deg; q++) {
+            vf<V> x = ld<V>(m + (size_t)in_edge[k0 + q] * h + j);
 #pragma unroll
             for (int u = 0; u < V; u++)
-                acc.v[u] += RELU ? (x.v[u] > 0.0f ? x.v[u] : 0.0f) : x.v[u];
+                acc.v[u] += rl<RELU>(x.v[u]);
         }
-        vf<V> r = ld<V>(m + (e ^ 1) * h + j);
 #pragma unroll
-        for (int u = 0; u < V; u++)
-            acc.v[u] -= RELU ? (r.v[u] > 0.0f ? r.v[u] : 0.0f) : r.v[u];
-        st<V>(msg + e * h + j, acc);
+        for (int q = 0; q < MD_CACHE; q++) {
+            if (q < deg) {
+                const int32_t k = in_edge[k0 + q];
+                vf<V> o;
+#pragma unroll
+                for (int u = 0; u < V; u++)
+                    o.v[u] = acc.v[u] - keep[q].v[u];
+                st<V>(msg + (size_t)(k ^ 1) * h + j, o);
+            }
+        }
+        for (int32_t q = MD_CACHE; q < deg; q++) {
+            const int32_t k = in_edge[k0 + q];
+            vf<V> x = ld<V>(m + (size_t)k * h + j), o;
+#pragma unroll
+            for (int u = 0; u < V; u++)
+                o.v[u] = acc.v[u] - rl<RELU>(x.v[u]);
+            st<V>(msg + (size_t)(k ^ 1) * h + j, o);
+        }
     }
 }
 
@@ -227,27 +262,27 @@ static void cu_edge_embed_relu(mp_backend *b, void *h0, void *m0, const int32_t 
 
 static void cu_message_direct(mp_backend *b, void *msg, const int32_t *in_start,
                               const int32_t *in_edge, const int32_t *edge_src, const void *m,
-                              int relu_in, int32_t n_edges, int h)
+                              int relu_in, int32_t n_atoms, int32_t n_edges, int h)
 {
     gpu_ctx *c = mp_cu_ctx(b);
-    if (!c || n_edges <= 0 || h <= 0 || !usable(c))
+    if (!c || n_atoms <= 0 || n_edges <= 0 || h <= 0 || !usable(c))
         return;
     const int v4 = vec4(h, msg, m);
-    size_t items = (size_t)n_edges * (size_t)(h / (v4 ? 4 : 1));
+    size_t items = (size_t)n_atoms * (size_t)(h / (v4 ? 4 : 1));
     unsigned grid = grid_for(c, items, THREADS);
     if (v4 && relu_in)
-        k_message_direct<4, true><<<grid, THREADS, 0, c->stream>>>(
-            (float *)msg, in_start, in_edge, edge_src, (const float *)m, n_edges, h);
+        k_message_by_atom<4, true><<<grid, THREADS, 0, c->stream>>>(
+            (float *)msg, in_start, in_edge, (const float *)m, n_atoms, h);
     else if (v4)
-        k_message_direct<4, false><<<grid, THREADS, 0, c->stream>>>(
-            (float *)msg, in_start, in_edge, edge_src, (const float *)m, n_edges, h);
+        k_message_by_atom<4, false><<<grid, THREADS, 0, c->stream>>>(
+            (float *)msg, in_start, in_edge, (const float *)m, n_atoms, h);
     else if (relu_in)
-        k_message_direct<1, true><<<grid, THREADS, 0, c->stream>>>(
-            (float *)msg, in_start, in_edge, edge_src, (const float *)m, n_edges, h);
+        k_message_by_atom<1, true><<<grid, THREADS, 0, c->stream>>>(
+            (float *)msg, in_start, in_edge, (const float *)m, n_atoms, h);
     else
-        k_message_direct<1, false><<<grid, THREADS, 0, c->stream>>>(
-            (float *)msg, in_start, in_edge, edge_src, (const float *)m, n_edges, h);
-    LAUNCHED(c, "k_message_direct");
+        k_message_by_atom<1, false><<<grid, THREADS, 0, c->stream>>>(
+            (float *)msg, in_start, in_edge, (const float *)m, n_atoms, h);
+    LAUNCHED(c, "k_message_by_atom");
 }
 
 /* ops_cuda.cu's atom_embed, which the tiled one replaces and falls back on

@@ -61,7 +61,7 @@ void mp_dmpnn_forward(mp_model *m, int training)
         if (b->message_direct)   /* fused (ops.h): no scratch sums */
             b->message_direct(b, a->msg[t], g->in_start, g->in_edge, g->edge_src,
                               t == 1 && m0_virtual ? a->h0 : a->m[t - 1], t == 1 && m0_virtual,
-                              ne, h);
+                              na, ne, h);
         else
             b->message(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src, a->m[t - 1],
                        na, ne, h);

@@ -243,14 +243,14 @@ struct mp_backend {
                             int32_t n_edges, int h);
     /* message without its scratch: msg[e] = sum_{k in in(src[e])} m[k] -
      * m[e ^ 1], the sum in CSR order from 0, so bitwise message's msg; the
-     * GPU gathers the few incoming rows per edge directly instead of a
-     * segment-sum pass and a gather pass (cpu/ref: NULL, use message).
+     * GPU sums per atom in registers and writes the edges leaving it, instead
+     * of a segment-sum pass and a gather pass (cpu/ref: NULL, use message).
      * relu_in = 1 reads every row of m through max(., 0): the first step
      * of an inference forward reads H0 itself, so M_0 = ReLU(H0) is never
      * stored (bitwise the same msg). */
     void (*message_direct)(mp_backend *b, void *msg, const int32_t *in_start,
                            const int32_t *in_edge, const int32_t *edge_src, const void *m,
-                           int relu_in, int32_t n_edges, int h);
+                           int relu_in, int32_t n_atoms, int32_t n_edges, int h);
 
     /* ---- streaming (optional: NULL on host-memory backends) ----------- */
     /* What a prediction pipeline needs to pack and upload one batch while
