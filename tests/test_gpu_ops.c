@@ -880,18 +880,6 @@ static int case_embed(fx *f, int bi, int h, int slots)
                              g->n_atoms, h, slots);
             ok = same_bytes(f, what, &Out, &first);
         }
-        if (ok) {
-            /* bitwise the op ops_cuda_infer.cu replaced (mp_backend_cuda_plain_ops) */
-            mp_backend plain = *f->g;
-            mp_backend_cuda_plain_ops(&plain);
-            snprintf(what, sizeof what, "atom_embed(%s bias=%d) vs the plain op", tag, with_bias);
-            ok = compare(f, what, &Out, TOL_FP32, &first) && regpu(f, &Out, NULL);
-            if (ok) {
-                plain.atom_embed(&plain, Out.g, d.hot[0], d.mass[0], W.g,
-                                 with_bias ? Bias.g : NULL, g->n_atoms, h, slots);
-                ok = same_bytes(f, what, &Out, &first);
-            }
-        }
     }
     if (ok) {
         snprintf(what, sizeof what, "atom_embed_backward(%s)", tag);

@@ -348,9 +348,9 @@ MP_TEST(gpu_predict_stream)
     CHECK_MSG(ok, "%s", why);
 }
 
-/* The inference forward with the fused ops of ops_cuda_infer.cu (tiled
- * atom_embed, edge_embed without a stored M_0, message_direct reading H0
- * through ReLU) against the same model on the plain ops: the same bits. */
+/* The inference forward with the fused ops of ops_cuda_infer.cu (edge_embed
+ * without a stored M_0, message_direct reading H0 through ReLU; depth 1:
+ * edge_embed_relu) against the same model on the plain ops: the same bits. */
 MP_TEST(gpu_infer_forward_fused_equals_plain)
 {
     char why[300];

@@ -14,14 +14,13 @@
  *                     it back: 2 edge-sized passes (read M, write msg)
  *                     instead of ~4.
  *
- *   atom_embed        (replaces ops_cuda.cu's for h % 4 == 0) the weight rows
- *                     staged in shared memory per column tile, instead of
- *                     ~9 rows gathered from L1/L2 per atom.
- *
  * Same arithmetic, in the same order, as the ops they replace (ops_cuda.cu's
  * k_edge_embed and k_relu_dropout with p = 0; k_segment_sum then
- * k_gather_sub_rev; k_atom_embed), so the same bits.
- * mp_backend_cuda_plain_ops (gpu.h) puts the replaced ops back.
+ * k_gather_sub_rev), so the same bits.  mp_backend_cuda_plain_ops (gpu.h)
+ * takes them off a backend again (for comparisons).
+ *
+ * Also here: mp_cu_lt_heuristic, the per-shape memory of cuBLASLt's
+ * algorithm choice that ops_cuda.cu's gemm_res_relu asks through.
  */
 #include "gpu/cuda_ctx.cuh"
 
@@ -181,69 +180,6 @@ __global__ void k_message_by_atom(float *__restrict__ msg, const int32_t *__rest
     }
 }
 
-/* atom_embed with the weight rows staged in shared memory: block (tile,
- * chunk) copies the column tile [64 tile, 64 tile + 64) of all n_rows
- * weight rows (the hot slots and the mass row) into shared memory once,
- * then its threads (16 column groups of 4 x 16 atoms) run over the chunk's
- * atoms.  The plain kernel gathered ~9 rows per atom from L1/L2 and was
- * bound by that, not by its one write.  Per output the same operations in
- * the same order as ops_cuda.cu's k_atom_embed: bias, the hot rows in slot
- * order, then acc += mass * w_mass. */
-#define AE_TILE 64
-#define AE_GROUPS (AE_TILE / 4)
-#define AE_LANES (THREADS / AE_GROUPS)
-#define AE_MAX_ROWS 160   /* 160 x 64 floats = 40 KiB of shared memory */
-
-__global__ void k_atom_embed_tiled(float *__restrict__ out, const int16_t *__restrict__ hot,
-                                   const float *__restrict__ mass, const float *__restrict__ w,
-                                   const float *__restrict__ bias, int32_t n_atoms, int h,
-                                   int mass_row, int32_t atoms_per_chunk)
-{
-    __shared__ float4 tile[AE_MAX_ROWS * AE_GROUPS];
-    float *tf = reinterpret_cast<float *>(tile);
-    const int n_rows = mass_row + 1;
-    const int c0 = blockIdx.x * AE_TILE;
-    for (int i = threadIdx.x; i < n_rows * AE_TILE; i += blockDim.x) {
-        int r = i / AE_TILE, col = c0 + i % AE_TILE;
-        tf[i] = col < h ? w[(size_t)r * h + col] : 0.0f;
-    }
-    __syncthreads();
-    const int g = threadIdx.x % AE_GROUPS, lane = threadIdx.x / AE_GROUPS;
-    const int j = c0 + 4 * g;
-    if (j >= h)
-        return;
-    float b0 = 0.0f, b1 = 0.0f, b2 = 0.0f, b3 = 0.0f;
-    if (bias) {
-        b0 = bias[j];
-        b1 = bias[j + 1];
-        b2 = bias[j + 2];
-        b3 = bias[j + 3];
-    }
-    const float4 wm = tile[mass_row * AE_GROUPS + g];
-    const int32_t v0 = (int32_t)blockIdx.y * atoms_per_chunk;
-    const int32_t v1 = v0 + atoms_per_chunk < n_atoms ? v0 + atoms_per_chunk : n_atoms;
-    for (int32_t v = v0 + lane; v < v1; v += AE_LANES) {
-        float a0 = b0, a1 = b1, a2 = b2, a3 = b3;
-#pragma unroll
-        for (int q = 0; q < MP_ATOM_MAX_HOT; q++) {
-            int s = hot[(size_t)v * MP_ATOM_MAX_HOT + q];
-            if (s >= 0 && s < n_rows) {
-                float4 x = tile[s * AE_GROUPS + g];
-                a0 += x.x;
-                a1 += x.y;
-                a2 += x.z;
-                a3 += x.w;
-            }
-        }
-        const float mv = mass[v];
-        a0 += mv * wm.x;
-        a1 += mv * wm.y;
-        a2 += mv * wm.z;
-        a3 += mv * wm.w;
-        *reinterpret_cast<float4 *>(out + (size_t)v * h + j) = make_float4(a0, a1, a2, a3);
-    }
-}
-
 /* ===================================================================== */
 /* Ops                                                                    */
 /* ===================================================================== */
@@ -285,39 +221,6 @@ static void cu_message_direct(mp_backend *b, void *msg, const int32_t *in_start,
     LAUNCHED(c, "k_message_by_atom");
 }
 
-/* ops_cuda.cu's atom_embed, which the tiled one replaces and falls back on
- * (the same function for every cuda backend). */
-typedef void (*atom_embed_fn)(mp_backend *, void *, const int16_t *, const float *,
-                              const void *, const void *, int32_t, int, int);
-static atom_embed_fn plain_atom_embed;
-
-static void cu_atom_embed_tiled(mp_backend *b, void *out, const int16_t *hot, const float *mass,
-                                const void *w, const void *bias, int32_t n_atoms, int h,
-                                int mass_row)
-{
-    gpu_ctx *c = mp_cu_ctx(b);
-    if (!c || n_atoms <= 0 || h <= 0 || !usable(c))
-        return;
-    /* float4 stores: h a multiple of 4 and out aligned; w and bias are
-     * read one float at a time, so their alignment does not matter */
-    if (h % 4 != 0 || !al16(out) || mass_row < 0 || mass_row + 1 > AE_MAX_ROWS) {
-        plain_atom_embed(b, out, hot, mass, w, bias, n_atoms, h, mass_row);
-        return;
-    }
-    const unsigned tiles = (unsigned)((h + AE_TILE - 1) / AE_TILE);
-    /* ~6 blocks per SM in all; at least a few rounds of AE_LANES atoms each */
-    int32_t chunks = (int32_t)((size_t)c->sm_count * 6 / tiles);
-    int32_t per = chunks > 0 ? (n_atoms + chunks - 1) / chunks : n_atoms;
-    if (per < 4 * AE_LANES)
-        per = 4 * AE_LANES;
-    chunks = (n_atoms + per - 1) / per;
-    dim3 grid(tiles, (unsigned)chunks);
-    k_atom_embed_tiled<<<grid, THREADS, 0, c->stream>>>((float *)out, hot, mass, (const float *)w,
-                                                      (const float *)bias, n_atoms, h, mass_row,
-                                                      per);
-    LAUNCHED(c, "k_atom_embed_tiled");
-}
-
 int mp_cu_lt_heuristic(gpu_ctx *c, const int key[LT_KEY], cublasLtMatmulDesc_t op,
                        cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                        cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
@@ -346,18 +249,14 @@ int mp_cu_lt_heuristic(gpu_ctx *c, const int key[LT_KEY], cublasLtMatmulDesc_t o
 
 void mp_cu_infer_ops(mp_backend *b)
 {
-    if (!plain_atom_embed)
-        plain_atom_embed = b->atom_embed;
-    b->atom_embed = cu_atom_embed_tiled;
     b->edge_embed_relu = cu_edge_embed_relu;
     b->message_direct = cu_message_direct;
 }
 
 extern "C" void mp_backend_cuda_plain_ops(mp_backend *b)
 {
-    if (!mp_cu_ctx(b) || !plain_atom_embed)
+    if (!mp_cu_ctx(b))
         return;
-    b->atom_embed = plain_atom_embed;
     b->edge_embed_relu = NULL;
     b->message_direct = NULL;
 }
