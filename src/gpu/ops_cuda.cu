@@ -842,7 +842,7 @@ static int lt_res_relu(gpu_ctx *c, int m, int n, int k, const void *a, int lda, 
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
-    int found = 0, done = 0;
+    int done = 0;
     const cublasOperation_t no = CUBLAS_OP_N;
     const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_RELU;
     const size_t ws = BLAS_WORKSPACE_BYTES;
@@ -850,6 +850,8 @@ static int lt_res_relu(gpu_ctx *c, int m, int n, int k, const void *a, int lda, 
      * parameter block is not, so state what each pointer really has. */
     const uint32_t al_a = align_of(w), al_b = align_of(a), al_c = align_of(r),
                    al_d = align_of(cm);
+    const int key[LT_KEY] = { m, n, k, lda, ldw, ldr, ldc, (int)al_a, (int)al_b, (int)al_c,
+                              (int)al_d, (int)c->prec };
     memset(&res, 0, sizeof res);
     if (cublasLtMatmulDescCreate(&op, compute_type(c->prec), CUDA_R_32F) ==
             CUBLAS_STATUS_SUCCESS &&
@@ -878,9 +880,7 @@ static int lt_res_relu(gpu_ctx *c, int m, int n, int k, const void *a, int lda, 
                                              &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                              &al_d, sizeof al_d) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, ld, pref, 1, &res, &found) ==
-            CUBLAS_STATUS_SUCCESS &&
-        found > 0) {
+        mp_cu_lt_heuristic(c, key, op, la, lb, lc, ld, pref, &res)) {
         const float one = 1.0f;
         cublasStatus_t st = cublasLtMatmul(c->lt, op, &one, w, la, a, lb, &one, r, lc, cm, ld,
                                            &res.algo, c->blas_ws, ws, c->stream);
@@ -1045,6 +1045,7 @@ static void cu_close(mp_backend *b)
             (void)cudaStreamSynchronize(c->stream);
         if (c->side)
             (void)cudaStreamSynchronize(c->side);
+        mp_cu_stream_close(c);
         if (c->blas)
             (void)cublasDestroy(c->blas);
         if (c->blas2)
@@ -1192,6 +1193,8 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     b->gemm_res_relu = cu_gemm_res_relu;
     b->message_backward_relu = cu_message_backward_relu;
     mp_cu_keyed_ops(b);
+    mp_cu_infer_ops(b);
+    mp_cu_stream_ops(b);
     *out = b;
     return MP_OK;
 }

@@ -40,12 +40,31 @@ void mp_dmpnn_forward(mp_model *m, int training)
     /* H0 = W_i [x_u ; b_uv]: the atom part once per atom, then per edge the
      * source atom's row plus the bond's rows. */
     b->atom_embed(b, a->as, g->atom_hot, g->atom_mass, wi, NULL, na, h, fa - 1);
-    b->edge_embed(b, a->h0, g->edge_src, g->bond_hot, a->as, MP_AT(m, wi, (size_t)fa * h), ne, h);
-    b->relu_dropout(b, a->m[0], a->h0, edge_elems, 0.0, 0);
+    /* Inference with message_direct reads M_0 through ReLU from H0 in the
+     * first message step: M_0 is not stored (training keeps it: backward
+     * needs it, and so does atom_sum when depth is 1). */
+    const int m0_virtual = !training && b->message_direct && depth > 1;
+    if (m0_virtual) {
+        b->edge_embed(b, a->h0, g->edge_src, g->bond_hot, a->as, MP_AT(m, wi, (size_t)fa * h),
+                      ne, h);
+    } else if (b->edge_embed_relu) {
+        /* fused (ops.h): H0 and M_0 = ReLU(H0) in one pass */
+        b->edge_embed_relu(b, a->h0, a->m[0], g->edge_src, g->bond_hot, a->as,
+                           MP_AT(m, wi, (size_t)fa * h), ne, h);
+    } else {
+        b->edge_embed(b, a->h0, g->edge_src, g->bond_hot, a->as, MP_AT(m, wi, (size_t)fa * h),
+                      ne, h);
+        b->relu_dropout(b, a->m[0], a->h0, edge_elems, 0.0, 0);
+    }
 
     for (int t = 1; t < depth; t++) {
-        b->message(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src, a->m[t - 1], na,
-                   ne, h);
+        if (b->message_direct)   /* fused (ops.h): no scratch sums */
+            b->message_direct(b, a->msg[t], g->in_start, g->in_edge, g->edge_src,
+                              t == 1 && m0_virtual ? a->h0 : a->m[t - 1], t == 1 && m0_virtual,
+                              na, ne, h);
+        else
+            b->message(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src, a->m[t - 1],
+                       na, ne, h);
         /* M_t = H0 + msg W_h: the residual is the pre-activation H0;
          * dropout layer t-1 (dropout.c: its key, eager or device-keyed) */
         if (b->gemm_res_relu) {
