@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char out[65536];
