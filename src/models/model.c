@@ -182,6 +182,9 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     m->cfg = *cfg;
     m->b = b;
     m->esize = b->esize;
+    m->half = b->half_acts && b->to_bf16 && b->gemm_batch_bf16 && b->gemm_res_relu_bf16 &&
+              b->message_bf16 && b->atom_sum_bf16 && b->relu_dropout_backward_bf16 &&
+              b->message_backward_relu_bf16;
     m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
     m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
     m->n_layers = cfg->ffn_layers;
@@ -248,19 +251,25 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
     size_t W = I > F ? I : F;
     W = W > T ? W : T;
     if (c->kind == MP_MODEL_DMPNN) {
+        /* product operands in bf16 when the backend stores them so (ops.h) */
+        size_t hs = m->half ? 2 : es;
         a->h0 = TAKE(E * h * es);
         for (int t = 0; t < c->depth; t++)
             a->m[t] = TAKE(E * h * es);
         for (int t = 1; t < c->depth; t++)
-            a->msg[t] = TAKE(E * h * es);
+            a->msg[t] = TAKE(E * h * hs);
         a->dh0 = TAKE(E * h * es);
         a->dm = TAKE(E * h * es);
         a->dmsg = TAKE(E * h * es);
         a->as = TAKE(A * h * es);
-        a->a = TAKE(A * h * es);
+        a->a = TAKE(A * h * hs);
         a->ho = TAKE(A * h * es);
         a->dho = TAKE(A * h * es);
         a->da = TAKE(A * h * es);
+        a->dzh = m->half ? TAKE(E * h * 2) : NULL;
+        a->dhoh = m->half ? TAKE(A * h * 2) : NULL;
+        a->whh = m->half ? TAKE(h * h * 2) : NULL;
+        a->woh = m->half ? TAKE(h * h * 2) : NULL;
         a->extra = TAKE(B * (size_t)c->extra_dim * es);
         a->g.atom_hot = TAKE(A * MP_ATOM_MAX_HOT * sizeof(int16_t));
         a->g.atom_mass = TAKE(A * sizeof(float));

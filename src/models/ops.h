@@ -232,6 +232,44 @@ struct mp_backend {
     /* Ends a step: losses[k] = loss[0]; k_dev[0] += 1 (k = k_dev[0] before).
      * losses and loss are of the backend's element type. */
     void (*step_end)(mp_backend *b, int32_t *k_dev, void *losses, const void *loss);
+
+    /* ---- bf16 operand storage (cuda at bf16 only; see below) ---------- */
+    /* half_acts = 1: the ops of this block exist, and the model stores the
+     * operands of its big products in bfloat16 (2 bytes an element, round to
+     * nearest even): the D-MPNN's msg[t] and dZ_t (W_h), a and dho (W_o),
+     * and a bf16 copy of W_h and of W_o's message rows made at the start of
+     * every forward.  Products read those with fp32 accumulation into fp32
+     * outputs; parameters, gradients, Adam moments and every other
+     * activation stay of the element type.  0 (cpu, ref, cuda fp32 / tf32):
+     * every pointer of the block is NULL.  A "bf16 buffer" below holds n
+     * bfloat16 values (n * 2 bytes, from b->alloc). */
+    int half_acts;
+    /* dst (bf16) = src rounded, n elements. */
+    void (*to_bf16)(mp_backend *b, void *dst, const void *src, size_t n);
+    /* gemm_batch whose products all read A and B as bf16 buffers (C of the
+     * element type, accumulated in fp32). */
+    void (*gemm_batch_bf16)(mp_backend *b, int count, const mp_gemm *g);
+    /* gemm_res_relu with a and w bf16 buffers (r, c of the element type). */
+    void (*gemm_res_relu_bf16)(mp_backend *b, int m, int n, int k, const void *a, int lda,
+                               const void *w, int ldw, const void *r, int ldr, void *c,
+                               int ldc);
+    /* message, msg written as a bf16 buffer (s as in message). */
+    void (*message_bf16)(mp_backend *b, void *msg, void *s, const int32_t *in_start,
+                         const int32_t *in_edge, const int32_t *edge_src, const void *m,
+                         int32_t n_atoms, int32_t n_edges, int h);
+    /* atom_sum, a written as a bf16 buffer. */
+    void (*atom_sum_bf16)(mp_backend *b, void *a, const int32_t *in_start,
+                          const int32_t *in_edge, const void *m, int32_t n_atoms, int h);
+    /* relu_dropout_backward (dx may alias dy), and dxh (bf16) = dx rounded. */
+    void (*relu_dropout_backward_bf16)(mp_backend *b, void *dx, void *dxh, const void *y,
+                                       const void *dy, size_t n, double p);
+    /* message_backward_relu with dz written only as a bf16 buffer dzh;
+     * dh0 += the unrounded dz. */
+    void (*message_backward_relu_bf16)(mp_backend *b, void *dzh, void *dh0, void *ds,
+                                       const int32_t *in_start, const int32_t *in_edge,
+                                       const int32_t *edge_dst, const void *dmsg,
+                                       const void *y, double p, int32_t n_atoms,
+                                       int32_t n_edges, int h);
 };
 
 /* The fused ops as the unfused ops they replace (copy2d, gemm, relu_dropout;
