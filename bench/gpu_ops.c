@@ -299,6 +299,87 @@ static void w_zero_grads(void *x)
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
     b->zero(b, m->grads, m->n_params * sizeof(float));
 }
+/* bf16 storage ops (ops.h half_acts; cuda at bf16 only) */
+static void w_to_bf16_weights(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->to_bf16(b, m->whh, AT(m->params, m->off_wh), (size_t)m->h * m->h);
+}
+static void w_message_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->message_bf16(b, m->msg[1], m->as, g->in_start, g->in_edge, g->edge_src, m->m[0],
+                    g->n_atoms, g->n_edges, m->h);
+}
+static void w_gemm_res_relu_wh_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->gemm_res_relu_bf16(b, c->g->n_edges, m->h, m->h, m->msg[1], m->h, m->whh, m->h, m->h0,
+                          m->h, m->m[1], m->h);
+}
+static void w_atom_sum_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->atom_sum_bf16(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], g->n_atoms, m->h);
+}
+static void w_gemm_res_relu_wo_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->gemm_res_relu_bf16(b, c->g->n_atoms, m->h, m->h, m->a, m->h, m->woh, m->h, m->dho, m->h,
+                          m->dho, m->h);
+}
+static void w_relu_backward_atoms_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->relu_dropout_backward_bf16(b, m->da, m->dhoh, m->ho, m->dho, (size_t)c->g->n_atoms * m->h,
+                                  0.0);
+}
+static void w_relu_backward_edges_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->relu_dropout_backward_bf16(b, m->dmsg, m->dzh, m->m[1], m->dh0,
+                                  (size_t)c->g->n_edges * m->h, 0.0);
+}
+static void w_gemm_wo_pair_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, na = c->g->n_atoms;
+    mp_gemm go[2] = {
+        { 1, 0, h, h, na, 1.0, 1.0, m->a, m->dhoh, AT(m->grads, m->off_wo + (size_t)m->fa * h), h, h, h },
+        { 0, 1, na, h, h, 1.0, 0.0, m->dhoh, m->woh, m->da, h, h, h },
+    };
+    b->gemm_batch_bf16(b, 2, go);
+}
+static void w_gemm_wh_pair_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm gh[2] = {
+        { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dzh, AT(m->grads, m->off_wh), h, h, h },
+        { 0, 1, ne, h, h, 1.0, 0.0, m->dzh, m->whh, m->dmsg, h, h, h },
+    };
+    b->gemm_batch_bf16(b, 2, gh);
+}
+static void w_gemm_wh_dw_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dzh, AT(m->grads, m->off_wh), h, h, h };
+    b->gemm_batch_bf16(b, 1, &g1);
+}
+static void w_gemm_wh_dx_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 0, 1, ne, h, h, 1.0, 0.0, m->dzh, m->whh, m->dmsg, h, h, h };
+    b->gemm_batch_bf16(b, 1, &g1);
+}
+static void w_message_backward_relu_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->message_backward_relu_bf16(b, m->dzh, m->dh0, m->da, g->in_start, g->in_edge, g->edge_dst,
+                                  m->dmsg, m->m[0], 0.0, g->n_atoms, g->n_edges, m->h);
+}
 static void w_step(void *x)
 {
     bench_ctx *c = x;
@@ -367,21 +448,25 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     /* fused ops (ops.h), as gpu_step.h / models/dmpnn.c issue them: the
      * unfused rows they replace get 0 calls (timed alone) */
     const int fu = b->gemm_res_relu && b->message_backward_relu && depth > 1;
+    /* bf16 storage (cuda at bf16): the ops that replace them, per row below;
+     * hm: the message steps, hr: the readout */
+    const int hr = m.half, hm = m.half && depth > 1;
+    const double S = 2.0;   /* bytes of a bf16 element */
     op_row rows[] = {
         /* forward */
         { "atom_embed (W_i atom part)", w_atom_embed, 1, A * H * F + A * 20, 0 },
         { "edge_embed (H0)", w_edge_embed, 1, 2 * E * H * F + E * 12, 0 },
         { "relu_dropout p=0 (edges)", w_relu_edges, fu ? 1 : depth, 2 * E * H * F, 0 },
-        { "message (S, S[src]-M[rev])", w_message, d1, (3 * E + A) * H * F + E * 8, 0 },
+        { "message (S, S[src]-M[rev])", w_message, hm ? 0 : d1, (3 * E + A) * H * F + E * 8, 0 },
         { "copy (residual H0)", w_copy_edges, fu ? 0 : d1, 2 * E * H * F, 0 },
         { "gemm E x h x h (W_h)", w_gemm_wh, fu ? 0 : d1, (3 * E * H + H * H) * F, 2 * E * H * H },
-        { "gemm_res_relu E x h x h (W_h fused)", w_gemm_res_relu_wh, fu ? d1 : 0,
+        { "gemm_res_relu E x h x h (W_h fused)", w_gemm_res_relu_wh, fu && !hm ? d1 : 0,
           (3 * E * H + H * H) * F, 2 * E * H * H },
         { "relu_dropout p=0.1 (edges)", w_relu_dropout_edges, 0, 2 * E * H * F, 0 },
-        { "atom_sum (readout)", w_atom_sum, 1, (E + A) * H * F + E * 4, 0 },
+        { "atom_sum (readout)", w_atom_sum, hr ? 0 : 1, (E + A) * H * F + E * 4, 0 },
         { "atom_embed +bias (W_o atom part)", w_atom_embed_bias, 1, A * H * F + A * 20, 0 },
         { "gemm A x h x h (W_o)", w_gemm_wo, fu ? 0 : 1, (3 * A * H + H * H) * F, 2 * A * H * H },
-        { "gemm_res_relu A x h x h (W_o fused)", w_gemm_res_relu_wo, fu ? 1 : 0,
+        { "gemm_res_relu A x h x h (W_o fused)", w_gemm_res_relu_wo, fu && !hr ? 1 : 0,
           (3 * A * H + H * H) * F, 2 * A * H * H },
         { "relu_dropout p=0 (atoms)", w_relu_atoms, fu ? 0 : 1, 2 * A * H * F, 0 },
         { "pool (mean)", w_pool, 1, (A + M) * H * F, 0 },
@@ -389,23 +474,51 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "loss (masked MSE)", w_loss, 1, 4 * M * F, 0 },
         /* backward */
         { "pool_backward", w_pool_backward, 1, (A + M) * H * F, 0 },
-        { "relu_backward (atoms)", w_relu_backward_atoms, 1, 3 * A * H * F, 0 },
+        { "relu_backward (atoms)", w_relu_backward_atoms, hr ? 0 : 1, 3 * A * H * F, 0 },
         { "col_sum (b_o grad)", w_col_sum_atoms, 1, A * H * F, 0 },
         { "atom_embed_backward (W_o, W_i)", w_atom_embed_backward, 2, A * H * F + A * 20, 0 },
         { "atom_sum_backward", w_atom_sum_backward, 1, (A + 2 * E) * H * F, 0 },
-        { "relu_dropout_backward (edges)", w_relu_backward_edges, fu ? 1 : depth, 3 * E * H * F, 0 },
+        { "relu_dropout_backward (edges)", w_relu_backward_edges, hm ? 0 : fu ? 1 : depth,
+          3 * E * H * F, 0 },
         { "add (edges)", w_add_edges, fu ? 0 : d1, 3 * E * H * F, 0 },
         { "gemm h x h x E (dW_h) alone", w_gemm_wh_dw, 0, (2 * E * H + 2 * H * H) * F, 2 * E * H * H },
         { "gemm E x h x h^T (dMsg) alone", w_gemm_wh_dx, 0, (2 * E * H + H * H) * F, 2 * E * H * H },
-        { "gemm_batch dW_h + dMsg", w_gemm_wh_pair, d1, (4 * E * H + 3 * H * H) * F, 4 * E * H * H },
+        { "gemm_batch dW_h + dMsg", w_gemm_wh_pair, hm ? 0 : d1, (4 * E * H + 3 * H * H) * F,
+          4 * E * H * H },
         { "message_backward", w_message_backward, fu ? 0 : d1, (3 * E + A) * H * F + E * 8, 0 },
-        { "message_backward_relu (fused)", w_message_backward_relu, fu ? d1 : 0,
+        { "message_backward_relu (fused)", w_message_backward_relu, fu && !hm ? d1 : 0,
           (7 * E + A) * H * F + E * 8, 0 },
         { "edge_embed_backward", w_edge_embed_backward, 1, (2 * E + A) * H * F, 0 },
         { "zero (gradients)", w_zero_grads, 1, P * F, 0 },
         { "adam", w_adam, 1, 7 * P * F, 0 },
     };
-    const int n_rows = (int)(sizeof rows / sizeof rows[0]);
+    /* the bf16 storage ops (cuda at bf16 only): bytes with bf16 operands */
+    op_row rows_bf16[] = {
+        { "to_bf16 (W_h, W_o copies)", w_to_bf16_weights, 2, H * H * (F + S), 0 },
+        { "message_bf16", w_message_bf16, d1, (2 * E + A) * H * F + E * H * S + E * 8, 0 },
+        { "gemm_res_relu_bf16 (W_h)", w_gemm_res_relu_wh_bf16, d1,
+          E * H * (S + 2 * F) + H * H * S, 2 * E * H * H },
+        { "atom_sum_bf16", w_atom_sum_bf16, 1, E * H * F + A * H * S + E * 4, 0 },
+        { "gemm_res_relu_bf16 (W_o)", w_gemm_res_relu_wo_bf16, 1, A * H * (S + 2 * F) + H * H * S,
+          2 * A * H * H },
+        { "relu_backward_bf16 (atoms)", w_relu_backward_atoms_bf16, 1, A * H * (3 * F + S), 0 },
+        { "gemm_batch_bf16 dW_o + dA", w_gemm_wo_pair_bf16, 1,
+          A * H * (3 * S + F) + H * H * (S + 2 * F), 4 * A * H * H },
+        { "relu_dropout_backward_bf16 (edges)", w_relu_backward_edges_bf16, hm ? 1 : 0,
+          E * H * (3 * F + S), 0 },
+        { "gemm_bf16 dW_h alone", w_gemm_wh_dw_bf16, 0, 2 * E * H * S + 2 * H * H * F,
+          2 * E * H * H },
+        { "gemm_bf16 dMsg alone", w_gemm_wh_dx_bf16, 0, E * H * (S + F) + H * H * S,
+          2 * E * H * H },
+        { "gemm_batch_bf16 dW_h + dMsg", w_gemm_wh_pair_bf16, d1,
+          E * H * (3 * S + F) + H * H * (S + 2 * F), 4 * E * H * H },
+        { "message_backward_relu_bf16", w_message_backward_relu_bf16, d1,
+          (6 * E + A) * H * F + E * H * S + E * 8, 0 },
+    };
+    const int n_base = (int)(sizeof rows / sizeof rows[0]);
+    const int n_half = m.half ? (int)(sizeof rows_bf16 / sizeof rows_bf16[0]) : 0;
+    const int n_rows = n_base + n_half;
+#define ROW(i) ((i) < n_base ? &rows[i] : &rows_bf16[(i) - n_base])
 
     printf("\n== %s | batch %d molecules: %d atoms, %d directed edges | hidden %d, depth %d, "
            "%zu parameters\n", mp_backend_cuda_info(b), (int)batch, g.n_atoms, g.n_edges, h, depth,
@@ -416,13 +529,13 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     if (!ms)
         goto out_events;
     for (int i = 0; i < n_rows; i++) {
-        ms[i] = time_ms(&t, rows[i].fn, &c);
+        ms[i] = time_ms(&t, ROW(i)->fn, &c);
         if (ms[i] < 0) {
-            fprintf(stderr, "gpu_ops: %s: %s\n", rows[i].name, mp_error_message());
+            fprintf(stderr, "gpu_ops: %s: %s\n", ROW(i)->name, mp_error_message());
             free(ms);
             goto out_events;
         }
-        sum_ms += rows[i].calls * ms[i];
+        sum_ms += ROW(i)->calls * ms[i];
     }
     double step_ms = time_ms(&t, w_step, &c);
     if (step_ms < 0) {
@@ -430,10 +543,13 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         free(ms);
         goto out_events;
     }
-    for (int i = 0; i < n_rows; i++)
-        printf("%-34s %6d %10.2f %10.3f %9.0f %9.2f %6.1f%%\n", rows[i].name, rows[i].calls,
-               ms[i] * 1e3, rows[i].bytes / 1e6, rows[i].bytes / (ms[i] * 1e-3) / 1e9,
-               rows[i].flops / (ms[i] * 1e-3) / 1e12, 100 * rows[i].calls * ms[i] / step_ms);
+    for (int i = 0; i < n_rows; i++) {
+        const op_row *r = ROW(i);
+        printf("%-34s %6d %10.2f %10.3f %9.0f %9.2f %6.1f%%\n", r->name, r->calls, ms[i] * 1e3,
+               r->bytes / 1e6, r->bytes / (ms[i] * 1e-3) / 1e9, r->flops / (ms[i] * 1e-3) / 1e12,
+               100 * r->calls * ms[i] / step_ms);
+    }
+#undef ROW
     free(ms);
 
     /* the step captured once, replayed */
