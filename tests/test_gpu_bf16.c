@@ -1015,11 +1015,60 @@ MP_TEST(bf16_step_emulated)
     FX_END(f, ok);
 }
 
+/* The bf16 step captured into a CUDA graph and replayed once gives the
+ * bytes of the same step run op by op (the bf16 ops queue nothing a graph
+ * cannot hold). */
+static int capture_case(fx *f, int32_t n_mols, int h)
+{
+    mp_graphs hg;
+    gs_dev_graph dg;
+    gs_model me, mc;
+    memset(&dg, 0, sizeof dg);
+    memset(&me, 0, sizeof me);
+    memset(&mc, 0, sizeof mc);
+    rg_opts o = { 1, 53, 0.05, 0.05, 6 };
+    if (!rg_make(&hg, &f->rng, n_mols, 133, &o))
+        return fail(f, "random graph: out of memory");
+    int ok = 1;
+    mp_cuda_graph *cg = NULL;
+    if (gs_dev_graph_upload(f->g, &dg, &hg) != MP_OK ||
+        gs_model_create(&me, f->g, 133, h, 3, 2, 0.1, n_mols, hg.n_atoms, hg.n_edges, 31) ||
+        gs_model_create(&mc, f->g, 133, h, 3, 2, 0.1, n_mols, hg.n_atoms, hg.n_edges, 31))
+        ok = fail(f, "capture set-up: %s", mp_error_message());
+    if (ok) {
+        gs_step(&me, &dg, 77);
+        if (mp_cuda_graph_begin(f->g) != MP_OK)
+            ok = fail(f, "graph begin: %s", mp_error_message());
+        if (ok) {
+            gs_step(&mc, &dg, 77);
+            if (mp_cuda_graph_end(f->g, &cg) != MP_OK || mp_cuda_graph_launch(f->g, cg) != MP_OK ||
+                f->g->sync(f->g) != MP_OK)
+                ok = fail(f, "bf16 step as a CUDA graph: %s", mp_error_message());
+        }
+    }
+    size_t n = me.n_params * sizeof(float);
+    float *pe = ok ? mp_malloc(n) : NULL, *pc = ok ? mp_malloc(n) : NULL;
+    if (ok && (!pe || !pc || f->g->download(f->g, pe, me.params, n) != MP_OK ||
+               f->g->download(f->g, pc, mc.params, n) != MP_OK))
+        ok = fail(f, "download: %s", mp_error_message());
+    if (ok && memcmp(pe, pc, n) != 0)
+        ok = fail(f, "bf16 step: graph replay and op-by-op step give other parameters");
+    mp_free(pe);
+    mp_free(pc);
+    mp_cuda_graph_free(cg);
+    gs_model_free(&me);
+    gs_model_free(&mc);
+    if (dg.mol_atom)
+        gs_dev_graph_free(f->g, &dg);
+    mp_graphs_free(&hg);
+    return ok;
+}
+
 MP_TEST(gpu_bf16_step)
 {
     fx f;
     FX_OPEN(f, 0, MP_PREC_BF16, 212);
-    int ok = steps_all(&f, 1);
+    int ok = steps_all(&f, 1) && capture_case(&f, 50, 300) && capture_case(&f, 300, 64);
     FX_END(f, ok);
 }
 

@@ -1,6 +1,7 @@
 /*
  * ops_cuda.cu - the cuda backend: every op of models/ops.h on an NVIDIA GPU
- * (built for Hopper, sm_90a), fp32 buffers, one stream.
+ * (built for Hopper, sm_90a), fp32 buffers, one stream.  At bf16,
+ * ops_cuda_bf16.cu adds the bf16-storage ops (ops.h half_acts).
  *
  *   dense products      cublasGemmEx, compute type by the backend's precision
  *                       (fp32 / tf32 / bf16 inputs, fp32 accumulation); the
