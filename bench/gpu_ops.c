@@ -348,7 +348,7 @@ static void w_gemm_wo_pair_bf16(void *x)
         { 1, 0, h, h, na, 1.0, 1.0, m->a, m->dhoh, AT(m->grads, m->off_wo + (size_t)m->fa * h), h, h, h },
         { 0, 1, na, h, h, 1.0, 0.0, m->dhoh, m->woh, m->da, h, h, h },
     };
-    b->gemm_batch_bf16(b, 2, go);
+    b->gemm_batch_bf16(b, 2, go, 0);
 }
 static void w_gemm_wh_pair_bf16(void *x)
 {
@@ -358,21 +358,21 @@ static void w_gemm_wh_pair_bf16(void *x)
         { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dzh, AT(m->grads, m->off_wh), h, h, h },
         { 0, 1, ne, h, h, 1.0, 0.0, m->dzh, m->whh, m->dmsg, h, h, h },
     };
-    b->gemm_batch_bf16(b, 2, gh);
+    b->gemm_batch_bf16(b, 2, gh, 2u);
 }
 static void w_gemm_wh_dw_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
     int h = m->h, ne = c->g->n_edges;
     mp_gemm g1 = { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dzh, AT(m->grads, m->off_wh), h, h, h };
-    b->gemm_batch_bf16(b, 1, &g1);
+    b->gemm_batch_bf16(b, 1, &g1, 0);
 }
 static void w_gemm_wh_dx_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
     int h = m->h, ne = c->g->n_edges;
     mp_gemm g1 = { 0, 1, ne, h, h, 1.0, 0.0, m->dzh, m->whh, m->dmsg, h, h, h };
-    b->gemm_batch_bf16(b, 1, &g1);
+    b->gemm_batch_bf16(b, 1, &g1, 1u);
 }
 static void w_message_backward_relu_bf16(void *x)
 {
@@ -508,12 +508,12 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
           E * H * (3 * F + S), 0 },
         { "gemm_bf16 dW_h alone", w_gemm_wh_dw_bf16, 0, 2 * E * H * S + 2 * H * H * F,
           2 * E * H * H },
-        { "gemm_bf16 dMsg alone", w_gemm_wh_dx_bf16, 0, E * H * (S + F) + H * H * S,
+        { "gemm_bf16 dMsg alone", w_gemm_wh_dx_bf16, 0, 2 * E * H * S + H * H * S,
           2 * E * H * H },
         { "gemm_batch_bf16 dW_h + dMsg", w_gemm_wh_pair_bf16, d1,
-          E * H * (3 * S + F) + H * H * (S + 2 * F), 4 * E * H * H },
+          4 * E * H * S + H * H * (S + 2 * F), 4 * E * H * H },
         { "message_backward_relu_bf16", w_message_backward_relu_bf16, d1,
-          (6 * E + A) * H * F + E * H * S + E * 8, 0 },
+          (4 * E + A) * H * F + 3 * E * H * S + E * 8, 0 },
     };
     const int n_base = (int)(sizeof rows / sizeof rows[0]);
     const int n_half = m.half ? (int)(sizeof rows_bf16 / sizeof rows_bf16[0]) : 0;

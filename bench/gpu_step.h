@@ -13,7 +13,7 @@
  * captured into a CUDA graph.  Element type follows the backend (float, or
  * double on ref64), as the model code does; on a backend with half_acts
  * (cuda at bf16) the product operands are stored in bf16 as dmpnn.c stores
- * them (msg[t] and a are still allocated at the element size, so the
+ * them (msg[t], a and dmsg are still allocated at the element size, so the
  * bench's fp32 op rows can use them too).
  *
  * Header-only (static functions) because its two users are separate
@@ -389,7 +389,7 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
         { 0, 1, na, h, h, 1.0, 0.0, dz_o, wom, m->da, h, h, h },
     };
     if (m->half)
-        b->gemm_batch_bf16(b, 2, go);
+        b->gemm_batch_bf16(b, 2, go, 0);
     else
         b->gemm_batch(b, 2, go);
     b->atom_embed_backward(b, GS_G(m->off_wo), g->atom_hot, g->atom_mass, m->dho, na, h, fa - 1);
@@ -409,7 +409,7 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
             };
             double pt = t - 1 >= 1 ? m->p : 0.0;
             if (m->half) {
-                b->gemm_batch_bf16(b, 2, gh);
+                b->gemm_batch_bf16(b, 2, gh, 2u);   /* dmsg in bf16 */
                 b->message_backward_relu_bf16(b, m->dzh, m->dh0, m->da, g->in_start, g->in_edge,
                                               g->edge_dst, m->dmsg, m->m[t - 1], pt, na, ne, h);
                 continue;

@@ -107,18 +107,27 @@ static void emu_to_bf16(mp_backend *b, void *dst, const void *src, size_t n)
     emu_round(dst, src, n);
 }
 
-static void emu_gemm_batch_bf16(mp_backend *b, int count, const mp_gemm *g)
+static void emu_gemm_batch_bf16(mp_backend *b, int count, const mp_gemm *g, unsigned c_bf16)
 {
     for (int i = 0; i < count; i++) {
         const mp_gemm *p = &g[i];
         size_t na = (size_t)(p->ta ? p->k : p->m) * p->lda;
         size_t nb = (size_t)(p->tb ? p->n : p->k) * p->ldb;
+        size_t nc = (size_t)(p->m > 0 ? p->m : 0) * p->ldc;
+        int ch = (c_bf16 >> i) & 1u;
         float *a = emu_widen(p->a, na), *bb = emu_widen(p->b, nb);
-        if (a && bb)
+        float *c = ch ? emu_widen(p->c, nc) : p->c;
+        if (a && bb && c) {
             b->gemm(b, p->ta, p->tb, p->m, p->n, p->k, p->alpha, a, p->lda, bb, p->ldb, p->beta,
-                    p->c, p->ldc);
+                    c, p->ldc);
+            for (int r = 0; ch && r < p->m; r++)   /* the [m x n] block, rounded once */
+                emu_round((uint16_t *)p->c + (size_t)r * p->ldc, c + (size_t)r * p->ldc,
+                          (size_t)p->n);
+        }
         mp_free(a);
         mp_free(bb);
+        if (ch)
+            mp_free(c);
     }
 }
 
@@ -172,13 +181,14 @@ static void emu_message_backward_relu_bf16(mp_backend *b, void *dzh, void *dh0, 
                                            int32_t n_edges, int h)
 {
     size_t n = (size_t)n_edges * h;
-    float *t = emu_tmp(n);
-    if (!t)
-        return;
-    b->message_backward_relu(b, t, dh0, ds, in_start, in_edge, edge_dst, dmsg, y, p, n_atoms,
-                             n_edges, h);
-    emu_round(dzh, t, n);
+    float *t = emu_tmp(n), *dm = emu_widen(dmsg, n);
+    if (t && dm) {
+        b->message_backward_relu(b, t, dh0, ds, in_start, in_edge, edge_dst, dm, y, p, n_atoms,
+                                 n_edges, h);
+        emu_round(dzh, t, n);
+    }
     mp_free(t);
+    mp_free(dm);
 }
 
 /* The float reference backend with the bf16 ops emulated (half_acts = 1). */
@@ -553,6 +563,7 @@ static int case_to_bf16(fx *f, size_t n)
 
 typedef struct {
     int count;
+    unsigned c_bf16;
     mp_gemm gg[2], gr[2];
 } gemm_arg;
 
@@ -560,15 +571,16 @@ static void op_gemm(fx *f, void *x, int gpu)
 {
     gemm_arg *a = x;
     if (gpu)
-        f->g->gemm_batch_bf16(f->g, a->count, a->gg);
+        f->g->gemm_batch_bf16(f->g, a->count, a->gg, a->c_bf16);
     else
         f->r->gemm_batch(f->r, a->count, a->gr);
 }
 
 /* The backward pair of a W_h step at (rows, h): dW += X^T dZ (beta 1) and
  * dX = dZ W^T (beta 0), with padded leading dimensions when pad; or one
- * product alone (count 1, forward shape, beta 0, or k = 0). */
-static int case_gemm(fx *f, int rows, int h, int pad, int count, int same_operands)
+ * product alone (count 1, forward shape, beta 0, or k = 0).  dx_half: dX
+ * is a bf16 buffer (as dMsg is). */
+static int case_gemm(fx *f, int rows, int h, int pad, int count, int same_operands, int dx_half)
 {
     char what[160];
     int ld = h + pad;
@@ -579,7 +591,7 @@ static int case_gemm(fx *f, int rows, int h, int pad, int count, int same_operan
              buf_rand(f, &W, (size_t)h * ld, 1, same_operands);
     ok = ok && (dw0 = rand_floats(f, (size_t)h * ld, 1.0)) != NULL;
     ok = ok && buf_make(f, &dW, (size_t)h * ld, 0, dw0, 0) &&
-         buf_make(f, &dX, (size_t)rows * ld, 0, NULL, 0);
+         buf_make(f, &dX, (size_t)rows * ld, dx_half, NULL, 0);
     if (!ok) {
         mp_free(dw0);
         return 0;
@@ -587,6 +599,7 @@ static int case_gemm(fx *f, int rows, int h, int pad, int count, int same_operan
     gemm_arg a;
     memset(&a, 0, sizeof a);
     a.count = count;
+    a.c_bf16 = dx_half ? (count == 1 ? 1u : 2u) : 0u;
     a.gg[0] = (mp_gemm){ 1, 0, h, h, rows, 1.0, 1.0, X.g, dZ.g, dW.g, ld, ld, ld };
     a.gr[0] = (mp_gemm){ 1, 0, h, h, rows, 1.0, 1.0, X.r, dZ.r, dW.r, ld, ld, ld };
     a.gg[1] = (mp_gemm){ 0, 1, rows, h, h, 1.0, 0.0, dZ.g, W.g, dX.g, ld, ld, ld };
@@ -596,9 +609,11 @@ static int case_gemm(fx *f, int rows, int h, int pad, int count, int same_operan
         a.gr[0] = (mp_gemm){ 0, 0, rows, h, h, 0.5, 0.0, dZ.r, W.r, dX.r, ld, ld, ld };
     }
     double tol = same_operands ? TOL_SAME_OPS : TOL_BF16;
-    snprintf(what, sizeof what, "gemm_batch_bf16 (count %d, rows %d, h %d, pad %d, %s)", count,
-             rows, h, pad, same_operands ? "ref on the same bf16 operands" : "ref unrounded");
-    out_spec outs[2] = { { "dX", &dX, tol, NULL }, { "dW", &dW, tol, dw0 } };
+    snprintf(what, sizeof what, "gemm_batch_bf16 (count %d, rows %d, h %d, pad %d, %s, dX %s)",
+             count, rows, h, pad, same_operands ? "ref on the same bf16 operands" : "ref unrounded",
+             dx_half ? "bf16" : "fp32");
+    /* a bf16 dX is rounded at the end: bf16's bound whatever the operands */
+    out_spec outs[2] = { { "dX", &dX, dx_half ? TOL_BF16 : tol, NULL }, { "dW", &dW, tol, dw0 } };
     /* pad columns of dX are never written: poison stays NaN on both sides */
     ok = run_checked(f, what, op_gemm, &a, outs, count == 1 ? 1 : 2);
     mp_free(dw0);
@@ -783,7 +798,9 @@ static int case_graph_ops(fx *f, int si, int h)
         double p = pi ? 0.25 : 0.0;
         buf dmsg, y, dzh, dh0, ds;
         float *dh00 = rand_floats(f, nE, 1.0);
-        ok = dh00 && buf_rand(f, &dmsg, nE, 0, 0) && relu_like(f, &y, nE) &&
+        /* dmsg bf16, ref64 on the same rounded values: the fp32 outputs
+         * (ds, dh0) then agree to fp32 rounding */
+        ok = dh00 && buf_rand(f, &dmsg, nE, 1, 1) && relu_like(f, &y, nE) &&
              buf_make(f, &dzh, nE, 1, NULL, 0) && buf_make(f, &dh0, nE, 0, dh00, 0) &&
              buf_make(f, &ds, nA, 0, NULL, 0);
         if (ok) {
@@ -846,8 +863,10 @@ static int ops_all(fx *f, int big)
         if (!big && G[i].rows * G[i].h >= 100000)
             continue;
         for (int same = 0; same < 2; same++)
-            if (!case_gemm(f, G[i].rows, G[i].h, G[i].pad, 2, same) ||
-                !case_gemm(f, G[i].rows, G[i].h, G[i].pad, 1, same) ||
+            if (!case_gemm(f, G[i].rows, G[i].h, G[i].pad, 2, same, 0) ||
+                !case_gemm(f, G[i].rows, G[i].h, G[i].pad, 2, same, 1) ||
+                !case_gemm(f, G[i].rows, G[i].h, G[i].pad, 1, same, 0) ||
+                !case_gemm(f, G[i].rows, G[i].h, G[i].pad, 1, same, 1) ||
                 !case_res_relu(f, G[i].rows, G[i].h, G[i].pad, 0, same, NULL) ||
                 !case_res_relu(f, G[i].rows, G[i].h, G[i].pad, 1, same, NULL))
                 return 0;

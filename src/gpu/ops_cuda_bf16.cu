@@ -12,6 +12,8 @@
  *   msg[t]  message_bf16            forward W_h product (A), dW_h (A^T)
  *   dZ_t    relu_dropout_backward_bf16 / message_backward_relu_bf16
  *                                   dW_h (B) and dMsg = dZ W_h^T (A)
+ *   dMsg    the product dZ W_h^T (bf16 C, rounded once at the end)
+ *                                   message_backward_relu_bf16
  *   a       atom_sum_bf16           forward W_o product (A), dW_o (A^T)
  *   dho     relu_dropout_backward_bf16 (a rounded copy beside the fp32 one)
  *   W_h, W_o's message rows         to_bf16, once per forward
@@ -19,7 +21,7 @@
  * and the products run cuBLAS / cuBLASLt with A, B = CUDA_R_16BF, C, D =
  * CUDA_R_32F, CUBLAS_COMPUTE_32F: the tensor cores' bf16 path with fp32
  * accumulation into fp32 outputs.  Parameters, gradients, Adam moments and
- * every other activation (H0, M_t, the sums, dh0, dMsg) stay fp32; where a
+ * every other activation (H0, M_t, the sums, dh0) stay fp32; where a
  * gradient is both summed and fed to a product (dZ into dh0) the sum takes
  * the unrounded value.  Rounding is to nearest even (__float2bfloat16_rn).
  *
@@ -41,6 +43,26 @@ typedef __nv_bfloat16 bf16;
 /* ===================================================================== */
 /* Kernels                                                                */
 /* ===================================================================== */
+
+/* V bf16 values at p as floats (V = 4: one 8-byte load, p 8-byte aligned). */
+template <int V> __device__ __forceinline__ fv<V> ldbf(const bf16 *p)
+{
+    fv<V> r;
+    if constexpr (V == 4) {
+        uint2 u = *reinterpret_cast<const uint2 *>(p);
+        __nv_bfloat162 lo, hi;
+        memcpy(&lo, &u.x, 4);
+        memcpy(&hi, &u.y, 4);
+        float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
+        r.v[0] = a.x;
+        r.v[1] = a.y;
+        r.v[2] = b.x;
+        r.v[3] = b.y;
+    } else {
+        r.v[0] = __bfloat162float(*p);
+    }
+    return r;
+}
 
 /* V floats rounded to bf16 at p (V = 4: one 8-byte store, p 8-byte aligned). */
 template <int V> __device__ __forceinline__ void stbf(bf16 *p, const fv<V> &r)
@@ -110,6 +132,29 @@ __global__ void k_segment_sum_bf16(bf16 *__restrict__ out, const int32_t *__rest
     }
 }
 
+/* out (fp32) [v] = sum over k in [in_start[v], in_start[v+1]) of x (bf16)
+ * [in_edge[k] ^ 1], in CSR order (message_backward's sum over dMsg). */
+template <int V>
+__global__ void k_segment_sum_rev_of_bf16(float *__restrict__ out,
+                                          const int32_t *__restrict__ in_start,
+                                          const int32_t *__restrict__ in_edge,
+                                          const bf16 *__restrict__ x, int32_t n_atoms, int h)
+{
+    const unsigned nv = (unsigned)(h / V);
+    const size_t total = (size_t)n_atoms * nv;
+    for (size_t t = gtid(); t < total; t += gstride()) {
+        unsigned jv;
+        int64_t v = split_row(t, nv, &jv);
+        const int j = (int)jv * V;
+        const int32_t k0 = in_start[v], k1 = in_start[v + 1];
+        fv<V> acc = fv_zero<V>();
+#pragma unroll 4
+        for (int32_t k = k0; k < k1; k++)
+            fv_add<V>(acc, ldbf<V>(x + (size_t)(in_edge[k] ^ 1) * h + j));
+        stv<V>(out + (size_t)v * h + j, acc);
+    }
+}
+
 /* msg (bf16) [e] = s[src[e]] - m[e ^ 1]. */
 template <int V>
 __global__ void k_gather_sub_rev_bf16(bf16 *__restrict__ out, const float *__restrict__ s,
@@ -131,13 +176,14 @@ __global__ void k_gather_sub_rev_bf16(bf16 *__restrict__ out, const float *__res
     }
 }
 
-/* k_gather_sub_rev_relu with dz stored only as bf16: g = s[idx[e]] - x[e ^ 1];
- * dz = y[e] > 0 ? g (* scale) : 0; dh0[e] += dz; dzh[e] = bf16(dz). */
+/* k_gather_sub_rev_relu on bf16 x (dMsg), dz stored only as bf16:
+ * g = s[idx[e]] - x[e ^ 1]; dz = y[e] > 0 ? g (* scale) : 0; dh0[e] += dz;
+ * dzh[e] = bf16(dz). */
 template <int V>
 __global__ void k_gather_sub_rev_relu_bf16(bf16 *__restrict__ dzh, float *__restrict__ dh0,
                                            const float *__restrict__ s,
                                            const int32_t *__restrict__ idx,
-                                           const float *__restrict__ x,
+                                           const bf16 *__restrict__ x,
                                            const float *__restrict__ y, int32_t n_edges, int h,
                                            float scale, int scaled)
 {
@@ -149,7 +195,7 @@ __global__ void k_gather_sub_rev_relu_bf16(bf16 *__restrict__ dzh, float *__rest
         const int j = (int)jv * V;
         const size_t o = (size_t)e * h + j;
         fv<V> a = ldv<V>(s + (size_t)idx[e] * h + j);
-        fv<V> r = ldv<V>(x + (size_t)(e ^ 1) * h + j);
+        fv<V> r = ldbf<V>(x + (size_t)(e ^ 1) * h + j);
         fv<V> yv = ldv<V>(y + o), acc = ldv<V>(dh0 + o);
 #pragma unroll
         for (int u = 0; u < V; u++) {
@@ -163,13 +209,21 @@ __global__ void k_gather_sub_rev_relu_bf16(bf16 *__restrict__ dzh, float *__rest
     }
 }
 
-/* C = beta == 0 ? 0 : beta C over [m x n] (ldc): a product with k == 0. */
-__global__ void k_beta_rows(float *c, int ldc, int m, int n, float beta)
+/* C = beta == 0 ? 0 : beta C over [m x n] (ldc): a product with k == 0
+ * (C fp32, or bf16 when half). */
+__global__ void k_beta_rows(void *c, int half, int ldc, int m, int n, float beta)
 {
     for (int64_t i = warp_id(); i < m; i += warp_count()) {
-        float *row = c + (size_t)i * ldc;
-        for (int j = lane_id(); j < n; j += 32)
-            row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+        for (int j = lane_id(); j < n; j += 32) {
+            size_t o = (size_t)i * ldc + j;
+            if (half) {
+                bf16 *p = (bf16 *)c + o;
+                *p = __float2bfloat16_rn(beta == 0.0f ? 0.0f : beta * __bfloat162float(*p));
+            } else {
+                float *p = (float *)c + o;
+                *p = beta == 0.0f ? 0.0f : beta * *p;
+            }
+        }
     }
 }
 
@@ -273,11 +327,12 @@ int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cublasComputeType_t ct, int
 /* Products on bf16 operands                                              */
 /* ===================================================================== */
 
-/* C (fp32) = alpha op(A) op(B) + beta C with A, B bf16, fp32 accumulation,
- * on `lane` (as gemm_on in ops_cuda.cu: 0 the main stream, 1 the side). */
+/* C = alpha op(A) op(B) + beta C with A, B bf16, fp32 accumulation, C fp32
+ * (c_half 0) or bf16 (1), on `lane` (as gemm_on in ops_cuda.cu: 0 the main
+ * stream, 1 the side). */
 static void gemm_bf16_on(gpu_ctx *c, int lane, int ta, int tb, int m, int n, int k, double alpha,
                          const void *a, int lda, const void *bm, int ldb, double beta, void *cm,
-                         int ldc)
+                         int ldc, int c_half)
 {
     if (m <= 0 || n <= 0 || !usable(c))
         return;
@@ -287,7 +342,7 @@ static void gemm_bf16_on(gpu_ctx *c, int lane, int ta, int tb, int m, int n, int
             return;
         }
         k_beta_rows<<<grid_for(c, (size_t)m, ROWS_PER_BLOCK), THREADS, 0, c->lane_stream[lane]>>>(
-            (float *)cm, ldc, m, n, (float)beta);
+            cm, c_half, ldc, m, n, (float)beta);
         LAUNCHED(c, "k_beta_rows");
         return;
     }
@@ -295,25 +350,27 @@ static void gemm_bf16_on(gpu_ctx *c, int lane, int ta, int tb, int m, int n, int
     const float al = (float)alpha, be = (float)beta;
     cublasStatus_t s = cublasGemmEx(c->lane_blas[lane], tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &al, bm, CUDA_R_16BF,
-                                    ldb, a, CUDA_R_16BF, lda, &be, cm, CUDA_R_32F, ldc,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                    ldb, a, CUDA_R_16BF, lda, &be, cm,
+                                    c_half ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
         record(c, s == CUBLAS_STATUS_ALLOC_FAILED ? MP_ERR_NOMEM : MP_ERR_INTERNAL, __FILE__,
                __LINE__, "cuBLAS error: %s (%s) in gemm on bf16 operands ta=%d tb=%d m=%d n=%d "
-               "k=%d lda=%d ldb=%d ldc=%d", cublasGetStatusString(s), cublasGetStatusName(s), ta,
-               tb, m, n, k, lda, ldb, ldc);
+               "k=%d lda=%d ldb=%d ldc=%d, C %s", cublasGetStatusString(s),
+               cublasGetStatusName(s), ta, tb, m, n, k, lda, ldb, ldc,
+               c_half ? "bf16" : "fp32");
 }
 
 /* As cu_gemm_batch (ops_cuda.cu): even products on the main stream, odd on
  * the side stream, forked and joined by events. */
-static void cu_gemm_batch_bf16(mp_backend *b, int count, const mp_gemm *g)
+static void cu_gemm_batch_bf16(mp_backend *b, int count, const mp_gemm *g, unsigned c_bf16)
 {
     gpu_ctx *c = CTX(b);
     if (count <= 0 || !usable(c))
         return;
     if (count == 1) {
         gemm_bf16_on(c, 0, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->lda, g->b, g->ldb,
-                     g->beta, g->c, g->ldc);
+                     g->beta, g->c, g->ldc, (int)(c_bf16 & 1u));
         return;
     }
     if (!CUDA_OK(c, cudaEventRecord(c->ev_fork, c->stream)) ||
@@ -321,7 +378,8 @@ static void cu_gemm_batch_bf16(mp_backend *b, int count, const mp_gemm *g)
         return;
     for (int i = 0; i < count; i++)
         gemm_bf16_on(c, i & 1, g[i].ta, g[i].tb, g[i].m, g[i].n, g[i].k, g[i].alpha, g[i].a,
-                     g[i].lda, g[i].b, g[i].ldb, g[i].beta, g[i].c, g[i].ldc);
+                     g[i].lda, g[i].b, g[i].ldb, g[i].beta, g[i].c, g[i].ldc,
+                     (int)((c_bf16 >> i) & 1u));
     if (CUDA_OK(c, cudaEventRecord(c->ev_join, c->side)))
         CUDA_OK(c, cudaStreamWaitEvent(c->stream, c->ev_join, 0));
 }
@@ -344,7 +402,7 @@ static void cu_gemm_res_relu_bf16(mp_backend *b, int m, int n, int k, const void
     /* No Lt algorithm: copy, product (beta 1), ReLU row by row. */
     if (cm != r)
         b->copy2d(b, cm, ldc, r, ldr, m, n);
-    gemm_bf16_on(c, 0, 0, 0, m, n, k, 1.0, a, lda, w, ldw, 1.0, cm, ldc);
+    gemm_bf16_on(c, 0, 0, 0, m, n, k, 1.0, a, lda, w, ldw, 1.0, cm, ldc, 0);
     if (ldc == n) {
         b->relu_dropout(b, cm, cm, (size_t)m * n, 0.0, 0);
         return;
@@ -432,14 +490,17 @@ static void cu_message_backward_relu_bf16(mp_backend *b, void *dzh, void *dh0, v
     gpu_ctx *c = CTX(b);
     if (h <= 0 || !usable(c))
         return;
-    if (n_atoms > 0)
-        segment_sum_f32(c, (float *)ds, in_start, in_edge, (const float *)dmsg, n_atoms, h, 1);
+    if (n_atoms > 0) {
+        LAUNCH_ROWS(c, vec4(h, ds) && al8(dmsg), n_atoms, h, k_segment_sum_rev_of_bf16,
+                    (float *)ds, in_start, in_edge, (const bf16 *)dmsg, n_atoms, h);
+        LAUNCHED(c, "k_segment_sum_rev_of_bf16");
+    }
     if (n_edges > 0 && usable(c)) {
         int scaled = p > 0 && p < 1;
         float scale = scaled ? (float)(1.0 / (1.0 - p)) : 1.0f;
-        LAUNCH_ROWS(c, vec4(h, dh0, ds, dmsg, y) && al8(dzh), n_edges, h,
+        LAUNCH_ROWS(c, vec4(h, dh0, ds, y) && al8(dzh) && al8(dmsg), n_edges, h,
                     k_gather_sub_rev_relu_bf16, (bf16 *)dzh, (float *)dh0, (const float *)ds,
-                    edge_dst, (const float *)dmsg, (const float *)y, n_edges, h, scale, scaled);
+                    edge_dst, (const bf16 *)dmsg, (const float *)y, n_edges, h, scale, scaled);
         LAUNCHED(c, "k_gather_sub_rev_relu_bf16");
     }
 }

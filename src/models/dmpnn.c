@@ -19,8 +19,9 @@
  * bf16 storage (m->half, from b->half_acts; ops.h): the operands of the
  * dense products (msg[t], a, dZ_t, dho and bf16 copies of W_h and W_o's
  * message rows, made at the start of each forward) are written in bf16 by
- * the ops that produce them, and the products read them so; what they
- * produce, and everything else, stays of the element type.
+ * the ops that produce them, and the products read them so; so is dMsg, a
+ * product's output read only by message_backward_relu_bf16.  Everything
+ * else stays of the element type.
  *
  * Weight layout (rows = fan_in): W_i [(F_a + 14) x h], atom rows first, the
  * mass row is F_a - 1; W_h [h x h]; W_o [(F_a + h) x h], atom rows first;
@@ -133,7 +134,7 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
         { 0, 1, na, h, h, 1.0, 0.0, dz_o, wom, a->da, h, h, h },
     };
     if (m->half)
-        b->gemm_batch_bf16(b, 2, ro);
+        b->gemm_batch_bf16(b, 2, ro, 0);
     else
         b->gemm_batch(b, 2, ro);
     b->atom_embed_backward(b, G(m->off_wo), g->atom_hot, g->atom_mass, a->dho, na, h, fa - 1);
@@ -160,7 +161,7 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
             };
             double pt = t - 1 >= 1 ? p : 0.0;
             if (m->half) {
-                b->gemm_batch_bf16(b, 2, st);
+                b->gemm_batch_bf16(b, 2, st, 2u);   /* dmsg in bf16 */
                 b->message_backward_relu_bf16(b, a->dzh, a->dh0, a->da, g->in_start, g->in_edge,
                                               g->edge_dst, a->dmsg, a->m[t - 1], pt, na, ne, h);
                 continue;

@@ -260,7 +260,7 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
             a->msg[t] = TAKE(E * h * hs);
         a->dh0 = TAKE(E * h * es);
         a->dm = TAKE(E * h * es);
-        a->dmsg = TAKE(E * h * es);
+        a->dmsg = TAKE(E * h * hs);
         a->as = TAKE(A * h * es);
         a->a = TAKE(A * h * hs);
         a->ho = TAKE(A * h * es);

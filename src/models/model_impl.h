@@ -36,8 +36,8 @@ typedef struct {
     void *a;                        /* incoming messages, input of W_o     */
     void *ho;                       /* atom hiddens after ReLU / dropout   */
     void *dho, *da;
-    /* bf16 storage (b->half_acts only; NULL otherwise): msg[t] and a are
-     * then bf16 too; dzh = dZ_t of each backward step, dhoh = dho rounded,
+    /* bf16 storage (b->half_acts only; NULL otherwise): msg[t], a and dmsg
+     * are then bf16 too; dzh = dZ_t of each backward step, dhoh = dho rounded,
      * whh / woh = W_h and W_o's message rows rounded at each forward */
     void *dzh, *dhoh, *whh, *woh;
     /* head, molecules */

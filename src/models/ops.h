@@ -236,9 +236,9 @@ struct mp_backend {
     /* ---- bf16 operand storage (cuda at bf16 only; see below) ---------- */
     /* half_acts = 1: the ops of this block exist, and the model stores the
      * operands of its big products in bfloat16 (2 bytes an element, round to
-     * nearest even): the D-MPNN's msg[t] and dZ_t (W_h), a and dho (W_o),
-     * and a bf16 copy of W_h and of W_o's message rows made at the start of
-     * every forward.  Products read those with fp32 accumulation into fp32
+     * nearest even): the D-MPNN's msg[t], dZ_t and dMsg (W_h), a and dho
+     * (W_o), and a bf16 copy of W_h and of W_o's message rows made at the
+     * start of every forward.  Products read those with fp32 accumulation into fp32
      * outputs; parameters, gradients, Adam moments and every other
      * activation stay of the element type.  0 (cpu, ref, cuda fp32 / tf32):
      * every pointer of the block is NULL.  A "bf16 buffer" below holds n
@@ -246,9 +246,11 @@ struct mp_backend {
     int half_acts;
     /* dst (bf16) = src rounded, n elements. */
     void (*to_bf16)(mp_backend *b, void *dst, const void *src, size_t n);
-    /* gemm_batch whose products all read A and B as bf16 buffers (C of the
-     * element type, accumulated in fp32). */
-    void (*gemm_batch_bf16)(mp_backend *b, int count, const mp_gemm *g);
+    /* gemm_batch whose products all read A and B as bf16 buffers, with
+     * fp32 accumulation; C is of the element type, except for product i
+     * when bit i of c_bf16 is set: then C is a bf16 buffer (the result
+     * rounded once, at the end). */
+    void (*gemm_batch_bf16)(mp_backend *b, int count, const mp_gemm *g, unsigned c_bf16);
     /* gemm_res_relu with a and w bf16 buffers (r, c of the element type). */
     void (*gemm_res_relu_bf16)(mp_backend *b, int m, int n, int k, const void *a, int lda,
                                const void *w, int ldw, const void *r, int ldr, void *c,
@@ -263,8 +265,9 @@ struct mp_backend {
     /* relu_dropout_backward (dx may alias dy), and dxh (bf16) = dx rounded. */
     void (*relu_dropout_backward_bf16)(mp_backend *b, void *dx, void *dxh, const void *y,
                                        const void *dy, size_t n, double p);
-    /* message_backward_relu with dz written only as a bf16 buffer dzh;
-     * dh0 += the unrounded dz. */
+    /* message_backward_relu with dmsg a bf16 buffer and dz written only as
+     * a bf16 buffer dzh; dh0 += the unrounded dz (ds stays of the element
+     * type). */
     void (*message_backward_relu_bf16)(mp_backend *b, void *dzh, void *dh0, void *ds,
                                        const int32_t *in_start, const int32_t *in_edge,
                                        const int32_t *edge_dst, const void *dmsg,
