@@ -345,7 +345,8 @@ static void w_gemm_wo_pair_bf16(void *x)
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
     int h = m->h, na = c->g->n_atoms;
     mp_gemm go[2] = {
-        { 1, 0, h, h, na, 1.0, 1.0, m->a, m->dhoh, AT(m->grads, m->off_wo + (size_t)m->fa * h), h, h, h },
+        { 1, 0, h, h, na, 1.0, 1.0, m->a, m->dhoh, AT(m->grads, m->off_wo + (size_t)m->fa * h), h,
+          h, h },
         { 0, 1, na, h, h, 1.0, 0.0, m->dhoh, m->woh, m->da, h, h, h },
     };
     b->gemm_batch_bf16(b, 2, go, 0);

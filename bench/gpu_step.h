@@ -385,7 +385,8 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
     b->col_sum(b, GS_G(m->off_bo), m->dho, h, na, h);
     void *dz_o = m->half ? m->dhoh : m->dho, *wom = m->half ? m->woh : GS_AT(b, wo, (size_t)fa * h);
     mp_gemm go[2] = {
-        { 1, 0, h, h, na, 1.0, 1.0, m->a, dz_o, GS_AT(b, GS_G(m->off_wo), (size_t)fa * h), h, h, h },
+        { 1, 0, h, h, na, 1.0, 1.0, m->a, dz_o, GS_AT(b, GS_G(m->off_wo), (size_t)fa * h), h, h,
+          h },
         { 0, 1, na, h, h, 1.0, 0.0, dz_o, wom, m->da, h, h, h },
     };
     if (m->half)

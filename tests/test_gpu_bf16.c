@@ -453,7 +453,8 @@ static int same_bytes(fx *f, const char *what, const buf *p, void **first)
     int ok = 0;
     if (!now)
         fail(f, "out of host memory");
-    else if (f->g->sync(f->g) != MP_OK || (bytes && f->g->download(f->g, now, p->g, bytes) != MP_OK))
+    else if (f->g->sync(f->g) != MP_OK ||
+             (bytes && f->g->download(f->g, now, p->g, bytes) != MP_OK))
         fail(f, "%s (second run): %s", what, mp_error_message());
     else if (bytes && memcmp(now, *first, bytes) != 0)
         fail(f, "%s: not deterministic: a second run gave other bytes", what);
@@ -930,8 +931,9 @@ MP_TEST(gpu_bf16_is_bf16)
         int m = 2900, h = 300;
         buf A, W, R, C;
         float *r0 = rand_floats(&f, (size_t)m * h, 1.0);
-        int ok = r0 && buf_rand(&f, &A, (size_t)m * h, 0, 0) && buf_rand(&f, &W, (size_t)h * h, 0, 0) &&
-                 buf_make(&f, &R, (size_t)m * h, 0, r0, 0) && buf_make(&f, &C, (size_t)m * h, 0, NULL, 0);
+        size_t mh = (size_t)m * h;
+        int ok = r0 && buf_rand(&f, &A, mh, 0, 0) && buf_rand(&f, &W, (size_t)h * h, 0, 0) &&
+                 buf_make(&f, &R, mh, 0, r0, 0) && buf_make(&f, &C, mh, 0, NULL, 0);
         if (ok) {
             f.g->gemm_res_relu(f.g, m, h, h, A.g, h, W.g, h, R.g, h, C.g, h);
             f.r->gemm_res_relu(f.r, m, h, h, A.r, h, W.r, h, R.r, h, C.r, h);

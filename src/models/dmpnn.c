@@ -128,7 +128,8 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
         b->relu_dropout_backward(b, a->dho, a->ho, a->dho, (size_t)na * h, p);
     b->col_sum(b, G(m->off_bo), a->dho, h, na, h);
     /* dW_o (message rows) += A^T dZ and dA = dZ W_o^T: independent, one batch */
-    void *dz_o = m->half ? a->dhoh : a->dho, *wom = m->half ? a->woh : MP_AT(m, wo, (size_t)fa * h);
+    void *dz_o = m->half ? a->dhoh : a->dho;
+    void *wom = m->half ? a->woh : MP_AT(m, wo, (size_t)fa * h);
     mp_gemm ro[2] = {
         { 1, 0, h, h, na, 1.0, 1.0, a->a, dz_o, MP_AT(m, G(m->off_wo), (size_t)fa * h), h, h, h },
         { 0, 1, na, h, h, 1.0, 0.0, dz_o, wom, a->da, h, h, h },
