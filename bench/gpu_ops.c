@@ -303,7 +303,7 @@ static void w_zero_grads(void *x)
 static void w_to_bf16_weights(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
-    b->to_bf16(b, m->whh, AT(m->params, m->off_wh), (size_t)m->h * m->h);
+    b->to_bf16(b, m->whh, AT(m->params, m->off_wh), (size_t)(2 * m->h + m->fa) * m->h);
 }
 static void w_message_bf16(void *x)
 {
@@ -339,6 +339,12 @@ static void w_relu_backward_edges_bf16(void *x)
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
     b->relu_dropout_backward_bf16(b, m->dmsg, m->dzh, m->m[1], m->dh0,
                                   (size_t)c->g->n_edges * m->h, 0.0);
+}
+static void w_atom_sum_backward_relu_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->atom_sum_backward_relu_bf16(b, m->dh0, m->dzh, g->edge_dst, m->da, m->m[m->depth - 1], 0.0,
+                                   g->n_edges, m->h);
 }
 static void w_gemm_wo_pair_bf16(void *x)
 {
@@ -478,7 +484,7 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "relu_backward (atoms)", w_relu_backward_atoms, hr ? 0 : 1, 3 * A * H * F, 0 },
         { "col_sum (b_o grad)", w_col_sum_atoms, 1, A * H * F, 0 },
         { "atom_embed_backward (W_o, W_i)", w_atom_embed_backward, 2, A * H * F + A * 20, 0 },
-        { "atom_sum_backward", w_atom_sum_backward, 1, (A + 2 * E) * H * F, 0 },
+        { "atom_sum_backward", w_atom_sum_backward, hm ? 0 : 1, (A + 2 * E) * H * F, 0 },
         { "relu_dropout_backward (edges)", w_relu_backward_edges, hm ? 0 : fu ? 1 : depth,
           3 * E * H * F, 0 },
         { "add (edges)", w_add_edges, fu ? 0 : d1, 3 * E * H * F, 0 },
@@ -495,7 +501,7 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     };
     /* the bf16 storage ops (cuda at bf16 only): bytes with bf16 operands */
     op_row rows_bf16[] = {
-        { "to_bf16 (W_h, W_o copies)", w_to_bf16_weights, 2, H * H * (F + S), 0 },
+        { "to_bf16 (W_h, W_o copy)", w_to_bf16_weights, 1, (2 * H + m.fa) * H * (F + S), 0 },
         { "message_bf16", w_message_bf16, d1, (2 * E + A) * H * F + E * H * S + E * 8, 0 },
         { "gemm_res_relu_bf16 (W_h)", w_gemm_res_relu_wh_bf16, d1,
           E * H * (S + 2 * F) + H * H * S, 2 * E * H * H },
@@ -505,8 +511,10 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "relu_backward_bf16 (atoms)", w_relu_backward_atoms_bf16, 1, A * H * (3 * F + S), 0 },
         { "gemm_batch_bf16 dW_o + dA", w_gemm_wo_pair_bf16, 1,
           A * H * (3 * S + F) + H * H * (S + 2 * F), 4 * A * H * H },
-        { "relu_dropout_backward_bf16 (edges)", w_relu_backward_edges_bf16, hm ? 1 : 0,
+        { "relu_dropout_backward_bf16 (edges)", w_relu_backward_edges_bf16, 0,
           E * H * (3 * F + S), 0 },
+        { "atom_sum_backward_relu_bf16", w_atom_sum_backward_relu_bf16, hm ? 1 : 0,
+          A * H * F + E * H * (2 * F + S) + E * 4, 0 },
         { "gemm_bf16 dW_h alone", w_gemm_wh_dw_bf16, 0, 2 * E * H * S + 2 * H * H * F,
           2 * E * H * H },
         { "gemm_bf16 dMsg alone", w_gemm_wh_dx_bf16, 0, 2 * E * H * S + H * H * S,

@@ -153,7 +153,7 @@ static void gs_model_free(gs_model *m)
         return;
     void *bufs[] = { m->params, m->grads, m->adam_m, m->adam_v, m->as, m->h0, m->a, m->ho,
                      m->x0, m->z1, m->y, m->dy, m->dz1, m->dx0, m->dho, m->da, m->dm, m->dh0,
-                     m->dmsg, m->loss, m->target, m->mask, m->dzh, m->dhoh, m->whh, m->woh };
+                     m->dmsg, m->loss, m->target, m->mask, m->dzh, m->dhoh, m->whh };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         b->free(b, bufs[i]);
     for (int t = 0; t < GS_MAX_DEPTH; t++) {
@@ -234,8 +234,9 @@ static mp_status gs_model_create(gs_model *m, mp_backend *b, int fa, int h, int 
     if (m->half) {
         ok = ok && (m->dzh = b->alloc(b, E * H * 2)) != NULL;
         ok = ok && (m->dhoh = b->alloc(b, A * H * 2)) != NULL;
-        ok = ok && (m->whh = b->alloc(b, H * H * 2)) != NULL;
-        ok = ok && (m->woh = b->alloc(b, H * H * 2)) != NULL;
+        /* W_h and W_o's bf16 copy; woh = its W_o message rows (not freed) */
+        ok = ok && (m->whh = b->alloc(b, (2 * H + (size_t)fa) * H * 2)) != NULL;
+        m->woh = m->whh ? (char *)m->whh + (H + (size_t)fa) * H * 2 : NULL;
     }
     if (!ok) {
         gs_model_free(m);
@@ -301,10 +302,8 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
     b->edge_embed(b, m->h0, g->edge_src, g->bond_hot, m->as, GS_AT(b, wi, (size_t)fa * h), ne, h);
     b->relu_dropout(b, m->m[0], m->h0, edge_elems, 0.0, 0);
     void *wom = GS_AT(b, wo, (size_t)fa * h);
-    if (m->half) {   /* bf16 operands, as models/dmpnn.c */
-        b->to_bf16(b, m->whh, wh, (size_t)h * h);
-        b->to_bf16(b, m->woh, wom, (size_t)h * h);
-    }
+    if (m->half)   /* bf16 operands, as models/dmpnn.c: W_h and W_o (consecutive) */
+        b->to_bf16(b, m->whh, wh, (size_t)(2 * h + fa) * h);
     for (int t = 1; t < m->depth; t++) {
         if (m->half)
             b->message_bf16(b, m->msg[t], m->as, g->in_start, g->in_edge, g->edge_src,
@@ -394,13 +393,14 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
     else
         b->gemm_batch(b, 2, go);
     b->atom_embed_backward(b, GS_G(m->off_wo), g->atom_hot, g->atom_mass, m->dho, na, h, fa - 1);
-    b->atom_sum_backward(b, m->dm, g->edge_dst, m->da, ne, h);
+    if (m->half && m->depth > 1)   /* gather + first ReLU backward, as models/dmpnn.c */
+        b->atom_sum_backward_relu_bf16(b, m->dh0, m->dzh, g->edge_dst, m->da, m->m[m->depth - 1],
+                                       m->p, ne, h);
+    else
+        b->atom_sum_backward(b, m->dm, g->edge_dst, m->da, ne, h);
     /* message steps, last first */
     if ((m->half || b->message_backward_relu) && m->depth > 1) {   /* fused, as models/dmpnn.c */
-        if (m->half)
-            b->relu_dropout_backward_bf16(b, m->dh0, m->dzh, m->m[m->depth - 1], m->dm,
-                                          edge_elems, m->p);
-        else
+        if (!m->half)
             b->relu_dropout_backward(b, m->dh0, m->m[m->depth - 1], m->dm, edge_elems, m->p);
         void *dz = m->half ? m->dzh : m->dh0, *whp = m->half ? m->whh : wh;
         for (int t = m->depth - 1; t >= 1; t--) {

@@ -2,7 +2,8 @@
  * test_gpu_bf16.c - real bf16 on the cuda backend: the bf16-storage ops of
  * models/ops.h (half_acts: to_bf16, gemm_batch_bf16, gemm_res_relu_bf16,
  * message_bf16, atom_sum_bf16, relu_dropout_backward_bf16,
- * message_backward_relu_bf16), the D-MPNN step and the model's code on
+ * atom_sum_backward_relu_bf16, message_backward_relu_bf16), the D-MPNN step
+ * and the model's code on
  * them, and that "bf16" is really bf16.
  *
  * Every op runs on fresh random inputs against the double-precision
@@ -174,6 +175,16 @@ static void emu_relu_dropout_backward_bf16(mp_backend *b, void *dx, void *dxh, c
     emu_round(dxh, dx, n);
 }
 
+static void emu_atom_sum_backward_relu_bf16(mp_backend *b, void *dx, void *dxh,
+                                            const int32_t *edge_dst, const void *da,
+                                            const void *y, double p, int32_t n_edges, int h)
+{
+    size_t n = (size_t)n_edges * h;
+    b->atom_sum_backward(b, dx, edge_dst, da, n_edges, h);
+    b->relu_dropout_backward(b, dx, y, dx, n, p);
+    emu_round(dxh, dx, n);
+}
+
 static void emu_message_backward_relu_bf16(mp_backend *b, void *dzh, void *dh0, void *ds,
                                            const int32_t *in_start, const int32_t *in_edge,
                                            const int32_t *edge_dst, const void *dmsg,
@@ -207,6 +218,7 @@ static mp_status emu_open(mp_backend **out)
     b->atom_sum_bf16 = emu_atom_sum_bf16;
     b->relu_dropout_backward_bf16 = emu_relu_dropout_backward_bf16;
     b->message_backward_relu_bf16 = emu_message_backward_relu_bf16;
+    b->atom_sum_backward_relu_bf16 = emu_atom_sum_backward_relu_bf16;
     return MP_OK;
 }
 
@@ -757,6 +769,21 @@ static void op_relu_backward(fx *f, void *x, int gpu)
         b->relu_dropout_backward(b, SIDE(q->dxf), SIDE(q->y), SIDE(q->x), n, q->p);
 }
 
+static void op_atom_sum_backward_relu(fx *f, void *x, int gpu)
+{
+    g_arg *q = x;
+    mp_backend *b = gpu ? f->g : f->r;
+    const mp_graphs *g = &q->d->h;
+    if (gpu) {
+        b->atom_sum_backward_relu_bf16(b, SIDE(q->dxf), SIDE(q->out), GI(dst), SIDE(q->x),
+                                       SIDE(q->y), q->p, g->n_edges, q->h);
+        return;
+    }
+    b->atom_sum_backward(b, SIDE(q->dxf), GI(dst), SIDE(q->x), g->n_edges, q->h);
+    b->relu_dropout_backward(b, SIDE(q->dxf), SIDE(q->y), SIDE(q->dxf), (size_t)g->n_edges * q->h,
+                             q->p);
+}
+
 #undef SIDE
 #undef GI
 
@@ -812,6 +839,17 @@ static int case_graph_ops(fx *f, int si, int h)
                               { "dh0 (+= dz)", &dh0, TOL_F32, dh00 },
                               { "ds", &ds, TOL_F32, NULL } };
             ok = run_checked(f, what, op_message_backward_relu, &r, o, 3);
+        }
+        buf da, dx, dxh;
+        ok = ok && buf_rand(f, &da, nA, 0, 0) && buf_make(f, &dx, nE, 0, NULL, 0) &&
+             buf_make(f, &dxh, nE, 1, NULL, 0);
+        if (ok) {
+            dxh.r = dx.r;   /* the reference of the rounded copy: ref64's dx */
+            g_arg r = { &d, h, p, &da, &y, &dxh, NULL, NULL, &dx };
+            snprintf(what, sizeof what, "atom_sum_backward_relu_bf16 (mols %d, h %d, p %g)",
+                     (int)g->n_mols, h, p);
+            out_spec o[2] = { { "dx", &dx, TOL_F32, NULL }, { "dx (bf16)", &dxh, TOL_BF16, NULL } };
+            ok = run_checked(f, what, op_atom_sum_backward_relu, &r, o, 2);
         }
         mp_free(dh00);
     }
@@ -900,7 +938,8 @@ MP_TEST(gpu_bf16_only_at_bf16)
         FX_OPEN(f, 0, (mp_precision)p, 203);
         int ok = !f.g->half_acts && !f.g->to_bf16 && !f.g->gemm_batch_bf16 &&
                  !f.g->gemm_res_relu_bf16 && !f.g->message_bf16 && !f.g->atom_sum_bf16 &&
-                 !f.g->relu_dropout_backward_bf16 && !f.g->message_backward_relu_bf16;
+                 !f.g->relu_dropout_backward_bf16 && !f.g->message_backward_relu_bf16 &&
+                 !f.g->atom_sum_backward_relu_bf16;
         if (!ok)
             fail(&f, "cuda:%s has bf16 storage ops", mp_precision_name((mp_precision)p));
         FX_END(f, ok);

@@ -10,7 +10,7 @@
  * that produce them (the model allocates them at 2 bytes an element):
  *
  *   msg[t]  message_bf16            forward W_h product (A), dW_h (A^T)
- *   dZ_t    relu_dropout_backward_bf16 / message_backward_relu_bf16
+ *   dZ_t    atom_sum_backward_relu_bf16 / message_backward_relu_bf16
  *                                   dW_h (B) and dMsg = dZ W_h^T (A)
  *   dMsg    the product dZ W_h^T (bf16 C, rounded once at the end)
  *                                   message_backward_relu_bf16
@@ -107,6 +107,30 @@ __global__ void k_relu_dropout_backward_bf16(float *dx, bf16 *__restrict__ dxh, 
         float g = y[i] > 0.0f ? (scaled ? dy[i] * scale : dy[i]) : 0.0f;
         dx[i] = g;
         dxh[i] = __float2bfloat16_rn(g);
+    }
+}
+
+/* The gather of atom_sum_backward and the ReLU / dropout backward through y:
+ * dx[e] = y[e] > 0 ? da[dst[e]] (* scale) : 0 (fp32), dxh[e] = bf16(dx[e]). */
+template <int V>
+__global__ void k_gather_relu_bf16(float *__restrict__ dx, bf16 *__restrict__ dxh,
+                                   const int32_t *__restrict__ idx, const float *__restrict__ da,
+                                   const float *__restrict__ y, int32_t n_edges, int h,
+                                   float scale, int scaled)
+{
+    const unsigned nv = (unsigned)(h / V);
+    const size_t total = (size_t)n_edges * nv;
+    for (size_t t = gtid(); t < total; t += gstride()) {
+        unsigned jv;
+        int64_t e = split_row(t, nv, &jv);
+        const int j = (int)jv * V;
+        const size_t o = (size_t)e * h + j;
+        fv<V> g = ldv<V>(da + (size_t)idx[e] * h + j), yv = ldv<V>(y + o);
+#pragma unroll
+        for (int u = 0; u < V; u++)
+            g.v[u] = yv.v[u] > 0.0f ? (scaled ? g.v[u] * scale : g.v[u]) : 0.0f;
+        stv<V>(dx + o, g);
+        stbf<V>(dxh + o, g);
     }
 }
 
@@ -445,6 +469,21 @@ static void cu_relu_dropout_backward_bf16(mp_backend *b, void *dx, void *dxh, co
     LAUNCHED(c, "k_relu_dropout_backward_bf16");
 }
 
+static void cu_atom_sum_backward_relu_bf16(mp_backend *b, void *dx, void *dxh,
+                                           const int32_t *edge_dst, const void *da,
+                                           const void *y, double p, int32_t n_edges, int h)
+{
+    gpu_ctx *c = CTX(b);
+    if (n_edges <= 0 || h <= 0 || !usable(c))
+        return;
+    int scaled = p > 0 && p < 1;
+    float scale = scaled ? (float)(1.0 / (1.0 - p)) : 1.0f;
+    LAUNCH_ROWS(c, vec4(h, dx, da, y) && al8(dxh), n_edges, h, k_gather_relu_bf16, (float *)dx,
+                (bf16 *)dxh, edge_dst, (const float *)da, (const float *)y, n_edges, h, scale,
+                scaled);
+    LAUNCHED(c, "k_gather_relu_bf16");
+}
+
 static void segment_sum_f32(gpu_ctx *c, float *out, const int32_t *in_start,
                             const int32_t *in_edge, const float *x, int32_t n_atoms, int h,
                             int32_t flip)
@@ -522,4 +561,5 @@ void mp_cu_bf16_ops(mp_backend *b)
     b->atom_sum_bf16 = cu_atom_sum_bf16;
     b->relu_dropout_backward_bf16 = cu_relu_dropout_backward_bf16;
     b->message_backward_relu_bf16 = cu_message_backward_relu_bf16;
+    b->atom_sum_backward_relu_bf16 = cu_atom_sum_backward_relu_bf16;
 }

@@ -52,9 +52,10 @@ void mp_dmpnn_forward(mp_model *m, int training)
 
     void *wom = MP_AT(m, wo, (size_t)fa * h);       /* W_o's message rows */
     if (m->half) {
-        /* the products' weight operands in bf16, once per forward */
-        b->to_bf16(b, a->whh, wh, (size_t)h * h);
-        b->to_bf16(b, a->woh, wom, (size_t)h * h);
+        /* the products' weight operands in bf16, once per forward: W_h and
+         * W_o (consecutive in the parameter block) in one pass */
+        MP_ASSERT(m->off_wo == m->off_wh + (size_t)h * h);
+        b->to_bf16(b, a->whh, wh, (size_t)(2 * h + fa) * h);
     }
     for (int t = 1; t < depth; t++) {
         if (m->half)
@@ -139,7 +140,13 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
     else
         b->gemm_batch(b, 2, ro);
     b->atom_embed_backward(b, G(m->off_wo), g->atom_hot, g->atom_mass, a->dho, na, h, fa - 1);
-    b->atom_sum_backward(b, a->dm, g->edge_dst, a->da, ne, h);
+    if (m->half && depth > 1) {
+        /* bf16: the gather of dA and the first ReLU backward in one pass */
+        b->atom_sum_backward_relu_bf16(b, a->dh0, a->dzh, g->edge_dst, a->da, a->m[depth - 1],
+                                       p, ne, h);
+    } else {
+        b->atom_sum_backward(b, a->dm, g->edge_dst, a->da, ne, h);
+    }
 
     /* Message steps, last first.  dm holds d loss / d M_t on entry.  The
      * first dZ goes straight into dh0 (no copy), later ones are added. */
@@ -149,10 +156,7 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
          * leaves it holding dZ_{t-1}: the same ops as the loop below.  In
          * bf16 (m->half) dZ goes to the products as dzh, rounded; dh0 sums
          * it unrounded. */
-        if (m->half)
-            b->relu_dropout_backward_bf16(b, a->dh0, a->dzh, a->m[depth - 1], a->dm, edge_elems,
-                                          p);
-        else
+        if (!m->half)   /* (bf16: done above, with the gather) */
             b->relu_dropout_backward(b, a->dh0, a->m[depth - 1], a->dm, edge_elems, p);
         void *dz = m->half ? a->dzh : a->dh0, *whp = m->half ? a->whh : wh;
         for (int t = depth - 1; t >= 1; t--) {

@@ -184,7 +184,7 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     m->esize = b->esize;
     m->half = b->half_acts && b->to_bf16 && b->gemm_batch_bf16 && b->gemm_res_relu_bf16 &&
               b->message_bf16 && b->atom_sum_bf16 && b->relu_dropout_backward_bf16 &&
-              b->message_backward_relu_bf16;
+              b->message_backward_relu_bf16 && b->atom_sum_backward_relu_bf16;
     m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
     m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
     m->n_layers = cfg->ffn_layers;
@@ -268,8 +268,10 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
         a->da = TAKE(A * h * es);
         a->dzh = m->half ? TAKE(E * h * 2) : NULL;
         a->dhoh = m->half ? TAKE(A * h * 2) : NULL;
-        a->whh = m->half ? TAKE(h * h * 2) : NULL;
-        a->woh = m->half ? TAKE(h * h * 2) : NULL;
+        /* W_h and W_o are consecutive in the parameter block: one bf16
+         * copy of both (whh), woh = its W_o message rows */
+        a->whh = m->half ? TAKE((2 * h + (size_t)c->atom_fdim) * h * 2) : NULL;
+        a->woh = a->whh ? (char *)a->whh + (h + (size_t)c->atom_fdim) * h * 2 : NULL;
         a->extra = TAKE(B * (size_t)c->extra_dim * es);
         a->g.atom_hot = TAKE(A * MP_ATOM_MAX_HOT * sizeof(int16_t));
         a->g.atom_mass = TAKE(A * sizeof(float));

@@ -265,6 +265,13 @@ struct mp_backend {
     /* relu_dropout_backward (dx may alias dy), and dxh (bf16) = dx rounded. */
     void (*relu_dropout_backward_bf16)(mp_backend *b, void *dx, void *dxh, const void *y,
                                        const void *dy, size_t n, double p);
+    /* atom_sum_backward, then relu_dropout_backward_bf16 through y, in one
+     * pass (the gathered gradient is never stored):
+     * dx[e] = y[e] > 0 ? da[dst[e]] / (1 - p) : 0 (p == 0: da[dst[e]]),
+     * dxh (bf16) = dx rounded.  Overwrites dx and dxh. */
+    void (*atom_sum_backward_relu_bf16)(mp_backend *b, void *dx, void *dxh,
+                                        const int32_t *edge_dst, const void *da, const void *y,
+                                        double p, int32_t n_edges, int h);
     /* message_backward_relu with dmsg a bf16 buffer and dz written only as
      * a bf16 buffer dzh; dh0 += the unrounded dz (ds stays of the element
      * type). */
