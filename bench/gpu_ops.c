@@ -381,6 +381,42 @@ static void w_gemm_wh_dx_bf16(void *x)
     mp_gemm g1 = { 0, 1, ne, h, h, 1.0, 0.0, m->dzh, m->whh, m->dmsg, h, h, h };
     b->gemm_batch_bf16(b, 1, &g1, 1u);
 }
+/* The same products with the bf16 operands' row stride padded to a multiple
+ * of 8 elements (16 bytes: what Hopper's TMA-based kernels need; 300 bf16 are
+ * 600 bytes).  For comparison only (0 calls): the buffers used are the fp32
+ * ones, large enough, with whatever they hold. */
+#define LDP(h) (((h) + 7) / 8 * 8)
+static void w_gemm_res_relu_wh_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->gemm_res_relu_bf16(b, c->g->n_edges, m->h, m->h, m->msg[1], LDP(m->h), m->dm, LDP(m->h),
+                          m->h0, m->h, m->m[1], m->h);
+}
+static void w_gemm_wh_dw_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dm, AT(m->grads, m->off_wh), LDP(h),
+                   LDP(h), h };
+    b->gemm_batch_bf16(b, 1, &g1, 0);
+}
+static void w_gemm_wh_dx_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 0, 1, ne, h, h, 1.0, 0.0, m->dm, m->h0, m->dmsg, LDP(h), LDP(h), LDP(h) };
+    b->gemm_batch_bf16(b, 1, &g1, 1u);
+}
+static void w_gemm_wh_pair_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm gh[2] = {
+        { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dm, AT(m->grads, m->off_wh), LDP(h), LDP(h), h },
+        { 0, 1, ne, h, h, 1.0, 0.0, m->dm, m->h0, m->dmsg, LDP(h), LDP(h), LDP(h) },
+    };
+    b->gemm_batch_bf16(b, 2, gh, 2u);
+}
 static void w_message_backward_relu_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
@@ -523,6 +559,14 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
           4 * E * H * S + H * H * (S + 2 * F), 4 * E * H * H },
         { "message_backward_relu_bf16", w_message_backward_relu_bf16, d1,
           (4 * E + A) * H * F + 3 * E * H * S + E * 8, 0 },
+        { "  W_h fused, bf16 ld padded to 8", w_gemm_res_relu_wh_bf16_ldp, 0,
+          E * H * (S + 2 * F) + H * H * S, 2 * E * H * H },
+        { "  dW_h alone, bf16 ld padded", w_gemm_wh_dw_bf16_ldp, 0, 2 * E * H * S + 2 * H * H * F,
+          2 * E * H * H },
+        { "  dMsg alone, bf16 ld padded", w_gemm_wh_dx_bf16_ldp, 0, 2 * E * H * S + H * H * S,
+          2 * E * H * H },
+        { "  dW_h + dMsg, bf16 ld padded", w_gemm_wh_pair_bf16_ldp, 0,
+          4 * E * H * S + H * H * (S + 2 * F), 4 * E * H * H },
     };
     const int n_base = (int)(sizeof rows / sizeof rows[0]);
     const int n_half = m.half ? (int)(sizeof rows_bf16 / sizeof rows_bf16[0]) : 0;
