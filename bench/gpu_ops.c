@@ -299,13 +299,11 @@ static void w_zero_grads(void *x)
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
     b->zero(b, m->grads, m->n_params * sizeof(float));
 }
-/* bf16 storage ops (ops.h half_acts; cuda at bf16 only): bf16 rows
- * HP(h) = mp_bf16_ld(h) elements apart, as the model stores them */
-#define HP(h) mp_bf16_ld(h)
+/* bf16 storage ops (ops.h half_acts; cuda at bf16 only) */
 static void w_to_bf16_weights(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
-    b->to_bf16(b, m->whh, HP(m->h), AT(m->params, m->off_wh), m->h, 2 * m->h + m->fa, m->h);
+    b->to_bf16(b, m->whh, AT(m->params, m->off_wh), (size_t)(2 * m->h + m->fa) * m->h);
 }
 static void w_message_bf16(void *x)
 {
@@ -316,8 +314,8 @@ static void w_message_bf16(void *x)
 static void w_gemm_res_relu_wh_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
-    b->gemm_res_relu_bf16(b, c->g->n_edges, m->h, m->h, m->msg[1], HP(m->h), m->whh, HP(m->h),
-                          m->h0, m->h, m->m[1], m->h);
+    b->gemm_res_relu_bf16(b, c->g->n_edges, m->h, m->h, m->msg[1], m->h, m->whh, m->h, m->h0,
+                          m->h, m->m[1], m->h);
 }
 static void w_atom_sum_bf16(void *x)
 {
@@ -327,13 +325,20 @@ static void w_atom_sum_bf16(void *x)
 static void w_gemm_res_relu_wo_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
-    b->gemm_res_relu_bf16(b, c->g->n_atoms, m->h, m->h, m->a, HP(m->h), m->woh, HP(m->h), m->dho,
-                          m->h, m->dho, m->h);
+    b->gemm_res_relu_bf16(b, c->g->n_atoms, m->h, m->h, m->a, m->h, m->woh, m->h, m->dho, m->h,
+                          m->dho, m->h);
 }
 static void w_relu_backward_atoms_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
-    b->relu_dropout_backward_bf16(b, m->da, m->dhoh, m->ho, m->dho, c->g->n_atoms, m->h, 0.0);
+    b->relu_dropout_backward_bf16(b, m->da, m->dhoh, m->ho, m->dho, (size_t)c->g->n_atoms * m->h,
+                                  0.0);
+}
+static void w_relu_backward_edges_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->relu_dropout_backward_bf16(b, m->dmsg, m->dzh, m->m[1], m->dh0,
+                                  (size_t)c->g->n_edges * m->h, 0.0);
 }
 static void w_atom_sum_backward_relu_bf16(void *x)
 {
@@ -344,40 +349,73 @@ static void w_atom_sum_backward_relu_bf16(void *x)
 static void w_gemm_wo_pair_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
-    int h = m->h, na = c->g->n_atoms, hp = HP(h);
+    int h = m->h, na = c->g->n_atoms;
     mp_gemm go[2] = {
-        { 1, 0, h, h, na, 1.0, 1.0, m->a, m->dhoh, AT(m->grads, m->off_wo + (size_t)m->fa * h), hp,
-          hp, h },
-        { 0, 1, na, h, h, 1.0, 0.0, m->dhoh, m->woh, m->da, hp, hp, h },
+        { 1, 0, h, h, na, 1.0, 1.0, m->a, m->dhoh, AT(m->grads, m->off_wo + (size_t)m->fa * h), h,
+          h, h },
+        { 0, 1, na, h, h, 1.0, 0.0, m->dhoh, m->woh, m->da, h, h, h },
     };
     b->gemm_batch_bf16(b, 2, go, 0);
 }
-/* The W_h products with bf16 row stride ld: HP(h) as the model runs them,
- * or h (unpadded: 300 bf16 = 600 bytes, not a multiple of 16) to compare. */
-static void gemm_wh_pair_bf16(bench_ctx *c, int which, int ld)
-{
-    gs_model *m = c->m; mp_backend *b = m->b;
-    int h = m->h, ne = c->g->n_edges;
-    mp_gemm gh[2] = {
-        { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dzh, AT(m->grads, m->off_wh), ld, ld, h },
-        { 0, 1, ne, h, h, 1.0, 0.0, m->dzh, m->whh, m->dmsg, ld, ld, ld },
-    };
-    if (which == 2)
-        b->gemm_batch_bf16(b, 2, gh, 2u);
-    else
-        b->gemm_batch_bf16(b, 1, &gh[which], which ? 1u : 0u);
-}
-static void w_gemm_wh_pair_bf16(void *x) { gemm_wh_pair_bf16(x, 2, HP(((bench_ctx *)x)->m->h)); }
-static void w_gemm_wh_dw_bf16(void *x) { gemm_wh_pair_bf16(x, 0, HP(((bench_ctx *)x)->m->h)); }
-static void w_gemm_wh_dx_bf16(void *x) { gemm_wh_pair_bf16(x, 1, HP(((bench_ctx *)x)->m->h)); }
-static void w_gemm_wh_pair_bf16_ldh(void *x) { gemm_wh_pair_bf16(x, 2, ((bench_ctx *)x)->m->h); }
-static void w_gemm_wh_dw_bf16_ldh(void *x) { gemm_wh_pair_bf16(x, 0, ((bench_ctx *)x)->m->h); }
-static void w_gemm_wh_dx_bf16_ldh(void *x) { gemm_wh_pair_bf16(x, 1, ((bench_ctx *)x)->m->h); }
-static void w_gemm_res_relu_wh_bf16_ldh(void *x)
+static void w_gemm_wh_pair_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
-    b->gemm_res_relu_bf16(b, c->g->n_edges, m->h, m->h, m->msg[1], m->h, m->whh, m->h, m->h0,
-                          m->h, m->m[1], m->h);
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm gh[2] = {
+        { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dzh, AT(m->grads, m->off_wh), h, h, h },
+        { 0, 1, ne, h, h, 1.0, 0.0, m->dzh, m->whh, m->dmsg, h, h, h },
+    };
+    b->gemm_batch_bf16(b, 2, gh, 2u);
+}
+static void w_gemm_wh_dw_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dzh, AT(m->grads, m->off_wh), h, h, h };
+    b->gemm_batch_bf16(b, 1, &g1, 0);
+}
+static void w_gemm_wh_dx_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 0, 1, ne, h, h, 1.0, 0.0, m->dzh, m->whh, m->dmsg, h, h, h };
+    b->gemm_batch_bf16(b, 1, &g1, 1u);
+}
+/* The same products with the bf16 operands' row stride padded to a multiple
+ * of 8 elements (16 bytes: what Hopper's TMA-based kernels need; 300 bf16 are
+ * 600 bytes).  For comparison only (0 calls): the buffers used are the fp32
+ * ones, large enough, with whatever they hold. */
+#define LDP(h) (((h) + 7) / 8 * 8)
+static void w_gemm_res_relu_wh_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->gemm_res_relu_bf16(b, c->g->n_edges, m->h, m->h, m->msg[1], LDP(m->h), m->dm, LDP(m->h),
+                          m->h0, m->h, m->m[1], m->h);
+}
+static void w_gemm_wh_dw_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dm, AT(m->grads, m->off_wh), LDP(h),
+                   LDP(h), h };
+    b->gemm_batch_bf16(b, 1, &g1, 0);
+}
+static void w_gemm_wh_dx_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 0, 1, ne, h, h, 1.0, 0.0, m->dm, m->h0, m->dmsg, LDP(h), LDP(h), LDP(h) };
+    b->gemm_batch_bf16(b, 1, &g1, 1u);
+}
+static void w_gemm_wh_pair_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm gh[2] = {
+        { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dm, AT(m->grads, m->off_wh), LDP(h), LDP(h), h },
+        { 0, 1, ne, h, h, 1.0, 0.0, m->dm, m->h0, m->dmsg, LDP(h), LDP(h), LDP(h) },
+    };
+    b->gemm_batch_bf16(b, 2, gh, 2u);
 }
 static void w_message_backward_relu_bf16(void *x)
 {
@@ -509,6 +547,8 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "relu_backward_bf16 (atoms)", w_relu_backward_atoms_bf16, 1, A * H * (3 * F + S), 0 },
         { "gemm_batch_bf16 dW_o + dA", w_gemm_wo_pair_bf16, 1,
           A * H * (3 * S + F) + H * H * (S + 2 * F), 4 * A * H * H },
+        { "relu_dropout_backward_bf16 (edges)", w_relu_backward_edges_bf16, 0,
+          E * H * (3 * F + S), 0 },
         { "atom_sum_backward_relu_bf16", w_atom_sum_backward_relu_bf16, hm ? 1 : 0,
           A * H * F + E * H * (2 * F + S) + E * 4, 0 },
         { "gemm_bf16 dW_h alone", w_gemm_wh_dw_bf16, 0, 2 * E * H * S + 2 * H * H * F,
@@ -519,13 +559,13 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
           4 * E * H * S + H * H * (S + 2 * F), 4 * E * H * H },
         { "message_backward_relu_bf16", w_message_backward_relu_bf16, d1,
           (4 * E + A) * H * F + 3 * E * H * S + E * 8, 0 },
-        { "  W_h fused, bf16 ld = h (unpadded)", w_gemm_res_relu_wh_bf16_ldh, 0,
+        { "  W_h fused, bf16 ld padded to 8", w_gemm_res_relu_wh_bf16_ldp, 0,
           E * H * (S + 2 * F) + H * H * S, 2 * E * H * H },
-        { "  dW_h alone, bf16 ld = h", w_gemm_wh_dw_bf16_ldh, 0, 2 * E * H * S + 2 * H * H * F,
+        { "  dW_h alone, bf16 ld padded", w_gemm_wh_dw_bf16_ldp, 0, 2 * E * H * S + 2 * H * H * F,
           2 * E * H * H },
-        { "  dMsg alone, bf16 ld = h", w_gemm_wh_dx_bf16_ldh, 0, 2 * E * H * S + H * H * S,
+        { "  dMsg alone, bf16 ld padded", w_gemm_wh_dx_bf16_ldp, 0, 2 * E * H * S + H * H * S,
           2 * E * H * H },
-        { "  dW_h + dMsg, bf16 ld = h", w_gemm_wh_pair_bf16_ldh, 0,
+        { "  dW_h + dMsg, bf16 ld padded", w_gemm_wh_pair_bf16_ldp, 0,
           4 * E * H * S + H * H * (S + 2 * F), 4 * E * H * H },
     };
     const int n_base = (int)(sizeof rows / sizeof rows[0]);

@@ -13,9 +13,8 @@
  * captured into a CUDA graph.  Element type follows the backend (float, or
  * double on ref64), as the model code does; on a backend with half_acts
  * (cuda at bf16) the product operands are stored in bf16 as dmpnn.c stores
- * them, rows mp_bf16_ld(h) apart (msg[t], a and dmsg are allocated at the
- * larger of that and the element size, so the bench's fp32 op rows can use
- * them too).
+ * them (msg[t], a and dmsg are still allocated at the element size, so the
+ * bench's fp32 op rows can use them too).
  *
  * Header-only (static functions) because its two users are separate
  * programs; nothing here is part of libmolprop.
@@ -209,15 +208,12 @@ static mp_status gs_model_create(gs_model *m, mp_backend *b, int fa, int h, int 
     GS_ALLOC(m->adam_v, m->n_params);
     GS_ALLOC(m->as, A * H);
     GS_ALLOC(m->h0, E * H);
-    /* elements per row of the buffers that may hold bf16 rows (ops.h) */
-    size_t HB = (size_t)mp_bf16_ld(h) * 2 / es + 1;
-    HB = HB > H ? HB : H;
     for (int t = 0; t < depth; t++) {
         GS_ALLOC(m->m[t], E * H);
         if (t)
-            GS_ALLOC(m->msg[t], E * HB);
+            GS_ALLOC(m->msg[t], E * H);
     }
-    GS_ALLOC(m->a, A * HB);
+    GS_ALLOC(m->a, A * H);
     GS_ALLOC(m->ho, A * H);
     GS_ALLOC(m->x0, M * H);
     GS_ALLOC(m->z1, M * H);
@@ -229,19 +225,18 @@ static mp_status gs_model_create(gs_model *m, mp_backend *b, int fa, int h, int 
     GS_ALLOC(m->da, A * H);
     GS_ALLOC(m->dm, E * H);
     GS_ALLOC(m->dh0, E * H);
-    GS_ALLOC(m->dmsg, E * HB);
+    GS_ALLOC(m->dmsg, E * H);
     GS_ALLOC(m->loss, 1);
     GS_ALLOC(m->target, M * T);
 #undef GS_ALLOC
     ok = ok && (m->mask = b->alloc(b, M * T)) != NULL;
     m->half = b->half_acts;
     if (m->half) {
-        size_t hp = (size_t)mp_bf16_ld(h);
-        ok = ok && (m->dzh = b->alloc(b, E * hp * 2)) != NULL;
-        ok = ok && (m->dhoh = b->alloc(b, A * hp * 2)) != NULL;
+        ok = ok && (m->dzh = b->alloc(b, E * H * 2)) != NULL;
+        ok = ok && (m->dhoh = b->alloc(b, A * H * 2)) != NULL;
         /* W_h and W_o's bf16 copy; woh = its W_o message rows (not freed) */
-        ok = ok && (m->whh = b->alloc(b, (2 * H + (size_t)fa) * hp * 2)) != NULL;
-        m->woh = m->whh ? (char *)m->whh + (H + (size_t)fa) * hp * 2 : NULL;
+        ok = ok && (m->whh = b->alloc(b, (2 * H + (size_t)fa) * H * 2)) != NULL;
+        m->woh = m->whh ? (char *)m->whh + (H + (size_t)fa) * H * 2 : NULL;
     }
     if (!ok) {
         gs_model_free(m);
@@ -298,7 +293,7 @@ static mp_status gs_model_create(gs_model *m, mp_backend *b, int fa, int h, int 
 static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
 {
     mp_backend *b = m->b;
-    const int h = m->h, fa = m->fa, T = m->n_tasks, hp = mp_bf16_ld(h);
+    const int h = m->h, fa = m->fa, T = m->n_tasks;
     const int32_t na = g->n_atoms, ne = g->n_edges, nm = g->n_mols;
     const size_t edge_elems = (size_t)ne * h;
     void *wi = GS_P(m->off_wi), *wh = GS_P(m->off_wh), *wo = GS_P(m->off_wo);
@@ -308,7 +303,7 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
     b->relu_dropout(b, m->m[0], m->h0, edge_elems, 0.0, 0);
     void *wom = GS_AT(b, wo, (size_t)fa * h);
     if (m->half)   /* bf16 operands, as models/dmpnn.c: W_h and W_o (consecutive) */
-        b->to_bf16(b, m->whh, hp, wh, h, 2 * h + fa, h);
+        b->to_bf16(b, m->whh, wh, (size_t)(2 * h + fa) * h);
     for (int t = 1; t < m->depth; t++) {
         if (m->half)
             b->message_bf16(b, m->msg[t], m->as, g->in_start, g->in_edge, g->edge_src,
@@ -318,8 +313,7 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
                        na, ne, h);
         if (m->half || b->gemm_res_relu) {   /* fused, as models/dmpnn.c */
             if (m->half)
-                b->gemm_res_relu_bf16(b, ne, h, h, m->msg[t], hp, m->whh, hp, m->h0, h, m->m[t],
-                                      h);
+                b->gemm_res_relu_bf16(b, ne, h, h, m->msg[t], h, m->whh, h, m->h0, h, m->m[t], h);
             else
                 b->gemm_res_relu(b, ne, h, h, m->msg[t], h, wh, h, m->h0, h, m->m[t], h);
             if (m->p > 0)
@@ -337,7 +331,7 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
     b->atom_embed(b, m->ho, g->atom_hot, g->atom_mass, wo, GS_P(m->off_bo), na, h, fa - 1);
     if (m->half || b->gemm_res_relu) {
         if (m->half)
-            b->gemm_res_relu_bf16(b, na, h, h, m->a, hp, m->woh, hp, m->ho, h, m->ho, h);
+            b->gemm_res_relu_bf16(b, na, h, h, m->a, h, m->woh, h, m->ho, h, m->ho, h);
         else
             b->gemm_res_relu(b, na, h, h, m->a, h, wom, h, m->ho, h, m->ho, h);
         if (m->p > 0)
@@ -384,16 +378,15 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
     /* readout */
     b->pool_backward(b, m->dho, g->mol_atom, m->dx0, h, nm, h, MP_AGG_MEAN, 100.0);
     if (m->half)
-        b->relu_dropout_backward_bf16(b, m->dho, m->dhoh, m->ho, m->dho, na, h, m->p);
+        b->relu_dropout_backward_bf16(b, m->dho, m->dhoh, m->ho, m->dho, (size_t)na * h, m->p);
     else
         b->relu_dropout_backward(b, m->dho, m->ho, m->dho, (size_t)na * h, m->p);
     b->col_sum(b, GS_G(m->off_bo), m->dho, h, na, h);
     void *dz_o = m->half ? m->dhoh : m->dho, *wom = m->half ? m->woh : GS_AT(b, wo, (size_t)fa * h);
-    const int hb = m->half ? mp_bf16_ld(h) : h;   /* row stride of the bf16 operands */
     mp_gemm go[2] = {
-        { 1, 0, h, h, na, 1.0, 1.0, m->a, dz_o, GS_AT(b, GS_G(m->off_wo), (size_t)fa * h), hb,
-          hb, h },
-        { 0, 1, na, h, h, 1.0, 0.0, dz_o, wom, m->da, hb, hb, h },
+        { 1, 0, h, h, na, 1.0, 1.0, m->a, dz_o, GS_AT(b, GS_G(m->off_wo), (size_t)fa * h), h, h,
+          h },
+        { 0, 1, na, h, h, 1.0, 0.0, dz_o, wom, m->da, h, h, h },
     };
     if (m->half)
         b->gemm_batch_bf16(b, 2, go, 0);
@@ -412,8 +405,8 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
         void *dz = m->half ? m->dzh : m->dh0, *whp = m->half ? m->whh : wh;
         for (int t = m->depth - 1; t >= 1; t--) {
             mp_gemm gh[2] = {
-                { 1, 0, h, h, ne, 1.0, 1.0, m->msg[t], dz, GS_G(m->off_wh), hb, hb, h },
-                { 0, 1, ne, h, h, 1.0, 0.0, dz, whp, m->dmsg, hb, hb, hb },
+                { 1, 0, h, h, ne, 1.0, 1.0, m->msg[t], dz, GS_G(m->off_wh), h, h, h },
+                { 0, 1, ne, h, h, 1.0, 0.0, dz, whp, m->dmsg, h, h, h },
             };
             double pt = t - 1 >= 1 ? m->p : 0.0;
             if (m->half) {

@@ -25,13 +25,9 @@
  * gradient is both summed and fed to a product (dZ into dh0) the sum takes
  * the unrounded value.  Rounding is to nearest even (__float2bfloat16_rn).
  *
- * bf16 rows lie hp = mp_bf16_ld(h) elements apart (h rounded up to 8): 300
- * bf16 are 600 bytes, not a multiple of 16, and Hopper's TMA-fed GEMM
- * kernels need 16-byte row strides (cuBLAS falls back to older kernels
- * otherwise); fp32 rows stay dense (1200 bytes).  The row kernels are those
- * of kernels_rows.cuh with bf16 loads / stores: same launch shapes, V = 4
- * columns per thread (8-byte bf16 accesses) when the widths and pointers
- * allow it.  Every op stays deterministic (fixed
+ * The row kernels are those of kernels_rows.cuh with a bf16 store: same
+ * launch shapes, V = 4 columns per thread (8-byte bf16 stores) when the
+ * widths and pointers allow it.  Every op stays deterministic (fixed
  * summation order, no atomics; cuBLAS on a fixed workspace).
  */
 #include "gpu/cuda_ctx.cuh"
@@ -83,41 +79,34 @@ template <int V> __device__ __forceinline__ void stbf(bf16 *p, const fv<V> &r)
     }
 }
 
-/* dst (bf16, row stride ldd) = src (row stride lds) rounded, [rows x cols]. */
 template <int V>
-__global__ void k_to_bf16(bf16 *__restrict__ dst, int ldd, const float *__restrict__ src, int lds,
-                          int32_t n_rows, int n_cols)
+__global__ void k_to_bf16(bf16 *__restrict__ dst, const float *__restrict__ src, size_t n)
 {
-    const unsigned nv = (unsigned)(n_cols / V);
-    const size_t total = (size_t)n_rows * nv;
-    for (size_t t = gtid(); t < total; t += gstride()) {
-        unsigned jv;
-        int64_t r = split_row(t, nv, &jv);
-        const int j = (int)jv * V;
-        stbf<V>(dst + (size_t)r * ldd + j, ldv<V>(src + (size_t)r * lds + j));
-    }
+    const size_t nvec = n / V;
+    for (size_t t = gtid(); t < nvec; t += gstride())
+        stbf<V>(dst + t * V, ldv<V>(src + t * V));
+    for (size_t i = nvec * V + gtid(); i < n; i += gstride())
+        dst[i] = __float2bfloat16_rn(src[i]);
 }
 
-/* dx = y > 0 ? dy (* scale) : 0 over [n_rows x h] (fp32, dense; dx may
- * alias dy), dxh (bf16, row stride hb) = bf16(dx). */
+/* dx = y > 0 ? dy (* scale) : 0 (fp32; dx may alias dy), dxh = bf16(dx). */
 template <int V>
 __global__ void k_relu_dropout_backward_bf16(float *dx, bf16 *__restrict__ dxh, const float *y,
-                                             const float *dy, int32_t n_rows, int h, int hb,
-                                             float scale, int scaled)
+                                             const float *dy, size_t n, float scale, int scaled)
 {
-    const unsigned nv = (unsigned)(h / V);
-    const size_t total = (size_t)n_rows * nv;
-    for (size_t t = gtid(); t < total; t += gstride()) {
-        unsigned jv;
-        int64_t r = split_row(t, nv, &jv);
-        const int j = (int)jv * V;
-        const size_t o = (size_t)r * h + j;
-        fv<V> yv = ldv<V>(y + o), g = ldv<V>(dy + o);
+    const size_t nvec = n / V;
+    for (size_t t = gtid(); t < nvec; t += gstride()) {
+        fv<V> yv = ldv<V>(y + t * V), g = ldv<V>(dy + t * V);
 #pragma unroll
         for (int u = 0; u < V; u++)
             g.v[u] = yv.v[u] > 0.0f ? (scaled ? g.v[u] * scale : g.v[u]) : 0.0f;
-        stv<V>(dx + o, g);
-        stbf<V>(dxh + (size_t)r * hb + j, g);
+        stv<V>(dx + t * V, g);
+        stbf<V>(dxh + t * V, g);
+    }
+    for (size_t i = nvec * V + gtid(); i < n; i += gstride()) {
+        float g = y[i] > 0.0f ? (scaled ? dy[i] * scale : dy[i]) : 0.0f;
+        dx[i] = g;
+        dxh[i] = __float2bfloat16_rn(g);
     }
 }
 
@@ -126,7 +115,7 @@ __global__ void k_relu_dropout_backward_bf16(float *dx, bf16 *__restrict__ dxh, 
 template <int V>
 __global__ void k_gather_relu_bf16(float *__restrict__ dx, bf16 *__restrict__ dxh,
                                    const int32_t *__restrict__ idx, const float *__restrict__ da,
-                                   const float *__restrict__ y, int32_t n_edges, int h, int hb,
+                                   const float *__restrict__ y, int32_t n_edges, int h,
                                    float scale, int scaled)
 {
     const unsigned nv = (unsigned)(h / V);
@@ -141,7 +130,7 @@ __global__ void k_gather_relu_bf16(float *__restrict__ dx, bf16 *__restrict__ dx
         for (int u = 0; u < V; u++)
             g.v[u] = yv.v[u] > 0.0f ? (scaled ? g.v[u] * scale : g.v[u]) : 0.0f;
         stv<V>(dx + o, g);
-        stbf<V>(dxh + (size_t)e * hb + j, g);
+        stbf<V>(dxh + o, g);
     }
 }
 
@@ -150,7 +139,7 @@ __global__ void k_gather_relu_bf16(float *__restrict__ dx, bf16 *__restrict__ dx
 template <int V>
 __global__ void k_segment_sum_bf16(bf16 *__restrict__ out, const int32_t *__restrict__ in_start,
                                    const int32_t *__restrict__ in_edge,
-                                   const float *__restrict__ x, int32_t n_atoms, int h, int hb)
+                                   const float *__restrict__ x, int32_t n_atoms, int h)
 {
     const unsigned nv = (unsigned)(h / V);
     const size_t total = (size_t)n_atoms * nv;
@@ -163,7 +152,7 @@ __global__ void k_segment_sum_bf16(bf16 *__restrict__ out, const int32_t *__rest
 #pragma unroll 4
         for (int32_t k = k0; k < k1; k++)
             fv_add<V>(acc, ldv<V>(x + (size_t)in_edge[k] * h + j));
-        stbf<V>(out + (size_t)v * hb + j, acc);
+        stbf<V>(out + (size_t)v * h + j, acc);
     }
 }
 
@@ -173,8 +162,7 @@ template <int V>
 __global__ void k_segment_sum_rev_of_bf16(float *__restrict__ out,
                                           const int32_t *__restrict__ in_start,
                                           const int32_t *__restrict__ in_edge,
-                                          const bf16 *__restrict__ x, int32_t n_atoms, int h,
-                                          int hb)
+                                          const bf16 *__restrict__ x, int32_t n_atoms, int h)
 {
     const unsigned nv = (unsigned)(h / V);
     const size_t total = (size_t)n_atoms * nv;
@@ -186,7 +174,7 @@ __global__ void k_segment_sum_rev_of_bf16(float *__restrict__ out,
         fv<V> acc = fv_zero<V>();
 #pragma unroll 4
         for (int32_t k = k0; k < k1; k++)
-            fv_add<V>(acc, ldbf<V>(x + (size_t)(in_edge[k] ^ 1) * hb + j));
+            fv_add<V>(acc, ldbf<V>(x + (size_t)(in_edge[k] ^ 1) * h + j));
         stv<V>(out + (size_t)v * h + j, acc);
     }
 }
@@ -195,7 +183,7 @@ __global__ void k_segment_sum_rev_of_bf16(float *__restrict__ out,
 template <int V>
 __global__ void k_gather_sub_rev_bf16(bf16 *__restrict__ out, const float *__restrict__ s,
                                       const int32_t *__restrict__ idx,
-                                      const float *__restrict__ x, int32_t n_edges, int h, int hb)
+                                      const float *__restrict__ x, int32_t n_edges, int h)
 {
     const unsigned nv = (unsigned)(h / V);
     const size_t total = (size_t)n_edges * nv;
@@ -208,7 +196,7 @@ __global__ void k_gather_sub_rev_bf16(bf16 *__restrict__ out, const float *__res
 #pragma unroll
         for (int u = 0; u < V; u++)
             a.v[u] -= r.v[u];
-        stbf<V>(out + (size_t)e * hb + j, a);
+        stbf<V>(out + (size_t)e * h + j, a);
     }
 }
 
@@ -221,7 +209,7 @@ __global__ void k_gather_sub_rev_relu_bf16(bf16 *__restrict__ dzh, float *__rest
                                            const int32_t *__restrict__ idx,
                                            const bf16 *__restrict__ x,
                                            const float *__restrict__ y, int32_t n_edges, int h,
-                                           int hb, float scale, int scaled)
+                                           float scale, int scaled)
 {
     const unsigned nv = (unsigned)(h / V);
     const size_t total = (size_t)n_edges * nv;
@@ -231,7 +219,7 @@ __global__ void k_gather_sub_rev_relu_bf16(bf16 *__restrict__ dzh, float *__rest
         const int j = (int)jv * V;
         const size_t o = (size_t)e * h + j;
         fv<V> a = ldv<V>(s + (size_t)idx[e] * h + j);
-        fv<V> r = ldbf<V>(x + (size_t)(e ^ 1) * hb + j);
+        fv<V> r = ldbf<V>(x + (size_t)(e ^ 1) * h + j);
         fv<V> yv = ldv<V>(y + o), acc = ldv<V>(dh0 + o);
 #pragma unroll
         for (int u = 0; u < V; u++) {
@@ -240,7 +228,7 @@ __global__ void k_gather_sub_rev_relu_bf16(bf16 *__restrict__ dzh, float *__rest
             a.v[u] = g;
             acc.v[u] += g;
         }
-        stbf<V>(dzh + (size_t)e * hb + j, a);
+        stbf<V>(dzh + o, a);
         stv<V>(dh0 + o, acc);
     }
 }
@@ -457,30 +445,27 @@ static void cu_gemm_res_relu_bf16(mp_backend *b, int m, int n, int k, const void
  * elements keep it); the fp32 bases 16-byte aligned as in vec4. */
 static inline int al8(const void *p) { return ((uintptr_t)p & 7) == 0; }
 
-static void cu_to_bf16(mp_backend *b, void *dst, int ldd, const void *src, int lds,
-                       int32_t n_rows, int n_cols)
+static void cu_to_bf16(mp_backend *b, void *dst, const void *src, size_t n)
 {
     gpu_ctx *c = CTX(b);
-    if (n_rows <= 0 || n_cols <= 0 || !usable(c))
+    if (!n || !usable(c))
         return;
-    int v4 = n_cols % 4 == 0 && ldd % 4 == 0 && lds % 4 == 0 && al8(dst) && al16(src);
-    LAUNCH_ROWS(c, v4, n_rows, n_cols, k_to_bf16, (bf16 *)dst, ldd, (const float *)src, lds,
-                n_rows, n_cols);
+    LAUNCH_ROWS(c, al8(dst) && al16(src), 1, n, k_to_bf16, (bf16 *)dst, (const float *)src, n);
     LAUNCHED(c, "k_to_bf16");
 }
 
 static void cu_relu_dropout_backward_bf16(mp_backend *b, void *dx, void *dxh, const void *y,
-                                          const void *dy, int32_t n_rows, int h, double p)
+                                          const void *dy, size_t n, double p)
 {
     gpu_ctx *c = CTX(b);
-    if (n_rows <= 0 || h <= 0 || !usable(c))
+    if (!n || !usable(c))
         return;
     /* the scale exactly as cu_relu_dropout_backward computes it */
     int scaled = p > 0 && p < 1;
     float scale = scaled ? (float)(1.0 / (1.0 - p)) : 1.0f;
-    LAUNCH_ROWS(c, vec4(h, dx, y, dy) && al8(dxh), n_rows, h, k_relu_dropout_backward_bf16,
-                (float *)dx, (bf16 *)dxh, (const float *)y, (const float *)dy, n_rows, h,
-                mp_bf16_ld(h), scale, scaled);
+    LAUNCH_ROWS(c, al16(dx) && al16(y) && al16(dy) && al8(dxh), 1, n,
+                k_relu_dropout_backward_bf16, (float *)dx, (bf16 *)dxh, (const float *)y,
+                (const float *)dy, n, scale, scaled);
     LAUNCHED(c, "k_relu_dropout_backward_bf16");
 }
 
@@ -494,8 +479,8 @@ static void cu_atom_sum_backward_relu_bf16(mp_backend *b, void *dx, void *dxh,
     int scaled = p > 0 && p < 1;
     float scale = scaled ? (float)(1.0 / (1.0 - p)) : 1.0f;
     LAUNCH_ROWS(c, vec4(h, dx, da, y) && al8(dxh), n_edges, h, k_gather_relu_bf16, (float *)dx,
-                (bf16 *)dxh, edge_dst, (const float *)da, (const float *)y, n_edges, h,
-                mp_bf16_ld(h), scale, scaled);
+                (bf16 *)dxh, edge_dst, (const float *)da, (const float *)y, n_edges, h, scale,
+                scaled);
     LAUNCHED(c, "k_gather_relu_bf16");
 }
 
@@ -519,7 +504,7 @@ static void cu_message_bf16(mp_backend *b, void *msg, void *s, const int32_t *in
         segment_sum_f32(c, (float *)s, in_start, in_edge, (const float *)m, n_atoms, h, 0);
     if (n_edges > 0 && usable(c)) {
         LAUNCH_ROWS(c, vec4(h, s, m) && al8(msg), n_edges, h, k_gather_sub_rev_bf16, (bf16 *)msg,
-                    (const float *)s, edge_src, (const float *)m, n_edges, h, mp_bf16_ld(h));
+                    (const float *)s, edge_src, (const float *)m, n_edges, h);
         LAUNCHED(c, "k_gather_sub_rev_bf16");
     }
 }
@@ -531,7 +516,7 @@ static void cu_atom_sum_bf16(mp_backend *b, void *a, const int32_t *in_start,
     if (n_atoms <= 0 || h <= 0 || !usable(c))
         return;
     LAUNCH_ROWS(c, vec4(h, m) && al8(a), n_atoms, h, k_segment_sum_bf16, (bf16 *)a, in_start,
-                in_edge, (const float *)m, n_atoms, h, mp_bf16_ld(h));
+                in_edge, (const float *)m, n_atoms, h);
     LAUNCHED(c, "k_segment_sum_bf16");
 }
 
@@ -546,8 +531,7 @@ static void cu_message_backward_relu_bf16(mp_backend *b, void *dzh, void *dh0, v
         return;
     if (n_atoms > 0) {
         LAUNCH_ROWS(c, vec4(h, ds) && al8(dmsg), n_atoms, h, k_segment_sum_rev_of_bf16,
-                    (float *)ds, in_start, in_edge, (const bf16 *)dmsg, n_atoms, h,
-                    mp_bf16_ld(h));
+                    (float *)ds, in_start, in_edge, (const bf16 *)dmsg, n_atoms, h);
         LAUNCHED(c, "k_segment_sum_rev_of_bf16");
     }
     if (n_edges > 0 && usable(c)) {
@@ -555,8 +539,7 @@ static void cu_message_backward_relu_bf16(mp_backend *b, void *dzh, void *dh0, v
         float scale = scaled ? (float)(1.0 / (1.0 - p)) : 1.0f;
         LAUNCH_ROWS(c, vec4(h, dh0, ds, y) && al8(dzh) && al8(dmsg), n_edges, h,
                     k_gather_sub_rev_relu_bf16, (bf16 *)dzh, (float *)dh0, (const float *)ds,
-                    edge_dst, (const bf16 *)dmsg, (const float *)y, n_edges, h, mp_bf16_ld(h),
-                    scale, scaled);
+                    edge_dst, (const bf16 *)dmsg, (const float *)y, n_edges, h, scale, scaled);
         LAUNCHED(c, "k_gather_sub_rev_relu_bf16");
     }
 }

@@ -20,8 +20,7 @@
  * dense products (msg[t], a, dZ_t, dho and bf16 copies of W_h and W_o's
  * message rows, made at the start of each forward) are written in bf16 by
  * the ops that produce them, and the products read them so; so is dMsg, a
- * product's output read only by message_backward_relu_bf16.  Their rows
- * lie hp = mp_bf16_ld(h) elements apart (16-byte aligned rows).  Everything
+ * product's output read only by message_backward_relu_bf16.  Everything
  * else stays of the element type.
  *
  * Weight layout (rows = fan_in): W_i [(F_a + 14) x h], atom rows first, the
@@ -39,7 +38,7 @@ void mp_dmpnn_forward(mp_model *m, int training)
     mp_backend *b = m->b;
     mp_acts *a = &m->a;
     mp_dev_graph *g = &a->g;
-    const int h = m->h, fa = m->cfg.atom_fdim, depth = m->cfg.depth, hp = mp_bf16_ld(h);
+    const int h = m->h, fa = m->cfg.atom_fdim, depth = m->cfg.depth;
     const int32_t na = g->n_atoms, ne = g->n_edges;
     const size_t edge_elems = (size_t)ne * h;
     const double p = m->p;
@@ -56,7 +55,7 @@ void mp_dmpnn_forward(mp_model *m, int training)
         /* the products' weight operands in bf16, once per forward: W_h and
          * W_o (consecutive in the parameter block) in one pass */
         MP_ASSERT(m->off_wo == m->off_wh + (size_t)h * h);
-        b->to_bf16(b, a->whh, hp, wh, h, 2 * h + fa, h);
+        b->to_bf16(b, a->whh, wh, (size_t)(2 * h + fa) * h);
     }
     for (int t = 1; t < depth; t++) {
         if (m->half)
@@ -71,8 +70,7 @@ void mp_dmpnn_forward(mp_model *m, int training)
             /* fused residual + ReLU (ops.h); dropout, if any, after it:
              * dropout of ReLU(ReLU(x)) is exactly relu_dropout of x */
             if (m->half)
-                b->gemm_res_relu_bf16(b, ne, h, h, a->msg[t], hp, a->whh, hp, a->h0, h, a->m[t],
-                                      h);
+                b->gemm_res_relu_bf16(b, ne, h, h, a->msg[t], h, a->whh, h, a->h0, h, a->m[t], h);
             else
                 b->gemm_res_relu(b, ne, h, h, a->msg[t], h, wh, h, a->h0, h, a->m[t], h);
             if (p > 0)
@@ -94,7 +92,7 @@ void mp_dmpnn_forward(mp_model *m, int training)
     if (m->half || b->gemm_res_relu) {
         /* in place: ho = ReLU(ho + a W_o), then the dropout if any */
         if (m->half)
-            b->gemm_res_relu_bf16(b, na, h, h, a->a, hp, a->woh, hp, a->ho, h, a->ho, h);
+            b->gemm_res_relu_bf16(b, na, h, h, a->a, h, a->woh, h, a->ho, h, a->ho, h);
         else
             b->gemm_res_relu(b, na, h, h, a->a, h, wom, h, a->ho, h, a->ho, h);
         if (p > 0)
@@ -120,14 +118,13 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
     const int32_t na = g->n_atoms, ne = g->n_edges;
     const size_t edge_elems = (size_t)ne * h;
     const double p = m->p;
-    const int hb = m->half ? mp_bf16_ld(h) : h;     /* row stride of the bf16 operands */
     void *wh = P(m->off_wh), *wo = P(m->off_wo);
 
     /* Readout. */
     b->pool_backward(b, a->dho, g->mol_atom, dx0, m->in_dim, g->n_mols, h, m->cfg.aggregation,
                      m->cfg.agg_norm);
     if (m->half)
-        b->relu_dropout_backward_bf16(b, a->dho, a->dhoh, a->ho, a->dho, na, h, p);
+        b->relu_dropout_backward_bf16(b, a->dho, a->dhoh, a->ho, a->dho, (size_t)na * h, p);
     else
         b->relu_dropout_backward(b, a->dho, a->ho, a->dho, (size_t)na * h, p);
     b->col_sum(b, G(m->off_bo), a->dho, h, na, h);
@@ -135,9 +132,8 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
     void *dz_o = m->half ? a->dhoh : a->dho;
     void *wom = m->half ? a->woh : MP_AT(m, wo, (size_t)fa * h);
     mp_gemm ro[2] = {
-        { 1, 0, h, h, na, 1.0, 1.0, a->a, dz_o, MP_AT(m, G(m->off_wo), (size_t)fa * h), hb, hb,
-          h },
-        { 0, 1, na, h, h, 1.0, 0.0, dz_o, wom, a->da, hb, hb, h },
+        { 1, 0, h, h, na, 1.0, 1.0, a->a, dz_o, MP_AT(m, G(m->off_wo), (size_t)fa * h), h, h, h },
+        { 0, 1, na, h, h, 1.0, 0.0, dz_o, wom, a->da, h, h, h },
     };
     if (m->half)
         b->gemm_batch_bf16(b, 2, ro, 0);
@@ -165,8 +161,8 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
         void *dz = m->half ? a->dzh : a->dh0, *whp = m->half ? a->whh : wh;
         for (int t = depth - 1; t >= 1; t--) {
             mp_gemm st[2] = {
-                { 1, 0, h, h, ne, 1.0, 1.0, a->msg[t], dz, G(m->off_wh), hb, hb, h },
-                { 0, 1, ne, h, h, 1.0, 0.0, dz, whp, a->dmsg, hb, hb, hb },
+                { 1, 0, h, h, ne, 1.0, 1.0, a->msg[t], dz, G(m->off_wh), h, h, h },
+                { 0, 1, ne, h, h, 1.0, 0.0, dz, whp, a->dmsg, h, h, h },
             };
             double pt = t - 1 >= 1 ? p : 0.0;
             if (m->half) {

@@ -251,29 +251,27 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
     size_t W = I > F ? I : F;
     W = W > T ? W : T;
     if (c->kind == MP_MODEL_DMPNN) {
-        /* product operands in bf16 (rows of stride hp) when the backend
-         * stores them so (ops.h half_acts) */
-        size_t hrow = m->half ? (size_t)mp_bf16_ld(m->h) * 2 : h * es;
-        size_t hp = (size_t)mp_bf16_ld(m->h);
+        /* product operands in bf16 when the backend stores them so (ops.h) */
+        size_t hs = m->half ? 2 : es;
         a->h0 = TAKE(E * h * es);
         for (int t = 0; t < c->depth; t++)
             a->m[t] = TAKE(E * h * es);
         for (int t = 1; t < c->depth; t++)
-            a->msg[t] = TAKE(E * hrow);
+            a->msg[t] = TAKE(E * h * hs);
         a->dh0 = TAKE(E * h * es);
         a->dm = TAKE(E * h * es);
-        a->dmsg = TAKE(E * hrow);
+        a->dmsg = TAKE(E * h * hs);
         a->as = TAKE(A * h * es);
-        a->a = TAKE(A * hrow);
+        a->a = TAKE(A * h * hs);
         a->ho = TAKE(A * h * es);
         a->dho = TAKE(A * h * es);
         a->da = TAKE(A * h * es);
-        a->dzh = m->half ? TAKE(E * hp * 2) : NULL;
-        a->dhoh = m->half ? TAKE(A * hp * 2) : NULL;
+        a->dzh = m->half ? TAKE(E * h * 2) : NULL;
+        a->dhoh = m->half ? TAKE(A * h * 2) : NULL;
         /* W_h and W_o are consecutive in the parameter block: one bf16
-         * copy of both (whh, rows of stride hp), woh = its W_o message rows */
-        a->whh = m->half ? TAKE((2 * h + (size_t)c->atom_fdim) * hp * 2) : NULL;
-        a->woh = a->whh ? (char *)a->whh + (h + (size_t)c->atom_fdim) * hp * 2 : NULL;
+         * copy of both (whh), woh = its W_o message rows */
+        a->whh = m->half ? TAKE((2 * h + (size_t)c->atom_fdim) * h * 2) : NULL;
+        a->woh = a->whh ? (char *)a->whh + (h + (size_t)c->atom_fdim) * h * 2 : NULL;
         a->extra = TAKE(B * (size_t)c->extra_dim * es);
         a->g.atom_hot = TAKE(A * MP_ATOM_MAX_HOT * sizeof(int16_t));
         a->g.atom_mass = TAKE(A * sizeof(float));

@@ -237,52 +237,44 @@ struct mp_backend {
     /* half_acts = 1: the ops of this block exist, and the model stores the
      * operands of its big products in bfloat16 (2 bytes an element, round to
      * nearest even): the D-MPNN's msg[t], dZ_t and dMsg (W_h), a and dho
-     * (W_o), and a bf16 copy of W_h and W_o made at the start of every
-     * forward.  Products read those with fp32 accumulation into fp32
+     * (W_o), and a bf16 copy of W_h and of W_o's message rows made at the
+     * start of every forward.  Products read those with fp32 accumulation into fp32
      * outputs; parameters, gradients, Adam moments and every other
      * activation stay of the element type.  0 (cpu, ref, cuda fp32 / tf32):
-     * every pointer of the block is NULL.
-     *
-     * A "bf16 buffer of rows of h" holds its rows at a stride of
-     * hp = mp_bf16_ld(h) elements (h rounded up to 8: every row starts on 16
-     * bytes, as the tensor cores' bulk loads need); the pad elements are
-     * never read or written.  The element-type buffers of the same ops are
-     * dense (stride h). */
+     * every pointer of the block is NULL.  A "bf16 buffer" below holds n
+     * bfloat16 values (n * 2 bytes, from b->alloc). */
     int half_acts;
-    /* dst (bf16, row stride ldd) = src (row stride lds) rounded, over an
-     * [n_rows x n_cols] block. */
-    void (*to_bf16)(mp_backend *b, void *dst, int ldd, const void *src, int lds, int32_t n_rows,
-                    int n_cols);
+    /* dst (bf16) = src rounded, n elements. */
+    void (*to_bf16)(mp_backend *b, void *dst, const void *src, size_t n);
     /* gemm_batch whose products all read A and B as bf16 buffers, with
      * fp32 accumulation; C is of the element type, except for product i
      * when bit i of c_bf16 is set: then C is a bf16 buffer (the result
-     * rounded once, at the end).  Leading dimensions as given. */
+     * rounded once, at the end). */
     void (*gemm_batch_bf16)(mp_backend *b, int count, const mp_gemm *g, unsigned c_bf16);
     /* gemm_res_relu with a and w bf16 buffers (r, c of the element type). */
     void (*gemm_res_relu_bf16)(mp_backend *b, int m, int n, int k, const void *a, int lda,
                                const void *w, int ldw, const void *r, int ldr, void *c,
                                int ldc);
-    /* message, msg written as a bf16 buffer of rows of h (s as in message). */
+    /* message, msg written as a bf16 buffer (s as in message). */
     void (*message_bf16)(mp_backend *b, void *msg, void *s, const int32_t *in_start,
                          const int32_t *in_edge, const int32_t *edge_src, const void *m,
                          int32_t n_atoms, int32_t n_edges, int h);
-    /* atom_sum, a written as a bf16 buffer of rows of h. */
+    /* atom_sum, a written as a bf16 buffer. */
     void (*atom_sum_bf16)(mp_backend *b, void *a, const int32_t *in_start,
                           const int32_t *in_edge, const void *m, int32_t n_atoms, int h);
-    /* relu_dropout_backward over [n_rows x h] (dx may alias dy), and dxh
-     * (a bf16 buffer of rows of h) = dx rounded. */
+    /* relu_dropout_backward (dx may alias dy), and dxh (bf16) = dx rounded. */
     void (*relu_dropout_backward_bf16)(mp_backend *b, void *dx, void *dxh, const void *y,
-                                       const void *dy, int32_t n_rows, int h, double p);
+                                       const void *dy, size_t n, double p);
     /* atom_sum_backward, then relu_dropout_backward_bf16 through y, in one
      * pass (the gathered gradient is never stored):
      * dx[e] = y[e] > 0 ? da[dst[e]] / (1 - p) : 0 (p == 0: da[dst[e]]),
-     * dxh (bf16 buffer of rows of h) = dx rounded.  Overwrites dx and dxh. */
+     * dxh (bf16) = dx rounded.  Overwrites dx and dxh. */
     void (*atom_sum_backward_relu_bf16)(mp_backend *b, void *dx, void *dxh,
                                         const int32_t *edge_dst, const void *da, const void *y,
                                         double p, int32_t n_edges, int h);
-    /* message_backward_relu with dmsg and dzh bf16 buffers of rows of h (dz
-     * is written only as dzh); dh0 += the unrounded dz (ds stays of the
-     * element type). */
+    /* message_backward_relu with dmsg a bf16 buffer and dz written only as
+     * a bf16 buffer dzh; dh0 += the unrounded dz (ds stays of the element
+     * type). */
     void (*message_backward_relu_bf16)(mp_backend *b, void *dzh, void *dh0, void *ds,
                                        const int32_t *in_start, const int32_t *in_edge,
                                        const int32_t *edge_dst, const void *dmsg,
@@ -301,9 +293,6 @@ void mp_ops_message_backward_relu_composed(mp_backend *b, void *dz, void *dh0, v
                                            const int32_t *edge_dst, const void *dmsg,
                                            const void *y, double p, int32_t n_atoms,
                                            int32_t n_edges, int h);
-
-/* The row stride (elements) of a bf16 buffer of rows of h (see half_acts). */
-static inline int mp_bf16_ld(int h) { return (h + 7) / 8 * 8; }
 
 /* The two float scalars of one Adam step (see adam_sched), computed exactly
  * as every backend's adam computes them from lr and t (t >= 1). */
