@@ -1310,21 +1310,41 @@ done:
     return st;
 }
 
-/* Largest |a - b| / |b| over n, and whether the run learns. */
-static double max_rel(const double *a, const double *b, int n)
+/* Largest |a - b| / |b| over n (its index in *at). */
+static double max_rel(const double *a, const double *b, int n, int *at)
 {
     double e = 0;
+    *at = 0;
     for (int i = 0; i < n; i++) {
         double d = fabs(a[i] - b[i]) / fmax(fabs(b[i]), 1e-12);
-        e = d > e ? d : e;
+        if (d > e) {
+            e = d;
+            *at = i;
+        }
     }
     return e;
 }
 
-/* Loose: bf16 rounding noise, compounded over 50 Adam steps, moves the
- * losses by a few percent; a broken gradient moves them by far more (or
- * stops the learning). */
-static const double ESOL_TOL = 0.1;
+static double mean_of(const double *a, int n)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += a[i];
+    return n ? s / n : 0;
+}
+
+/*
+ * bf16 against fp32 over 50 training steps.  The two runs start from the
+ * same model and batches, but their rounding differs from the first step,
+ * so they follow nearby, not equal, trajectories: one batch's loss can
+ * differ by tens of percent at some step (16% seen on the H200) while the
+ * curves agree.  So the checks are on what training cares about: the mean
+ * loss over all steps and over the last 10 within a few percent (seen:
+ * well under 1%), every step within 35% (a broken gradient or an
+ * unrounded-vs-rounded mix-up sends single steps far off, or stops the
+ * learning), and the loss falling.
+ */
+static const double ESOL_TOL_MEAN = 0.02, ESOL_TOL_LAST10 = 0.05, ESOL_TOL_STEP = 0.35;
 
 static void esol_check(mp_test_result *mp__r, mp_backend *half, const char *ref_name, int hidden)
 {
@@ -1338,13 +1358,19 @@ static void esol_check(mp_test_result *mp__r, mp_backend *half, const char *ref_
     st = esol_steps(rb, hidden, S, lf);
     mp_backend_close(rb);
     CHECK_OK(st);
-    double e = max_rel(lh, lf, S);
-    double e_last = fabs(lh[S - 1] - lf[S - 1]) / lf[S - 1];
-    printf("    bf16 vs %s, %d ESOL steps (hidden %d): max relative loss difference %.3g, "
-           "last %.3g (loss %.4g -> %.4g vs %.4g -> %.4g)\n", ref_name, S, hidden, e, e_last,
-           lh[0], lh[S - 1], lf[0], lf[S - 1]);
-    CHECK_MSG(e <= ESOL_TOL, "bf16 losses leave %s's: max relative difference %g", ref_name, e);
-    CHECK(lh[S - 1] < 0.8 * lh[0]);    /* it learns */
+    int at;
+    double e = max_rel(lh, lf, S, &at);
+    double mh = mean_of(lh, S), mf = mean_of(lf, S);
+    double th = mean_of(lh + S - 10, 10), tf = mean_of(lf + S - 10, 10);
+    double e_mean = fabs(mh - mf) / mf, e_last = fabs(th - tf) / tf;
+    printf("    bf16 vs %s, %d ESOL steps (hidden %d): mean loss %.4g vs %.4g (%.3g), last 10 "
+           "%.4g vs %.4g (%.3g), worst step %d: %.4g vs %.4g (%.3g)\n", ref_name, S, hidden, mh,
+           mf, e_mean, th, tf, e_last, at, lh[at], lf[at], e);
+    CHECK_MSG(e_mean <= ESOL_TOL_MEAN, "bf16 vs %s: mean loss differs by %g", ref_name, e_mean);
+    CHECK_MSG(e_last <= ESOL_TOL_LAST10, "bf16 vs %s: last 10 losses differ by %g", ref_name,
+              e_last);
+    CHECK_MSG(e <= ESOL_TOL_STEP, "bf16 vs %s: step %d's loss differs by %g", ref_name, at, e);
+    CHECK(th < 0.8 * lh[0]);    /* it learns */
 }
 
 MP_TEST(bf16_esol_50_steps_emulated)
