@@ -308,25 +308,26 @@ static void w_to_bf16_weights(void *x)
 static void w_message_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
-    b->message_bf16(b, m->msg[1], m->as, g->in_start, g->in_edge, g->edge_src, m->m[0],
+    b->message_bf16(b, m->msg[1], m->as, g->in_start, g->in_edge, g->edge_src, m->m[0], m->half_m,
                     g->n_atoms, g->n_edges, m->h);
 }
 static void w_gemm_res_relu_wh_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
     b->gemm_res_relu_bf16(b, c->g->n_edges, m->h, m->h, m->msg[1], m->h, m->whh, m->h, m->h0,
-                          m->h, m->m[1], m->h);
+                          m->h, m->m[1], m->h, m->half_m);
 }
 static void w_atom_sum_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
-    b->atom_sum_bf16(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], g->n_atoms, m->h);
+    b->atom_sum_bf16(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], m->half_m, g->n_atoms,
+                     m->h);
 }
 static void w_gemm_res_relu_wo_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
     b->gemm_res_relu_bf16(b, c->g->n_atoms, m->h, m->h, m->a, m->h, m->woh, m->h, m->dho, m->h,
-                          m->dho, m->h);
+                          m->dho, m->h, 0);
 }
 static void w_relu_backward_atoms_bf16(void *x)
 {
@@ -343,8 +344,8 @@ static void w_relu_backward_edges_bf16(void *x)
 static void w_atom_sum_backward_relu_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
-    b->atom_sum_backward_relu_bf16(b, m->dh0, m->dzh, g->edge_dst, m->da, m->m[m->depth - 1], 0.0,
-                                   g->n_edges, m->h);
+    b->atom_sum_backward_relu_bf16(b, m->dh0, m->dzh, g->edge_dst, m->da, m->m[m->depth - 1],
+                                   m->half_m, 0.0, g->n_edges, m->h);
 }
 static void w_gemm_wo_pair_bf16(void *x)
 {
@@ -390,7 +391,7 @@ static void w_gemm_res_relu_wh_bf16_ldp(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
     b->gemm_res_relu_bf16(b, c->g->n_edges, m->h, m->h, m->msg[1], LDP(m->h), m->dm, LDP(m->h),
-                          m->h0, m->h, m->m[1], m->h);
+                          m->h0, m->h, m->m[1], m->h, m->half_m);
 }
 static void w_gemm_wh_dw_bf16_ldp(void *x)
 {
@@ -421,7 +422,18 @@ static void w_message_backward_relu_bf16(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
     b->message_backward_relu_bf16(b, m->dzh, m->dh0, m->da, g->in_start, g->in_edge, g->edge_dst,
-                                  m->dmsg, m->m[0], 0.0, g->n_atoms, g->n_edges, m->h);
+                                  m->dmsg, m->m[0], m->half_m, 0.0, g->n_atoms, g->n_edges, m->h);
+}
+static void w_edge_embed_relu_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->edge_embed_relu_bf16(b, m->h0, m->m[0], g->edge_src, g->bond_hot, m->as,
+                            AT(m->params, m->off_wi + (size_t)m->fa * m->h), g->n_edges, m->h);
+}
+static void w_relu_dropout_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->relu_dropout_bf16(b, m->m[1], m->m[1], (size_t)c->g->n_edges * m->h, 0.1, 77);
 }
 static void w_step(void *x)
 {
@@ -447,12 +459,16 @@ typedef struct {
 } op_row;
 
 static int run_config(mp_precision prec, int32_t batch, int h, int depth, int trials,
-                      uint64_t seed)
+                      uint64_t seed, int bf16_messages)
 {
     mp_backend *b = NULL;
     if (mp_backend_cuda_open(&b, prec) != MP_OK) {
         fprintf(stderr, "gpu_ops: %s\n", mp_error_message());
         return 1;
+    }
+    if (!bf16_messages) {   /* bf16 operands, but H0 and M_t in fp32 (ops.h) */
+        b->edge_embed_relu_bf16 = NULL;
+        b->relu_dropout_bf16 = NULL;
     }
     mp_rng rng;
     mp_rng_seed(&rng, seed, 3);
@@ -493,13 +509,14 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     const int fu = b->gemm_res_relu && b->message_backward_relu && depth > 1;
     /* bf16 storage (cuda at bf16): the ops that replace them, per row below;
      * hm: the message steps, hr: the readout */
-    const int hr = m.half, hm = m.half && depth > 1;
+    const int hr = m.half, hm = m.half && depth > 1, hh = m.half_m;
     const double S = 2.0;   /* bytes of a bf16 element */
+    const double MS = hh ? S : F;   /* bytes of an element of H0, M_t */
     op_row rows[] = {
         /* forward */
         { "atom_embed (W_i atom part)", w_atom_embed, 1, A * H * F + A * 20, 0 },
-        { "edge_embed (H0)", w_edge_embed, 1, 2 * E * H * F + E * 12, 0 },
-        { "relu_dropout p=0 (edges)", w_relu_edges, fu ? 1 : depth, 2 * E * H * F, 0 },
+        { "edge_embed (H0)", w_edge_embed, hh ? 0 : 1, 2 * E * H * F + E * 12, 0 },
+        { "relu_dropout p=0 (edges)", w_relu_edges, hh ? 0 : fu ? 1 : depth, 2 * E * H * F, 0 },
         { "message (S, S[src]-M[rev])", w_message, hm ? 0 : d1, (3 * E + A) * H * F + E * 8, 0 },
         { "copy (residual H0)", w_copy_edges, fu ? 0 : d1, 2 * E * H * F, 0 },
         { "gemm E x h x h (W_h)", w_gemm_wh, fu ? 0 : d1, (3 * E * H + H * H) * F, 2 * E * H * H },
@@ -520,8 +537,8 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "relu_backward (atoms)", w_relu_backward_atoms, hr ? 0 : 1, 3 * A * H * F, 0 },
         { "col_sum (b_o grad)", w_col_sum_atoms, 1, A * H * F, 0 },
         { "atom_embed_backward (W_o, W_i)", w_atom_embed_backward, 2, A * H * F + A * 20, 0 },
-        { "atom_sum_backward", w_atom_sum_backward, hm ? 0 : 1, (A + 2 * E) * H * F, 0 },
-        { "relu_dropout_backward (edges)", w_relu_backward_edges, hm ? 0 : fu ? 1 : depth,
+        { "atom_sum_backward", w_atom_sum_backward, hr ? 0 : 1, (A + 2 * E) * H * F, 0 },
+        { "relu_dropout_backward (edges)", w_relu_backward_edges, hr ? 0 : fu ? 1 : depth,
           3 * E * H * F, 0 },
         { "add (edges)", w_add_edges, fu ? 0 : d1, 3 * E * H * F, 0 },
         { "gemm h x h x E (dW_h) alone", w_gemm_wh_dw, 0, (2 * E * H + 2 * H * H) * F, 2 * E * H * H },
@@ -538,10 +555,13 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     /* the bf16 storage ops (cuda at bf16 only): bytes with bf16 operands */
     op_row rows_bf16[] = {
         { "to_bf16 (W_h, W_o copy)", w_to_bf16_weights, 1, (2 * H + m.fa) * H * (F + S), 0 },
-        { "message_bf16", w_message_bf16, d1, (2 * E + A) * H * F + E * H * S + E * 8, 0 },
+        { "edge_embed_relu_bf16 (H0, M_0)", w_edge_embed_relu_bf16, hh ? 1 : 0,
+          E * H * (F + 2 * S) + E * 12, 0 },
+        { "relu_dropout_bf16 p=0.1 (edges)", w_relu_dropout_bf16, 0, 2 * E * H * S, 0 },
+        { "message_bf16", w_message_bf16, d1, E * H * (2 * MS + F + S) + A * H * F + E * 8, 0 },
         { "gemm_res_relu_bf16 (W_h)", w_gemm_res_relu_wh_bf16, d1,
-          E * H * (S + 2 * F) + H * H * S, 2 * E * H * H },
-        { "atom_sum_bf16", w_atom_sum_bf16, 1, E * H * F + A * H * S + E * 4, 0 },
+          E * H * (S + 2 * MS) + H * H * S, 2 * E * H * H },
+        { "atom_sum_bf16", w_atom_sum_bf16, 1, E * H * MS + A * H * S + E * 4, 0 },
         { "gemm_res_relu_bf16 (W_o)", w_gemm_res_relu_wo_bf16, 1, A * H * (S + 2 * F) + H * H * S,
           2 * A * H * H },
         { "relu_backward_bf16 (atoms)", w_relu_backward_atoms_bf16, 1, A * H * (3 * F + S), 0 },
@@ -549,8 +569,8 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
           A * H * (3 * S + F) + H * H * (S + 2 * F), 4 * A * H * H },
         { "relu_dropout_backward_bf16 (edges)", w_relu_backward_edges_bf16, 0,
           E * H * (3 * F + S), 0 },
-        { "atom_sum_backward_relu_bf16", w_atom_sum_backward_relu_bf16, hm ? 1 : 0,
-          A * H * F + E * H * (2 * F + S) + E * 4, 0 },
+        { "atom_sum_backward_relu_bf16", w_atom_sum_backward_relu_bf16, 1,
+          A * H * F + E * H * (F + MS + S) + E * 4, 0 },
         { "gemm_bf16 dW_h alone", w_gemm_wh_dw_bf16, 0, 2 * E * H * S + 2 * H * H * F,
           2 * E * H * H },
         { "gemm_bf16 dMsg alone", w_gemm_wh_dx_bf16, 0, 2 * E * H * S + H * H * S,
@@ -558,9 +578,9 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "gemm_batch_bf16 dW_h + dMsg", w_gemm_wh_pair_bf16, d1,
           4 * E * H * S + H * H * (S + 2 * F), 4 * E * H * H },
         { "message_backward_relu_bf16", w_message_backward_relu_bf16, d1,
-          (4 * E + A) * H * F + 3 * E * H * S + E * 8, 0 },
+          (3 * E + A) * H * F + E * H * (MS + 3 * S) + E * 8, 0 },
         { "  W_h fused, bf16 ld padded to 8", w_gemm_res_relu_wh_bf16_ldp, 0,
-          E * H * (S + 2 * F) + H * H * S, 2 * E * H * H },
+          E * H * (S + 2 * MS) + H * H * S, 2 * E * H * H },
         { "  dW_h alone, bf16 ld padded", w_gemm_wh_dw_bf16_ldp, 0, 2 * E * H * S + 2 * H * H * F,
           2 * E * H * H },
         { "  dMsg alone, bf16 ld padded", w_gemm_wh_dx_bf16_ldp, 0, 2 * E * H * S + H * H * S,
@@ -573,9 +593,10 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     const int n_rows = n_base + n_half;
 #define ROW(i) ((i) < n_base ? &rows[i] : &rows_bf16[(i) - n_base])
 
-    printf("\n== %s | batch %d molecules: %d atoms, %d directed edges | hidden %d, depth %d, "
-           "%zu parameters\n", mp_backend_cuda_info(b), (int)batch, g.n_atoms, g.n_edges, h, depth,
-           m.n_params);
+    printf("\n== %s%s | batch %d molecules: %d atoms, %d directed edges | hidden %d, depth %d, "
+           "%zu parameters\n", mp_backend_cuda_info(b),
+           m.half ? (m.half_m ? " (bf16 storage, H0 and M_t too)" : " (bf16 storage, H0 and M_t fp32)")
+                  : "", (int)batch, g.n_atoms, g.n_edges, h, depth, m.n_params);
     printf("%-34s %6s %10s %10s %9s %9s %7s\n", "op", "calls", "us/call", "MB/call", "GB/s",
            "TFLOP/s", "%step");
     double sum_ms = 0, *ms = calloc((size_t)n_rows, sizeof *ms);
@@ -686,14 +707,14 @@ static long arg_long(const char *opt, const char *s, long lo, long hi)
 int main(int argc, char **argv)
 {
     int32_t batches[8];
-    int n_batches = 0, h = 300, depth = 3, trials = 15, all = 1;
+    int n_batches = 0, h = 300, depth = 3, trials = 15, all = 1, bf16_messages = 1;
     uint64_t seed = 1;
     mp_precision prec = MP_PREC_FP32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: gpu_ops [--batch N]... [--prec fp32|tf32|bf16|all] [--hidden H] "
-                   "[--depth D] [--trials T] [--seed S]\n");
+                   "[--depth D] [--trials T] [--seed S] [--bf16-messages on|off]\n");
             return 0;
         }
         if (!v) {
@@ -711,6 +732,8 @@ int main(int argc, char **argv)
             trials = (int)arg_long(a, v, 1, 1000);
         else if (!strcmp(a, "--seed"))
             seed = (uint64_t)arg_long(a, v, 0, 1L << 40);
+        else if (!strcmp(a, "--bf16-messages") && (!strcmp(v, "on") || !strcmp(v, "off")))
+            bf16_messages = !strcmp(v, "on");
         else if (!strcmp(a, "--prec")) {
             all = !strcmp(v, "all");
             if (!all && mp_precision_parse(v, &prec) != MP_OK) {
@@ -734,6 +757,6 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int p = all ? 0 : (int)prec; p <= (all ? 2 : (int)prec); p++)
         for (int i = 0; i < n_batches; i++)
-            rc |= run_config((mp_precision)p, batches[i], h, depth, trials, seed);
+            rc |= run_config((mp_precision)p, batches[i], h, depth, trials, seed, bf16_messages);
     return rc;
 }

@@ -141,8 +141,9 @@ typedef struct {
     void   *as, *h0, *m[GS_MAX_DEPTH], *msg[GS_MAX_DEPTH], *a, *ho, *x0, *z1, *y;
     void   *dy, *dz1, *dx0, *dho, *da, *dm, *dh0, *dmsg, *loss, *target;
     uint8_t *mask;
-    /* bf16 storage (b->half_acts): dZ_t, dho, W_h and W_o's message rows */
-    int     half;
+    /* bf16 storage (b->half_acts): dZ_t, dho, W_h and W_o's message rows;
+     * half_m: H0 and M_t in bf16 too (allocated at the element size) */
+    int     half, half_m;
     void   *dzh, *dhoh, *whh, *woh;
 } gs_model;
 
@@ -231,6 +232,7 @@ static mp_status gs_model_create(gs_model *m, mp_backend *b, int fa, int h, int 
 #undef GS_ALLOC
     ok = ok && (m->mask = b->alloc(b, M * T)) != NULL;
     m->half = b->half_acts;
+    m->half_m = m->half && b->edge_embed_relu_bf16 && b->relu_dropout_bf16;
     if (m->half) {
         ok = ok && (m->dzh = b->alloc(b, E * H * 2)) != NULL;
         ok = ok && (m->dhoh = b->alloc(b, A * H * 2)) != NULL;
@@ -299,24 +301,33 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
     void *wi = GS_P(m->off_wi), *wh = GS_P(m->off_wh), *wo = GS_P(m->off_wo);
 
     b->atom_embed(b, m->as, g->atom_hot, g->atom_mass, wi, NULL, na, h, fa - 1);
-    b->edge_embed(b, m->h0, g->edge_src, g->bond_hot, m->as, GS_AT(b, wi, (size_t)fa * h), ne, h);
-    b->relu_dropout(b, m->m[0], m->h0, edge_elems, 0.0, 0);
+    if (m->half_m) {   /* bf16 H0 and M_0, as models/dmpnn.c */
+        b->edge_embed_relu_bf16(b, m->h0, m->m[0], g->edge_src, g->bond_hot, m->as,
+                                GS_AT(b, wi, (size_t)fa * h), ne, h);
+    } else {
+        b->edge_embed(b, m->h0, g->edge_src, g->bond_hot, m->as, GS_AT(b, wi, (size_t)fa * h),
+                      ne, h);
+        b->relu_dropout(b, m->m[0], m->h0, edge_elems, 0.0, 0);
+    }
     void *wom = GS_AT(b, wo, (size_t)fa * h);
     if (m->half)   /* bf16 operands, as models/dmpnn.c: W_h and W_o (consecutive) */
         b->to_bf16(b, m->whh, wh, (size_t)(2 * h + fa) * h);
     for (int t = 1; t < m->depth; t++) {
         if (m->half)
             b->message_bf16(b, m->msg[t], m->as, g->in_start, g->in_edge, g->edge_src,
-                            m->m[t - 1], na, ne, h);
+                            m->m[t - 1], m->half_m, na, ne, h);
         else
             b->message(b, m->msg[t], m->as, g->in_start, g->in_edge, g->edge_src, m->m[t - 1],
                        na, ne, h);
         if (m->half || b->gemm_res_relu) {   /* fused, as models/dmpnn.c */
             if (m->half)
-                b->gemm_res_relu_bf16(b, ne, h, h, m->msg[t], h, m->whh, h, m->h0, h, m->m[t], h);
+                b->gemm_res_relu_bf16(b, ne, h, h, m->msg[t], h, m->whh, h, m->h0, h, m->m[t], h,
+                                      m->half_m);
             else
                 b->gemm_res_relu(b, ne, h, h, m->msg[t], h, wh, h, m->h0, h, m->m[t], h);
-            if (m->p > 0)
+            if (m->p > 0 && m->half_m)
+                b->relu_dropout_bf16(b, m->m[t], m->m[t], edge_elems, m->p, key + (uint64_t)t);
+            else if (m->p > 0)
                 b->relu_dropout(b, m->m[t], m->m[t], edge_elems, m->p, key + (uint64_t)t);
             continue;
         }
@@ -325,13 +336,13 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
         b->relu_dropout(b, m->m[t], m->m[t], edge_elems, m->p, key + (uint64_t)t);
     }
     if (m->half)
-        b->atom_sum_bf16(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], na, h);
+        b->atom_sum_bf16(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], m->half_m, na, h);
     else
         b->atom_sum(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], na, h);
     b->atom_embed(b, m->ho, g->atom_hot, g->atom_mass, wo, GS_P(m->off_bo), na, h, fa - 1);
     if (m->half || b->gemm_res_relu) {
         if (m->half)
-            b->gemm_res_relu_bf16(b, na, h, h, m->a, h, m->woh, h, m->ho, h, m->ho, h);
+            b->gemm_res_relu_bf16(b, na, h, h, m->a, h, m->woh, h, m->ho, h, m->ho, h, 0);
         else
             b->gemm_res_relu(b, na, h, h, m->a, h, wom, h, m->ho, h, m->ho, h);
         if (m->p > 0)
@@ -393,9 +404,9 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
     else
         b->gemm_batch(b, 2, go);
     b->atom_embed_backward(b, GS_G(m->off_wo), g->atom_hot, g->atom_mass, m->dho, na, h, fa - 1);
-    if (m->half && m->depth > 1)   /* gather + first ReLU backward, as models/dmpnn.c */
+    if (m->half)   /* gather + first ReLU backward, as models/dmpnn.c */
         b->atom_sum_backward_relu_bf16(b, m->dh0, m->dzh, g->edge_dst, m->da, m->m[m->depth - 1],
-                                       m->p, ne, h);
+                                       m->half_m, m->depth > 1 ? m->p : 0.0, ne, h);
     else
         b->atom_sum_backward(b, m->dm, g->edge_dst, m->da, ne, h);
     /* message steps, last first */
@@ -412,7 +423,8 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
             if (m->half) {
                 b->gemm_batch_bf16(b, 2, gh, 2u);   /* dmsg in bf16 */
                 b->message_backward_relu_bf16(b, m->dzh, m->dh0, m->da, g->in_start, g->in_edge,
-                                              g->edge_dst, m->dmsg, m->m[t - 1], pt, na, ne, h);
+                                              g->edge_dst, m->dmsg, m->m[t - 1], m->half_m, pt,
+                                              na, ne, h);
                 continue;
             }
             b->gemm_batch(b, 2, gh);
@@ -420,6 +432,13 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
                                      g->edge_dst, m->dmsg, m->m[t - 1], pt, na, ne, h);
             dz = m->dm;
         }
+        b->edge_embed_backward(b, m->da, GS_AT(b, GS_G(m->off_wi), (size_t)fa * h), g->in_start,
+                               g->in_edge, g->bond_hot, m->dh0, na, ne, h);
+        b->atom_embed_backward(b, GS_G(m->off_wi), g->atom_hot, g->atom_mass, m->da, na, h,
+                               fa - 1);
+        return;
+    }
+    if (m->half) {   /* depth 1: dh0 holds dZ_0 (the gather above) */
         b->edge_embed_backward(b, m->da, GS_AT(b, GS_G(m->off_wi), (size_t)fa * h), g->in_start,
                                g->in_edge, g->bond_hot, m->dh0, na, ne, h);
         b->atom_embed_backward(b, GS_G(m->off_wi), g->atom_hot, g->atom_mass, m->da, na, h,

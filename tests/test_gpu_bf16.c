@@ -134,37 +134,90 @@ static void emu_gemm_batch_bf16(mp_backend *b, int count, const mp_gemm *g, unsi
 
 static void emu_gemm_res_relu_bf16(mp_backend *b, int m, int n, int k, const void *a, int lda,
                                    const void *w, int ldw, const void *r, int ldr, void *c,
-                                   int ldc)
+                                   int ldc, int rc_bf16)
 {
     float *af = emu_widen(a, (size_t)m * lda), *wf = emu_widen(w, (size_t)k * ldw);
-    if (af && wf)
-        b->gemm_res_relu(b, m, n, k, af, lda, wf, ldw, r, ldr, c, ldc);
+    float *rf = rc_bf16 ? emu_widen(r, (size_t)m * ldr) : NULL;
+    float *cf = rc_bf16 ? emu_tmp((size_t)m * ldc) : NULL;
+    if (af && wf && (!rc_bf16 || (rf && cf))) {
+        if (!rc_bf16) {
+            b->gemm_res_relu(b, m, n, k, af, lda, wf, ldw, r, ldr, c, ldc);
+        } else {
+            b->gemm_res_relu(b, m, n, k, af, lda, wf, ldw, rf, ldr, cf, ldc);
+            for (int i = 0; i < m; i++)   /* the [m x n] block, rounded */
+                emu_round((uint16_t *)c + (size_t)i * ldc, cf + (size_t)i * ldc, (size_t)n);
+        }
+    }
     mp_free(af);
     mp_free(wf);
+    mp_free(rf);
+    mp_free(cf);
+}
+
+/* x as floats: itself, or a widened copy of a bf16 x (in *owned). */
+static const void *emu_in(const void *x, int x_bf16, size_t n, float **owned)
+{
+    *owned = x_bf16 ? emu_widen(x, n) : NULL;
+    return x_bf16 ? (const void *)*owned : x;
 }
 
 static void emu_message_bf16(mp_backend *b, void *msg, void *s, const int32_t *in_start,
                              const int32_t *in_edge, const int32_t *edge_src, const void *m,
-                             int32_t n_atoms, int32_t n_edges, int h)
+                             int m_bf16, int32_t n_atoms, int32_t n_edges, int h)
+{
+    size_t n = (size_t)n_edges * h;
+    float *t = emu_tmp(n), *mw;
+    const void *mf = emu_in(m, m_bf16, n, &mw);
+    if (t && mf) {
+        b->message(b, t, s, in_start, in_edge, edge_src, mf, n_atoms, n_edges, h);
+        emu_round(msg, t, n);
+    }
+    mp_free(t);
+    mp_free(mw);
+}
+
+static void emu_atom_sum_bf16(mp_backend *b, void *a, const int32_t *in_start,
+                              const int32_t *in_edge, const void *m, int m_bf16, int32_t n_atoms,
+                              int h)
+{
+    size_t n = (size_t)n_atoms * h;
+    float *t = emu_tmp(n), *mw;
+    /* m holds a row per edge: the largest index in in_edge bounds it */
+    size_t ne = 0;
+    for (int32_t k = 0; k < (n_atoms > 0 ? in_start[n_atoms] : 0); k++)
+        ne = (size_t)in_edge[k] + 1 > ne ? (size_t)in_edge[k] + 1 : ne;
+    const void *mf = emu_in(m, m_bf16, ne * h, &mw);
+    if (t && (mf || !m_bf16)) {
+        b->atom_sum(b, t, in_start, in_edge, mf, n_atoms, h);
+        emu_round(a, t, n);
+    }
+    mp_free(t);
+    mp_free(mw);
+}
+
+static void emu_edge_embed_relu_bf16(mp_backend *b, void *h0, void *m0, const int32_t *edge_src,
+                                     const int8_t *bond_hot, const void *a, const void *wb,
+                                     int32_t n_edges, int h)
 {
     size_t n = (size_t)n_edges * h;
     float *t = emu_tmp(n);
     if (!t)
         return;
-    b->message(b, t, s, in_start, in_edge, edge_src, m, n_atoms, n_edges, h);
-    emu_round(msg, t, n);
+    b->edge_embed(b, t, edge_src, bond_hot, a, wb, n_edges, h);
+    emu_round(h0, t, n);
+    b->relu_dropout(b, t, t, n, 0.0, 0);
+    emu_round(m0, t, n);
     mp_free(t);
 }
 
-static void emu_atom_sum_bf16(mp_backend *b, void *a, const int32_t *in_start,
-                              const int32_t *in_edge, const void *m, int32_t n_atoms, int h)
+static void emu_relu_dropout_bf16(mp_backend *b, void *y, const void *x, size_t n, double p,
+                                  uint64_t key)
 {
-    size_t n = (size_t)n_atoms * h;
-    float *t = emu_tmp(n);
+    float *t = emu_widen(x, n);
     if (!t)
         return;
-    b->atom_sum(b, t, in_start, in_edge, m, n_atoms, h);
-    emu_round(a, t, n);
+    b->relu_dropout(b, t, t, n, p, key);
+    emu_round(y, t, n);
     mp_free(t);
 }
 
@@ -177,29 +230,37 @@ static void emu_relu_dropout_backward_bf16(mp_backend *b, void *dx, void *dxh, c
 
 static void emu_atom_sum_backward_relu_bf16(mp_backend *b, void *dx, void *dxh,
                                             const int32_t *edge_dst, const void *da,
-                                            const void *y, double p, int32_t n_edges, int h)
+                                            const void *y, int y_bf16, double p, int32_t n_edges,
+                                            int h)
 {
     size_t n = (size_t)n_edges * h;
-    b->atom_sum_backward(b, dx, edge_dst, da, n_edges, h);
-    b->relu_dropout_backward(b, dx, y, dx, n, p);
-    emu_round(dxh, dx, n);
+    float *yw;
+    const void *yf = emu_in(y, y_bf16, n, &yw);
+    if (yf) {
+        b->atom_sum_backward(b, dx, edge_dst, da, n_edges, h);
+        b->relu_dropout_backward(b, dx, yf, dx, n, p);
+        emu_round(dxh, dx, n);
+    }
+    mp_free(yw);
 }
 
 static void emu_message_backward_relu_bf16(mp_backend *b, void *dzh, void *dh0, void *ds,
                                            const int32_t *in_start, const int32_t *in_edge,
                                            const int32_t *edge_dst, const void *dmsg,
-                                           const void *y, double p, int32_t n_atoms,
+                                           const void *y, int y_bf16, double p, int32_t n_atoms,
                                            int32_t n_edges, int h)
 {
     size_t n = (size_t)n_edges * h;
-    float *t = emu_tmp(n), *dm = emu_widen(dmsg, n);
-    if (t && dm) {
-        b->message_backward_relu(b, t, dh0, ds, in_start, in_edge, edge_dst, dm, y, p, n_atoms,
+    float *t = emu_tmp(n), *dm = emu_widen(dmsg, n), *yw;
+    const void *yf = emu_in(y, y_bf16, n, &yw);
+    if (t && dm && yf) {
+        b->message_backward_relu(b, t, dh0, ds, in_start, in_edge, edge_dst, dm, yf, p, n_atoms,
                                  n_edges, h);
         emu_round(dzh, t, n);
     }
     mp_free(t);
     mp_free(dm);
+    mp_free(yw);
 }
 
 /* The float reference backend with the bf16 ops emulated (half_acts = 1). */
@@ -219,6 +280,8 @@ static mp_status emu_open(mp_backend **out)
     b->relu_dropout_backward_bf16 = emu_relu_dropout_backward_bf16;
     b->message_backward_relu_bf16 = emu_message_backward_relu_bf16;
     b->atom_sum_backward_relu_bf16 = emu_atom_sum_backward_relu_bf16;
+    b->edge_embed_relu_bf16 = emu_edge_embed_relu_bf16;
+    b->relu_dropout_bf16 = emu_relu_dropout_bf16;
     return MP_OK;
 }
 
@@ -635,7 +698,7 @@ static int case_gemm(fx *f, int rows, int h, int pad, int count, int same_operan
 }
 
 typedef struct {
-    int m, n, k, ld, inplace;
+    int m, n, k, ld, inplace, rc;
     buf *a, *w, *r, *c;
 } rr_arg;
 
@@ -647,12 +710,14 @@ static void op_res_relu(fx *f, void *x, int gpu)
     void *r = q->inplace ? c : gpu ? q->r->g : q->r->r;
     if (gpu)
         b->gemm_res_relu_bf16(b, q->m, q->n, q->k, q->a->g, q->ld, q->w->g, q->ld, r, q->ld, c,
-                              q->ld);
+                              q->ld, q->rc);
     else
         b->gemm_res_relu(b, q->m, q->n, q->k, q->a->r, q->ld, q->w->r, q->ld, r, q->ld, c, q->ld);
 }
 
-static int case_res_relu(fx *f, int m, int h, int pad, int inplace, int same_operands,
+/* rc: r and c bf16 too (the model's W_h update with bf16 H0 and M_t; c
+ * rounded at the end, so bf16's bound). */
+static int case_res_relu(fx *f, int m, int h, int pad, int inplace, int same_operands, int rc,
                          double *rel_out)
 {
     char what[160];
@@ -661,14 +726,16 @@ static int case_res_relu(fx *f, int m, int h, int pad, int inplace, int same_ope
     float *r0 = rand_floats(f, (size_t)m * ld, 1.0);
     int ok = r0 && buf_rand(f, &A, (size_t)m * ld, 1, same_operands) &&
              buf_rand(f, &W, (size_t)h * ld, 1, same_operands) &&
-             buf_make(f, &R, (size_t)m * ld, 0, r0, 0) &&
-             buf_make(f, &C, (size_t)m * ld, 0, inplace ? r0 : NULL, 0);
+             buf_make(f, &R, (size_t)m * ld, rc, r0, rc) &&
+             buf_make(f, &C, (size_t)m * ld, rc, inplace ? r0 : NULL, rc);
     if (ok) {
-        rr_arg q = { m, h, h, ld, inplace, &A, &W, &R, &C };
-        snprintf(what, sizeof what, "gemm_res_relu_bf16 (m %d, h %d, pad %d%s, %s)", m, h, pad,
-                 inplace ? ", in place" : "",
-                 same_operands ? "ref on the same bf16 operands" : "ref unrounded");
-        out_spec o = { "c", &C, same_operands ? TOL_SAME_OPS : TOL_BF16, inplace ? r0 : NULL };
+        rr_arg q = { m, h, h, ld, inplace, rc, &A, &W, &R, &C };
+        snprintf(what, sizeof what, "gemm_res_relu_bf16 (m %d, h %d, pad %d%s, %s, r/c %s)", m,
+                 h, pad, inplace ? ", in place" : "",
+                 same_operands ? "ref on the same bf16 operands" : "ref unrounded",
+                 rc ? "bf16" : "fp32");
+        out_spec o = { "c", &C, same_operands && !rc ? TOL_SAME_OPS : TOL_BF16,
+                       inplace ? r0 : NULL };
         ok = run_checked(f, what, op_res_relu, &q, &o, 1);
         if (ok && rel_out) {
             /* the error of the first run (the output now holds the second) */
@@ -684,7 +751,7 @@ static int case_res_relu(fx *f, int m, int h, int pad, int inplace, int same_ope
 
 typedef struct {
     mp_graphs h;
-    void *src[2], *dst[2], *in_start[2], *in_edge[2];   /* [0] tested, [1] ref */
+    void *src[2], *dst[2], *in_start[2], *in_edge[2], *bond[2];   /* [0] tested, [1] ref */
 } dgraph;
 
 static const rg_opts SHAPES[] = {
@@ -704,7 +771,8 @@ static int dgraph_make(fx *f, dgraph *d, int si)
     return raw_make(f, &d->src[0], &d->src[1], g->edge_src, E * 4) &&
            raw_make(f, &d->dst[0], &d->dst[1], g->edge_dst, E * 4) &&
            raw_make(f, &d->in_start[0], &d->in_start[1], g->in_start, (A + 1) * 4) &&
-           raw_make(f, &d->in_edge[0], &d->in_edge[1], g->in_edge, E * 4);
+           raw_make(f, &d->in_edge[0], &d->in_edge[1], g->in_edge, E * 4) &&
+           raw_make(f, &d->bond[0], &d->bond[1], g->bond_hot, E / 2 * MP_BOND_MAX_HOT);
 }
 
 typedef struct {
@@ -712,6 +780,7 @@ typedef struct {
     int h;
     double p;
     buf *x, *y, *out, *s, *dh0, *dxf;
+    int mh;                 /* x (M) or y is bf16 (the tested side) */
 } g_arg;
 
 #define SIDE(bp) (gpu ? (bp)->g : (bp)->r)
@@ -724,7 +793,7 @@ static void op_message(fx *f, void *x, int gpu)
     const mp_graphs *g = &q->d->h;
     if (gpu)
         b->message_bf16(b, SIDE(q->out), SIDE(q->s), GI(in_start), GI(in_edge), GI(src),
-                        SIDE(q->x), g->n_atoms, g->n_edges, q->h);
+                        SIDE(q->x), q->mh, g->n_atoms, g->n_edges, q->h);
     else
         b->message(b, SIDE(q->out), SIDE(q->s), GI(in_start), GI(in_edge), GI(src), SIDE(q->x),
                    g->n_atoms, g->n_edges, q->h);
@@ -736,7 +805,8 @@ static void op_atom_sum(fx *f, void *x, int gpu)
     mp_backend *b = gpu ? f->g : f->r;
     const mp_graphs *g = &q->d->h;
     if (gpu)
-        b->atom_sum_bf16(b, SIDE(q->out), GI(in_start), GI(in_edge), SIDE(q->x), g->n_atoms, q->h);
+        b->atom_sum_bf16(b, SIDE(q->out), GI(in_start), GI(in_edge), SIDE(q->x), q->mh,
+                         g->n_atoms, q->h);
     else
         b->atom_sum(b, SIDE(q->out), GI(in_start), GI(in_edge), SIDE(q->x), g->n_atoms, q->h);
 }
@@ -748,7 +818,7 @@ static void op_message_backward_relu(fx *f, void *x, int gpu)
     const mp_graphs *g = &q->d->h;
     if (gpu)
         b->message_backward_relu_bf16(b, SIDE(q->out), SIDE(q->dh0), SIDE(q->s), GI(in_start),
-                                      GI(in_edge), GI(dst), SIDE(q->x), SIDE(q->y), q->p,
+                                      GI(in_edge), GI(dst), SIDE(q->x), SIDE(q->y), q->mh, q->p,
                                       g->n_atoms, g->n_edges, q->h);
     else
         b->message_backward_relu(b, SIDE(q->out), SIDE(q->dh0), SIDE(q->s), GI(in_start),
@@ -776,7 +846,7 @@ static void op_atom_sum_backward_relu(fx *f, void *x, int gpu)
     const mp_graphs *g = &q->d->h;
     if (gpu) {
         b->atom_sum_backward_relu_bf16(b, SIDE(q->dxf), SIDE(q->out), GI(dst), SIDE(q->x),
-                                       SIDE(q->y), q->p, g->n_edges, q->h);
+                                       SIDE(q->y), q->mh, q->p, g->n_edges, q->h);
         return;
     }
     b->atom_sum_backward(b, SIDE(q->dxf), GI(dst), SIDE(q->x), g->n_edges, q->h);
@@ -784,41 +854,73 @@ static void op_atom_sum_backward_relu(fx *f, void *x, int gpu)
                              q->p);
 }
 
+/* edge_embed_relu_bf16: x = a (atoms), y = wb (bond rows), out = h0, dxf = m0 */
+static void op_edge_embed_relu(fx *f, void *x, int gpu)
+{
+    g_arg *q = x;
+    mp_backend *b = gpu ? f->g : f->r;
+    const mp_graphs *g = &q->d->h;
+    if (gpu) {
+        b->edge_embed_relu_bf16(b, SIDE(q->out), SIDE(q->dxf), GI(src), GI(bond), SIDE(q->x),
+                                SIDE(q->y), g->n_edges, q->h);
+        return;
+    }
+    b->edge_embed(b, SIDE(q->out), GI(src), GI(bond), SIDE(q->x), SIDE(q->y), g->n_edges, q->h);
+    b->relu_dropout(b, SIDE(q->dxf), SIDE(q->out), (size_t)g->n_edges * q->h, 0.0, 0);
+}
+
+/* relu_dropout_bf16: out = relu_dropout(x), key 5 + p's percent */
+static void op_relu_dropout(fx *f, void *x, int gpu)
+{
+    g_arg *q = x;
+    mp_backend *b = gpu ? f->g : f->r;
+    uint64_t key = 5 + (uint64_t)(q->p * 100);
+    if (gpu)
+        b->relu_dropout_bf16(b, SIDE(q->out), SIDE(q->x), q->x->n, q->p, key);
+    else
+        b->relu_dropout(b, SIDE(q->out), SIDE(q->x), q->x->n, q->p, key);
+}
+
 #undef SIDE
 #undef GI
 
-/* y with ~40% exact zeros (a ReLU output), on both sides, fp32. */
-static int relu_like(fx *f, buf *y, size_t n)
+/* y with ~40% exact zeros (a ReLU output), on both sides, fp32 or bf16
+ * (then ref64 gets the same rounded values). */
+static int relu_like(fx *f, buf *y, size_t n, int half)
 {
     float *h = rand_floats(f, n, 1.0);
     if (!h)
         return fail(f, "out of host memory");
     for (size_t i = 0; i < n; i++)
         h[i] = h[i] < -0.2f ? 0.0f : h[i] + 0.2f;
-    int ok = buf_make(f, y, n, 0, h, 0);
+    int ok = buf_make(f, y, n, half, h, half);
     mp_free(h);
     return ok;
 }
 
-static int case_graph_ops(fx *f, int si, int h)
+/* mh: the messages M (input of message, atom_sum; y of the backwards) are
+ * bf16 buffers, ref64 on the same rounded values. */
+static int case_graph_ops(fx *f, int si, int h, int mh)
 {
     char what[160];
     dgraph d;
     int ok = dgraph_make(f, &d, si);
     const mp_graphs *g = &d.h;
     size_t A = (size_t)g->n_atoms, E = (size_t)g->n_edges, nE = E * h, nA = A * h;
+    const char *mt = mh ? "bf16" : "fp32";
     buf m, out, s, a;
-    ok = ok && buf_rand(f, &m, nE, 0, 0) && buf_make(f, &out, nE, 1, NULL, 0) &&
+    ok = ok && buf_rand(f, &m, nE, mh, mh) && buf_make(f, &out, nE, 1, NULL, 0) &&
          buf_make(f, &s, nA, 0, NULL, 0) && buf_make(f, &a, nA, 1, NULL, 0);
-    g_arg q = { &d, h, 0.0, &m, NULL, &out, &s, NULL, NULL };
+    g_arg q = { &d, h, 0.0, &m, NULL, &out, &s, NULL, NULL, mh };
     if (ok) {
-        snprintf(what, sizeof what, "message_bf16 (mols %d, h %d)", (int)g->n_mols, h);
+        snprintf(what, sizeof what, "message_bf16 (mols %d, h %d, M %s)", (int)g->n_mols, h, mt);
         out_spec o[2] = { { "msg (bf16)", &out, TOL_BF16, NULL }, { "s", &s, TOL_F32, NULL } };
         ok = run_checked(f, what, op_message, &q, o, 2);
     }
     if (ok) {
         q.out = &a;
-        snprintf(what, sizeof what, "atom_sum_bf16 (mols %d, h %d)", (int)g->n_mols, h);
+        snprintf(what, sizeof what, "atom_sum_bf16 (mols %d, h %d, M %s)", (int)g->n_mols, h,
+                 mt);
         out_spec o = { "a (bf16)", &a, TOL_BF16, NULL };
         ok = run_checked(f, what, op_atom_sum, &q, &o, 1);
     }
@@ -828,13 +930,13 @@ static int case_graph_ops(fx *f, int si, int h)
         float *dh00 = rand_floats(f, nE, 1.0);
         /* dmsg bf16, ref64 on the same rounded values: the fp32 outputs
          * (ds, dh0) then agree to fp32 rounding */
-        ok = dh00 && buf_rand(f, &dmsg, nE, 1, 1) && relu_like(f, &y, nE) &&
+        ok = dh00 && buf_rand(f, &dmsg, nE, 1, 1) && relu_like(f, &y, nE, mh) &&
              buf_make(f, &dzh, nE, 1, NULL, 0) && buf_make(f, &dh0, nE, 0, dh00, 0) &&
              buf_make(f, &ds, nA, 0, NULL, 0);
         if (ok) {
-            g_arg r = { &d, h, p, &dmsg, &y, &dzh, &ds, &dh0, NULL };
-            snprintf(what, sizeof what, "message_backward_relu_bf16 (mols %d, h %d, p %g)",
-                     (int)g->n_mols, h, p);
+            g_arg r = { &d, h, p, &dmsg, &y, &dzh, &ds, &dh0, NULL, mh };
+            snprintf(what, sizeof what, "message_backward_relu_bf16 (mols %d, h %d, p %g, y %s)",
+                     (int)g->n_mols, h, p, mt);
             out_spec o[3] = { { "dz (bf16)", &dzh, TOL_BF16, NULL },
                               { "dh0 (+= dz)", &dh0, TOL_F32, dh00 },
                               { "ds", &ds, TOL_F32, NULL } };
@@ -845,15 +947,50 @@ static int case_graph_ops(fx *f, int si, int h)
              buf_make(f, &dxh, nE, 1, NULL, 0);
         if (ok) {
             dxh.r = dx.r;   /* the reference of the rounded copy: ref64's dx */
-            g_arg r = { &d, h, p, &da, &y, &dxh, NULL, NULL, &dx };
-            snprintf(what, sizeof what, "atom_sum_backward_relu_bf16 (mols %d, h %d, p %g)",
-                     (int)g->n_mols, h, p);
+            g_arg r = { &d, h, p, &da, &y, &dxh, NULL, NULL, &dx, mh };
+            snprintf(what, sizeof what, "atom_sum_backward_relu_bf16 (mols %d, h %d, p %g, y %s)",
+                     (int)g->n_mols, h, p, mt);
             out_spec o[2] = { { "dx", &dx, TOL_F32, NULL }, { "dx (bf16)", &dxh, TOL_BF16, NULL } };
             ok = run_checked(f, what, op_atom_sum_backward_relu, &r, o, 2);
         }
         mp_free(dh00);
     }
+    if (ok && mh) {
+        /* H0 and M_0 = ReLU(H0) in bf16 from the atom part a and bond rows wb */
+        buf aa, wb, h0, m0;
+        ok = buf_rand(f, &aa, nA, 0, 0) && buf_rand(f, &wb, (size_t)MP_BOND_FDIM * h, 0, 0) &&
+             buf_make(f, &h0, nE, 1, NULL, 0) && buf_make(f, &m0, nE, 1, NULL, 0);
+        if (ok) {
+            g_arg r = { &d, h, 0.0, &aa, &wb, &h0, NULL, NULL, &m0, 1 };
+            snprintf(what, sizeof what, "edge_embed_relu_bf16 (mols %d, h %d)", (int)g->n_mols,
+                     h);
+            out_spec o[2] = { { "h0 (bf16)", &h0, TOL_BF16, NULL },
+                              { "m0 (bf16)", &m0, TOL_BF16, NULL } };
+            ok = run_checked(f, what, op_edge_embed_relu, &r, o, 2);
+        }
+    }
     mp_graphs_free(&d.h);
+    fx_reset(f);
+    return ok;
+}
+
+/* relu_dropout_bf16 over n bf16 values (alias: in place). */
+static int case_relu_dropout(fx *f, size_t n, double p, int alias)
+{
+    char what[160];
+    buf x, y;
+    float *x0 = rand_floats(f, n, 1.0);
+    int ok = x0 && buf_make(f, &x, n, 1, x0, 1) && buf_make(f, &y, n, 1, NULL, 0);
+    if (ok) {
+        buf *out = alias ? &x : &y;
+        g_arg q = { NULL, 0, p, &x, NULL, out, NULL, NULL, NULL, 1 };
+        snprintf(what, sizeof what, "relu_dropout_bf16 (n %zu, p %g%s)", n, p,
+                 alias ? ", in place" : "");
+        /* a unit dropped on one side only is an error of order 1 */
+        out_spec o = { "y (bf16)", out, TOL_BF16, alias ? x0 : NULL };
+        ok = run_checked(f, what, op_relu_dropout, &q, &o, 1);
+    }
+    mp_free(x0);
     fx_reset(f);
     return ok;
 }
@@ -863,11 +1000,11 @@ static int case_relu_backward(fx *f, size_t n, double p, int alias)
     char what[160];
     buf dy, y, dx, dxh;
     float *dy0 = rand_floats(f, n, 1.0);
-    int ok = dy0 && buf_make(f, &dy, n, 0, dy0, 0) && relu_like(f, &y, n) &&
+    int ok = dy0 && buf_make(f, &dy, n, 0, dy0, 0) && relu_like(f, &y, n, 0) &&
              buf_make(f, &dx, n, 0, NULL, 0) && buf_make(f, &dxh, n, 1, NULL, 0);
     if (ok) {
         dxh.r = alias ? dy.r : dx.r;   /* the reference of the rounded copy: ref64's dx */
-        g_arg q = { NULL, 0, p, &dy, &y, &dxh, NULL, NULL, alias ? &dy : &dx };
+        g_arg q = { NULL, 0, p, &dy, &y, &dxh, NULL, NULL, alias ? &dy : &dx, 0 };
         snprintf(what, sizeof what, "relu_dropout_backward_bf16 (n %zu, p %g%s)", n, p,
                  alias ? ", dx = dy" : "");
         out_spec o[2] = { { "dx", alias ? &dy : &dx, TOL_F32, alias ? dy0 : NULL },
@@ -891,8 +1028,11 @@ static int ops_all(fx *f, int big)
     static const int H[] = { 1, 7, 64, 300, 301 };
     for (size_t i = 0; i < sizeof H / sizeof H[0]; i++)
         for (int si = 0; si < 3; si++)
-            if (!case_graph_ops(f, si, H[i]))
+            if (!case_graph_ops(f, si, H[i], 0) || !case_graph_ops(f, si, H[i], 1))
                 return 0;
+    if (!case_relu_dropout(f, 1, 0.0, 0) || !case_relu_dropout(f, 4099, 0.0, 1) ||
+        !case_relu_dropout(f, 60 * 300, 0.3, 0) || !case_relu_dropout(f, 60 * 301, 0.2, 1))
+        return 0;
     if (!case_relu_backward(f, 1, 0.0, 0) || !case_relu_backward(f, 4099, 0.0, 0) ||
         !case_relu_backward(f, 60 * 300, 0.3, 0) || !case_relu_backward(f, 60 * 300, 0.0, 1))
         return 0;
@@ -906,8 +1046,10 @@ static int ops_all(fx *f, int big)
                 !case_gemm(f, G[i].rows, G[i].h, G[i].pad, 2, same, 1) ||
                 !case_gemm(f, G[i].rows, G[i].h, G[i].pad, 1, same, 0) ||
                 !case_gemm(f, G[i].rows, G[i].h, G[i].pad, 1, same, 1) ||
-                !case_res_relu(f, G[i].rows, G[i].h, G[i].pad, 0, same, NULL) ||
-                !case_res_relu(f, G[i].rows, G[i].h, G[i].pad, 1, same, NULL))
+                !case_res_relu(f, G[i].rows, G[i].h, G[i].pad, 0, same, 0, NULL) ||
+                !case_res_relu(f, G[i].rows, G[i].h, G[i].pad, 1, same, 0, NULL) ||
+                !case_res_relu(f, G[i].rows, G[i].h, G[i].pad, 0, same, 1, NULL) ||
+                !case_res_relu(f, G[i].rows, G[i].h, G[i].pad, 1, same, 1, NULL))
                 return 0;
     }
     return 1;
@@ -939,7 +1081,8 @@ MP_TEST(gpu_bf16_only_at_bf16)
         int ok = !f.g->half_acts && !f.g->to_bf16 && !f.g->gemm_batch_bf16 &&
                  !f.g->gemm_res_relu_bf16 && !f.g->message_bf16 && !f.g->atom_sum_bf16 &&
                  !f.g->relu_dropout_backward_bf16 && !f.g->message_backward_relu_bf16 &&
-                 !f.g->atom_sum_backward_relu_bf16;
+                 !f.g->atom_sum_backward_relu_bf16 && !f.g->edge_embed_relu_bf16 &&
+                 !f.g->relu_dropout_bf16;
         if (!ok)
             fail(&f, "cuda:%s has bf16 storage ops", mp_precision_name((mp_precision)p));
         FX_END(f, ok);
@@ -960,7 +1103,7 @@ MP_TEST(gpu_bf16_is_bf16)
     {
         fx f;
         FX_OPEN(f, 0, MP_PREC_BF16, 204);
-        int ok = case_res_relu(&f, 2900, 300, 0, 0, 0, &e_bf);
+        int ok = case_res_relu(&f, 2900, 300, 0, 0, 0, 0, &e_bf);
         FX_END(f, ok);
     }
     {

@@ -832,8 +832,8 @@ static void cu_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, 
         return;
     }
     /* Lt needs k >= 1 (k == 0 is c = ReLU(r), composed below). */
-    if (k > 0 && mp_cu_lt_res_relu(c, CUDA_R_32F, compute_type(c->prec), m, n, k, a, lda, w, ldw,
-                                   r, ldr, cm, ldc))
+    if (k > 0 && mp_cu_lt_res_relu(c, CUDA_R_32F, CUDA_R_32F, compute_type(c->prec), m, n, k, a,
+                                   lda, w, ldw, r, ldr, cm, ldc))
         return;
     mp_ops_gemm_res_relu_composed(b, m, n, k, a, lda, w, ldw, r, ldr, cm, ldc);
 }

@@ -16,12 +16,15 @@
  *                                   message_backward_relu_bf16
  *   a       atom_sum_bf16           forward W_o product (A), dW_o (A^T)
  *   dho     relu_dropout_backward_bf16 (a rounded copy beside the fp32 one)
- *   W_h, W_o's message rows         to_bf16, once per forward
+ *   W_h, W_o                        to_bf16, once per forward (one pass)
+ *   H0, M_t edge_embed_relu_bf16, the W_h product (bf16 C and D),
+ *           relu_dropout_bf16       the W_h product, message, atom_sum,
+ *                                   the backward ReLU masks
  *
  * and the products run cuBLAS / cuBLASLt with A, B = CUDA_R_16BF, C, D =
- * CUDA_R_32F, CUBLAS_COMPUTE_32F: the tensor cores' bf16 path with fp32
- * accumulation into fp32 outputs.  Parameters, gradients, Adam moments and
- * every other activation (H0, M_t, the sums, dh0) stay fp32; where a
+ * CUDA_R_32F (CUDA_R_16BF for the W_h update), CUBLAS_COMPUTE_32F: the
+ * tensor cores' bf16 path with fp32 accumulation.  Parameters, gradients, Adam moments and
+ * every other activation (the sums, dh0, the readout) stay fp32; where a
  * gradient is both summed and fed to a product (dZ into dh0) the sum takes
  * the unrounded value.  Rounding is to nearest even (__float2bfloat16_rn).
  *
@@ -63,6 +66,11 @@ template <int V> __device__ __forceinline__ fv<V> ldbf(const bf16 *p)
     }
     return r;
 }
+
+/* V values at p as floats, p fp32 or bf16 (the kernels below take the
+ * messages M in either type). */
+template <int V> __device__ __forceinline__ fv<V> ldx(const float *p) { return ldv<V>(p); }
+template <int V> __device__ __forceinline__ fv<V> ldx(const bf16 *p) { return ldbf<V>(p); }
 
 /* V floats rounded to bf16 at p (V = 4: one 8-byte store, p 8-byte aligned). */
 template <int V> __device__ __forceinline__ void stbf(bf16 *p, const fv<V> &r)
@@ -112,10 +120,10 @@ __global__ void k_relu_dropout_backward_bf16(float *dx, bf16 *__restrict__ dxh, 
 
 /* The gather of atom_sum_backward and the ReLU / dropout backward through y:
  * dx[e] = y[e] > 0 ? da[dst[e]] (* scale) : 0 (fp32), dxh[e] = bf16(dx[e]). */
-template <int V>
+template <int V, typename T>
 __global__ void k_gather_relu_bf16(float *__restrict__ dx, bf16 *__restrict__ dxh,
                                    const int32_t *__restrict__ idx, const float *__restrict__ da,
-                                   const float *__restrict__ y, int32_t n_edges, int h,
+                                   const T *__restrict__ y, int32_t n_edges, int h,
                                    float scale, int scaled)
 {
     const unsigned nv = (unsigned)(h / V);
@@ -125,7 +133,7 @@ __global__ void k_gather_relu_bf16(float *__restrict__ dx, bf16 *__restrict__ dx
         int64_t e = split_row(t, nv, &jv);
         const int j = (int)jv * V;
         const size_t o = (size_t)e * h + j;
-        fv<V> g = ldv<V>(da + (size_t)idx[e] * h + j), yv = ldv<V>(y + o);
+        fv<V> g = ldv<V>(da + (size_t)idx[e] * h + j), yv = ldx<V>(y + o);
 #pragma unroll
         for (int u = 0; u < V; u++)
             g.v[u] = yv.v[u] > 0.0f ? (scaled ? g.v[u] * scale : g.v[u]) : 0.0f;
@@ -136,10 +144,10 @@ __global__ void k_gather_relu_bf16(float *__restrict__ dx, bf16 *__restrict__ dx
 
 /* out (bf16) [v] = sum over k in [in_start[v], in_start[v+1]) of x[in_edge[k]],
  * in CSR order (k_segment_sum with flip 0 and a bf16 store). */
-template <int V>
+template <int V, typename T>
 __global__ void k_segment_sum_bf16(bf16 *__restrict__ out, const int32_t *__restrict__ in_start,
                                    const int32_t *__restrict__ in_edge,
-                                   const float *__restrict__ x, int32_t n_atoms, int h)
+                                   const T *__restrict__ x, int32_t n_atoms, int h)
 {
     const unsigned nv = (unsigned)(h / V);
     const size_t total = (size_t)n_atoms * nv;
@@ -151,18 +159,18 @@ __global__ void k_segment_sum_bf16(bf16 *__restrict__ out, const int32_t *__rest
         fv<V> acc = fv_zero<V>();
 #pragma unroll 4
         for (int32_t k = k0; k < k1; k++)
-            fv_add<V>(acc, ldv<V>(x + (size_t)in_edge[k] * h + j));
+            fv_add<V>(acc, ldx<V>(x + (size_t)in_edge[k] * h + j));
         stbf<V>(out + (size_t)v * h + j, acc);
     }
 }
 
-/* out (fp32) [v] = sum over k in [in_start[v], in_start[v+1]) of x (bf16)
- * [in_edge[k] ^ 1], in CSR order (message_backward's sum over dMsg). */
-template <int V>
-__global__ void k_segment_sum_rev_of_bf16(float *__restrict__ out,
-                                          const int32_t *__restrict__ in_start,
-                                          const int32_t *__restrict__ in_edge,
-                                          const bf16 *__restrict__ x, int32_t n_atoms, int h)
+/* out (fp32) [v] = sum over k in [in_start[v], in_start[v+1]) of x (fp32
+ * or bf16) [in_edge[k] ^ flip], in CSR order (k_segment_sum on either type:
+ * message's sum over M, message_backward's over dMsg). */
+template <int V, typename T>
+__global__ void k_segsum(float *__restrict__ out, const int32_t *__restrict__ in_start,
+                         const int32_t *__restrict__ in_edge, const T *__restrict__ x,
+                         int32_t n_atoms, int h, int32_t flip)
 {
     const unsigned nv = (unsigned)(h / V);
     const size_t total = (size_t)n_atoms * nv;
@@ -174,16 +182,16 @@ __global__ void k_segment_sum_rev_of_bf16(float *__restrict__ out,
         fv<V> acc = fv_zero<V>();
 #pragma unroll 4
         for (int32_t k = k0; k < k1; k++)
-            fv_add<V>(acc, ldbf<V>(x + (size_t)(in_edge[k] ^ 1) * h + j));
+            fv_add<V>(acc, ldx<V>(x + (size_t)(in_edge[k] ^ flip) * h + j));
         stv<V>(out + (size_t)v * h + j, acc);
     }
 }
 
 /* msg (bf16) [e] = s[src[e]] - m[e ^ 1]. */
-template <int V>
+template <int V, typename T>
 __global__ void k_gather_sub_rev_bf16(bf16 *__restrict__ out, const float *__restrict__ s,
                                       const int32_t *__restrict__ idx,
-                                      const float *__restrict__ x, int32_t n_edges, int h)
+                                      const T *__restrict__ x, int32_t n_edges, int h)
 {
     const unsigned nv = (unsigned)(h / V);
     const size_t total = (size_t)n_edges * nv;
@@ -192,7 +200,7 @@ __global__ void k_gather_sub_rev_bf16(bf16 *__restrict__ out, const float *__res
         int64_t e = split_row(t, nv, &jv);
         const int j = (int)jv * V;
         fv<V> a = ldv<V>(s + (size_t)idx[e] * h + j);
-        fv<V> r = ldv<V>(x + (size_t)(e ^ 1) * h + j);
+        fv<V> r = ldx<V>(x + (size_t)(e ^ 1) * h + j);
 #pragma unroll
         for (int u = 0; u < V; u++)
             a.v[u] -= r.v[u];
@@ -203,12 +211,12 @@ __global__ void k_gather_sub_rev_bf16(bf16 *__restrict__ out, const float *__res
 /* k_gather_sub_rev_relu on bf16 x (dMsg), dz stored only as bf16:
  * g = s[idx[e]] - x[e ^ 1]; dz = y[e] > 0 ? g (* scale) : 0; dh0[e] += dz;
  * dzh[e] = bf16(dz). */
-template <int V>
+template <int V, typename T>
 __global__ void k_gather_sub_rev_relu_bf16(bf16 *__restrict__ dzh, float *__restrict__ dh0,
                                            const float *__restrict__ s,
                                            const int32_t *__restrict__ idx,
                                            const bf16 *__restrict__ x,
-                                           const float *__restrict__ y, int32_t n_edges, int h,
+                                           const T *__restrict__ y, int32_t n_edges, int h,
                                            float scale, int scaled)
 {
     const unsigned nv = (unsigned)(h / V);
@@ -220,7 +228,7 @@ __global__ void k_gather_sub_rev_relu_bf16(bf16 *__restrict__ dzh, float *__rest
         const size_t o = (size_t)e * h + j;
         fv<V> a = ldv<V>(s + (size_t)idx[e] * h + j);
         fv<V> r = ldbf<V>(x + (size_t)(e ^ 1) * h + j);
-        fv<V> yv = ldv<V>(y + o), acc = ldv<V>(dh0 + o);
+        fv<V> yv = ldx<V>(y + o), acc = ldv<V>(dh0 + o);
 #pragma unroll
         for (int u = 0; u < V; u++) {
             float g = a.v[u] - r.v[u];
@@ -231,6 +239,54 @@ __global__ void k_gather_sub_rev_relu_bf16(bf16 *__restrict__ dzh, float *__rest
         stbf<V>(dzh + o, a);
         stv<V>(dh0 + o, acc);
     }
+}
+
+/* h0 (bf16) [e] = a[src[e]] + sum of the bond's hot rows of wb (as
+ * k_edge_embed), m0 (bf16) [e] = ReLU of the same fp32 sum. */
+template <int V>
+__global__ void k_edge_embed_relu_bf16(bf16 *__restrict__ h0, bf16 *__restrict__ m0,
+                                       const int32_t *__restrict__ edge_src,
+                                       const int8_t *__restrict__ bond_hot,
+                                       const float *__restrict__ a, const float *__restrict__ wb,
+                                       int32_t n_edges, int h)
+{
+    const unsigned nv = (unsigned)(h / V);
+    const size_t total = (size_t)n_edges * nv;
+    for (size_t t = gtid(); t < total; t += gstride()) {
+        unsigned jv;
+        int64_t e = split_row(t, nv, &jv);
+        const int j = (int)jv * V;
+        fv<V> acc = ldv<V>(a + (size_t)edge_src[e] * h + j);
+#pragma unroll
+        for (int q = 0; q < MP_BOND_MAX_HOT; q++) {
+            int s = bond_hot[(size_t)(e >> 1) * MP_BOND_MAX_HOT + q];
+            if (s >= 0)
+                fv_add<V>(acc, ldv<V>(wb + (size_t)s * h + j));
+        }
+        const size_t o = (size_t)e * h + j;
+        stbf<V>(h0 + o, acc);
+#pragma unroll
+        for (int u = 0; u < V; u++)
+            acc.v[u] = acc.v[u] > 0.0f ? acc.v[u] : 0.0f;
+        stbf<V>(m0 + o, acc);
+    }
+}
+
+/* relu_dropout on bf16 (y may alias x): y = keep ? max(x, 0) * scale : 0. */
+template <int V>
+__global__ void k_relu_dropout_bf16(bf16 *y, const bf16 *x, size_t n, uint32_t thr, float scale,
+                                    uint64_t key)
+{
+    const size_t nvec = n / V;
+    for (size_t t = gtid(); t < nvec; t += gstride()) {
+        fv<V> a = ldbf<V>(x + t * V);
+#pragma unroll
+        for (int u = 0; u < V; u++)
+            a.v[u] = relu_drop1(a.v[u], t * V + u, thr, scale, key);
+        stbf<V>(y + t * V, a);
+    }
+    for (size_t i = nvec * V + gtid(); i < n; i += gstride())
+        y[i] = __float2bfloat16_rn(relu_drop1(__bfloat162float(x[i]), i, thr, scale, key));
 }
 
 /* C = beta == 0 ? 0 : beta C over [m x n] (ldc): a product with k == 0
@@ -269,15 +325,16 @@ static uint32_t align_of(const void *p)
  * operand (beta 1) and the ReLU epilogue: one pass over the output instead
  * of a copy, a product reading C, and a ReLU pass.  Row-major over
  * column-major as in gemm: C^T = W^T A^T + R^T, so Lt's A is w (n x k), its
- * B is a (k x m).  a and w are of type ab (fp32 or bf16), r and c fp32.  The
+ * B is a (k x m).  a and w are of type ab, r and c of type cd (fp32 or
+ * bf16 each).  The
  * algorithm is the heuristic's first for the shape and the fixed workspace,
  * so the same on every call (same bits).  Returns 0 when Lt offers no
  * algorithm or refuses the layout (the caller composes the unfused ops), 1
  * when the product was queued or its failure kept.
  */
-int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cublasComputeType_t ct, int m, int n, int k,
-                      const void *a, int lda, const void *w, int ldw, const void *r, int ldr,
-                      void *cm, int ldc)
+int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasComputeType_t ct,
+                      int m, int n, int k, const void *a, int lda, const void *w, int ldw,
+                      const void *r, int ldr, void *cm, int ldc)
 {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL, ld = NULL;
@@ -303,9 +360,9 @@ int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cublasComputeType_t ct, int
             CUBLAS_STATUS_SUCCESS &&
         cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)k, (uint64_t)m, lda) ==
             CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, ldr) ==
+        cublasLtMatrixLayoutCreate(&lc, cd, (uint64_t)n, (uint64_t)m, ldr) ==
             CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)n, (uint64_t)m, ldc) ==
+        cublasLtMatrixLayoutCreate(&ld, cd, (uint64_t)n, (uint64_t)m, ldc) ==
             CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
@@ -327,9 +384,10 @@ int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cublasComputeType_t ct, int
         if (st != CUBLAS_STATUS_SUCCESS)
             record(c, st == CUBLAS_STATUS_ALLOC_FAILED ? MP_ERR_NOMEM : MP_ERR_INTERNAL,
                    __FILE__, __LINE__, "cuBLASLt error: %s (%s) in gemm_res_relu m=%d n=%d k=%d "
-                   "lda=%d ldw=%d ldr=%d ldc=%d, %s operands, %s", cublasGetStatusString(st),
-                   cublasGetStatusName(st), m, n, k, lda, ldw, ldr, ldc,
-                   ab == CUDA_R_16BF ? "bf16" : "fp32", mp_precision_name(c->prec));
+                   "lda=%d ldw=%d ldr=%d ldc=%d, %s operands, %s C/D, %s",
+                   cublasGetStatusString(st), cublasGetStatusName(st), m, n, k, lda, ldw, ldr, ldc,
+                   ab == CUDA_R_16BF ? "bf16" : "fp32", cd == CUDA_R_16BF ? "bf16" : "fp32",
+                   mp_precision_name(c->prec));
         done = 1;
     }
     if (pref)
@@ -408,9 +466,12 @@ static void cu_gemm_batch_bf16(mp_backend *b, int count, const mp_gemm *g, unsig
         CUDA_OK(c, cudaStreamWaitEvent(c->stream, c->ev_join, 0));
 }
 
+static void relu_bf16(gpu_ctx *c, bf16 *y, const bf16 *x, size_t n, uint32_t thr, float scale,
+                      uint64_t key);
+
 static void cu_gemm_res_relu_bf16(mp_backend *b, int m, int n, int k, const void *a, int lda,
                                   const void *w, int ldw, const void *r, int ldr, void *cm,
-                                  int ldc)
+                                  int ldc, int rc_bf16)
 {
     gpu_ctx *c = CTX(b);
     if (m <= 0 || n <= 0 || !usable(c))
@@ -420,30 +481,82 @@ static void cu_gemm_res_relu_bf16(mp_backend *b, int m, int n, int k, const void
                "cuda gemm_res_relu (bf16): c == r needs ldc == ldr (%d != %d)", ldc, ldr);
         return;
     }
-    if (k > 0 && mp_cu_lt_res_relu(c, CUDA_R_16BF, CUBLAS_COMPUTE_32F, m, n, k, a, lda, w, ldw, r,
-                                   ldr, cm, ldc))
+    const cudaDataType_t cd = rc_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    if (k > 0 && mp_cu_lt_res_relu(c, CUDA_R_16BF, cd, CUBLAS_COMPUTE_32F, m, n, k, a, lda, w, ldw,
+                                   r, ldr, cm, ldc))
         return;
     /* No Lt algorithm: copy, product (beta 1), ReLU row by row. */
-    if (cm != r)
-        b->copy2d(b, cm, ldc, r, ldr, m, n);
-    gemm_bf16_on(c, 0, 0, 0, m, n, k, 1.0, a, lda, w, ldw, 1.0, cm, ldc, 0);
-    if (ldc == n) {
-        b->relu_dropout(b, cm, cm, (size_t)m * n, 0.0, 0);
+    if (!rc_bf16) {
+        if (cm != r)
+            b->copy2d(b, cm, ldc, r, ldr, m, n);
+        gemm_bf16_on(c, 0, 0, 0, m, n, k, 1.0, a, lda, w, ldw, 1.0, cm, ldc, 0);
+        for (int i = 0; i < m; i += ldc == n ? m : 1) {
+            float *row = (float *)cm + (size_t)i * ldc;
+            b->relu_dropout(b, row, row, ldc == n ? (size_t)m * n : (size_t)n, 0.0, 0);
+        }
         return;
     }
-    for (int i = 0; i < m; i++) {
-        float *row = (float *)cm + (size_t)i * ldc;
-        b->relu_dropout(b, row, row, (size_t)n, 0.0, 0);
+    if (cm != r && !CUDA_OK(c, cudaMemcpy2DAsync(cm, (size_t)ldc * 2, r, (size_t)ldr * 2,
+                                                 (size_t)n * 2, (size_t)m,
+                                                 cudaMemcpyDeviceToDevice, c->stream)))
+        return;
+    gemm_bf16_on(c, 0, 0, 0, m, n, k, 1.0, a, lda, w, ldw, 1.0, cm, ldc, 1);
+    for (int i = 0; i < m && usable(c); i += ldc == n ? m : 1) {
+        bf16 *row = (bf16 *)cm + (size_t)i * ldc;
+        relu_bf16(c, row, row, ldc == n ? (size_t)m * n : (size_t)n, 0, 0.0f, 0);
     }
 }
 
 /* ===================================================================== */
-/* Row ops writing bf16                                                   */
+/* Row ops on bf16                                                        */
 /* ===================================================================== */
 
-/* 8-byte bf16 stores need the bf16 base 8-byte aligned (rows of h % 4 == 0
- * elements keep it); the fp32 bases 16-byte aligned as in vec4. */
+/* 8-byte bf16 accesses need the bf16 base 8-byte aligned (rows of
+ * h % 4 == 0 elements keep it); the fp32 bases 16-byte aligned as in vec4. */
 static inline int al8(const void *p) { return ((uintptr_t)p & 7) == 0; }
+
+/* As LAUNCH_ROWS, for a kernel templated on <V, T> (T: the type of M). */
+#define LAUNCH_ROWS_T(c, v4, rows, h, kern, T, ...)                                        \
+    do {                                                                                  \
+        size_t items_ = (size_t)(rows) * (size_t)((h) / ((v4) ? 4 : 1));                   \
+        unsigned grid_ = grid_for((c), items_, THREADS);                                  \
+        if (v4)                                                                           \
+            kern<4, T><<<grid_, THREADS, 0, (c)->stream>>>(__VA_ARGS__);                  \
+        else                                                                              \
+            kern<1, T><<<grid_, THREADS, 0, (c)->stream>>>(__VA_ARGS__);                  \
+    } while (0)
+
+static void relu_bf16(gpu_ctx *c, bf16 *y, const bf16 *x, size_t n, uint32_t thr, float scale,
+                      uint64_t key)
+{
+    LAUNCH_ROWS(c, al8(y) && al8(x), 1, n, k_relu_dropout_bf16, y, x, n, thr, scale, key);
+    LAUNCHED(c, "k_relu_dropout_bf16");
+}
+
+static void cu_relu_dropout_bf16(mp_backend *b, void *y, const void *x, size_t n, double p,
+                                 uint64_t key)
+{
+    gpu_ctx *c = CTX(b);
+    if (!n || !usable(c))
+        return;
+    /* threshold and scale exactly as cu_relu_dropout computes them */
+    uint32_t thr = mp_dropout_threshold(p);
+    float scale = thr && p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    relu_bf16(c, (bf16 *)y, (const bf16 *)x, n, thr, scale, key);
+}
+
+static void cu_edge_embed_relu_bf16(mp_backend *b, void *h0, void *m0, const int32_t *edge_src,
+                                    const int8_t *bond_hot, const void *a, const void *wb,
+                                    int32_t n_edges, int h)
+{
+    gpu_ctx *c = CTX(b);
+    if (n_edges <= 0 || h <= 0 || !usable(c))
+        return;
+    LAUNCH_ROWS(c, vec4(h, a, wb) && al8(h0) && al8(m0), n_edges, h, k_edge_embed_relu_bf16,
+                (bf16 *)h0, (bf16 *)m0, edge_src, bond_hot, (const float *)a, (const float *)wb,
+                n_edges, h);
+    LAUNCHED(c, "k_edge_embed_relu_bf16");
+}
 
 static void cu_to_bf16(mp_backend *b, void *dst, const void *src, size_t n)
 {
@@ -471,75 +584,99 @@ static void cu_relu_dropout_backward_bf16(mp_backend *b, void *dx, void *dxh, co
 
 static void cu_atom_sum_backward_relu_bf16(mp_backend *b, void *dx, void *dxh,
                                            const int32_t *edge_dst, const void *da,
-                                           const void *y, double p, int32_t n_edges, int h)
+                                           const void *y, int y_bf16, double p, int32_t n_edges,
+                                           int h)
 {
     gpu_ctx *c = CTX(b);
     if (n_edges <= 0 || h <= 0 || !usable(c))
         return;
     int scaled = p > 0 && p < 1;
     float scale = scaled ? (float)(1.0 / (1.0 - p)) : 1.0f;
-    LAUNCH_ROWS(c, vec4(h, dx, da, y) && al8(dxh), n_edges, h, k_gather_relu_bf16, (float *)dx,
-                (bf16 *)dxh, edge_dst, (const float *)da, (const float *)y, n_edges, h, scale,
-                scaled);
+    int v4 = vec4(h, dx, da) && al8(dxh) && (y_bf16 ? al8(y) : al16(y));
+    if (y_bf16)
+        LAUNCH_ROWS_T(c, v4, n_edges, h, k_gather_relu_bf16, bf16, (float *)dx, (bf16 *)dxh,
+                      edge_dst, (const float *)da, (const bf16 *)y, n_edges, h, scale, scaled);
+    else
+        LAUNCH_ROWS_T(c, v4, n_edges, h, k_gather_relu_bf16, float, (float *)dx, (bf16 *)dxh,
+                      edge_dst, (const float *)da, (const float *)y, n_edges, h, scale, scaled);
     LAUNCHED(c, "k_gather_relu_bf16");
 }
 
-static void segment_sum_f32(gpu_ctx *c, float *out, const int32_t *in_start,
-                            const int32_t *in_edge, const float *x, int32_t n_atoms, int h,
-                            int32_t flip)
+/* out (fp32) = CSR segment sums of x (fp32, or bf16 when x_bf16). */
+static void segsum(gpu_ctx *c, float *out, const int32_t *in_start, const int32_t *in_edge,
+                   const void *x, int x_bf16, int32_t n_atoms, int h, int32_t flip)
 {
-    LAUNCH_ROWS(c, vec4(h, out, x), n_atoms, h, k_segment_sum, out, in_start, in_edge, x,
-                n_atoms, h, flip);
-    LAUNCHED(c, "k_segment_sum");
+    int v4 = vec4(h, out) && (x_bf16 ? al8(x) : al16(x));
+    if (x_bf16)
+        LAUNCH_ROWS_T(c, v4, n_atoms, h, k_segsum, bf16, out, in_start, in_edge,
+                      (const bf16 *)x, n_atoms, h, flip);
+    else
+        LAUNCH_ROWS_T(c, v4, n_atoms, h, k_segsum, float, out, in_start, in_edge,
+                      (const float *)x, n_atoms, h, flip);
+    LAUNCHED(c, "k_segsum");
 }
 
 static void cu_message_bf16(mp_backend *b, void *msg, void *s, const int32_t *in_start,
                             const int32_t *in_edge, const int32_t *edge_src, const void *m,
-                            int32_t n_atoms, int32_t n_edges, int h)
+                            int m_bf16, int32_t n_atoms, int32_t n_edges, int h)
 {
     gpu_ctx *c = CTX(b);
     if (h <= 0 || !usable(c))
         return;
     if (n_atoms > 0)
-        segment_sum_f32(c, (float *)s, in_start, in_edge, (const float *)m, n_atoms, h, 0);
+        segsum(c, (float *)s, in_start, in_edge, m, m_bf16, n_atoms, h, 0);
     if (n_edges > 0 && usable(c)) {
-        LAUNCH_ROWS(c, vec4(h, s, m) && al8(msg), n_edges, h, k_gather_sub_rev_bf16, (bf16 *)msg,
-                    (const float *)s, edge_src, (const float *)m, n_edges, h);
+        int v4 = vec4(h, s) && al8(msg) && (m_bf16 ? al8(m) : al16(m));
+        if (m_bf16)
+            LAUNCH_ROWS_T(c, v4, n_edges, h, k_gather_sub_rev_bf16, bf16, (bf16 *)msg,
+                          (const float *)s, edge_src, (const bf16 *)m, n_edges, h);
+        else
+            LAUNCH_ROWS_T(c, v4, n_edges, h, k_gather_sub_rev_bf16, float, (bf16 *)msg,
+                          (const float *)s, edge_src, (const float *)m, n_edges, h);
         LAUNCHED(c, "k_gather_sub_rev_bf16");
     }
 }
 
 static void cu_atom_sum_bf16(mp_backend *b, void *a, const int32_t *in_start,
-                             const int32_t *in_edge, const void *m, int32_t n_atoms, int h)
+                             const int32_t *in_edge, const void *m, int m_bf16, int32_t n_atoms,
+                             int h)
 {
     gpu_ctx *c = CTX(b);
     if (n_atoms <= 0 || h <= 0 || !usable(c))
         return;
-    LAUNCH_ROWS(c, vec4(h, m) && al8(a), n_atoms, h, k_segment_sum_bf16, (bf16 *)a, in_start,
-                in_edge, (const float *)m, n_atoms, h);
+    int v4 = h % 4 == 0 && al8(a) && (m_bf16 ? al8(m) : al16(m));
+    if (m_bf16)
+        LAUNCH_ROWS_T(c, v4, n_atoms, h, k_segment_sum_bf16, bf16, (bf16 *)a, in_start, in_edge,
+                      (const bf16 *)m, n_atoms, h);
+    else
+        LAUNCH_ROWS_T(c, v4, n_atoms, h, k_segment_sum_bf16, float, (bf16 *)a, in_start, in_edge,
+                      (const float *)m, n_atoms, h);
     LAUNCHED(c, "k_segment_sum_bf16");
 }
 
 static void cu_message_backward_relu_bf16(mp_backend *b, void *dzh, void *dh0, void *ds,
                                           const int32_t *in_start, const int32_t *in_edge,
                                           const int32_t *edge_dst, const void *dmsg,
-                                          const void *y, double p, int32_t n_atoms,
+                                          const void *y, int y_bf16, double p, int32_t n_atoms,
                                           int32_t n_edges, int h)
 {
     gpu_ctx *c = CTX(b);
     if (h <= 0 || !usable(c))
         return;
-    if (n_atoms > 0) {
-        LAUNCH_ROWS(c, vec4(h, ds) && al8(dmsg), n_atoms, h, k_segment_sum_rev_of_bf16,
-                    (float *)ds, in_start, in_edge, (const bf16 *)dmsg, n_atoms, h);
-        LAUNCHED(c, "k_segment_sum_rev_of_bf16");
-    }
+    if (n_atoms > 0)
+        segsum(c, (float *)ds, in_start, in_edge, dmsg, 1, n_atoms, h, 1);
     if (n_edges > 0 && usable(c)) {
         int scaled = p > 0 && p < 1;
         float scale = scaled ? (float)(1.0 / (1.0 - p)) : 1.0f;
-        LAUNCH_ROWS(c, vec4(h, dh0, ds, y) && al8(dzh) && al8(dmsg), n_edges, h,
-                    k_gather_sub_rev_relu_bf16, (bf16 *)dzh, (float *)dh0, (const float *)ds,
-                    edge_dst, (const bf16 *)dmsg, (const float *)y, n_edges, h, scale, scaled);
+        int v4 = vec4(h, dh0, ds) && al8(dzh) && al8(dmsg) && (y_bf16 ? al8(y) : al16(y));
+        if (y_bf16)
+            LAUNCH_ROWS_T(c, v4, n_edges, h, k_gather_sub_rev_relu_bf16, bf16, (bf16 *)dzh,
+                          (float *)dh0, (const float *)ds, edge_dst, (const bf16 *)dmsg,
+                          (const bf16 *)y, n_edges, h, scale, scaled);
+        else
+            LAUNCH_ROWS_T(c, v4, n_edges, h, k_gather_sub_rev_relu_bf16, float, (bf16 *)dzh,
+                          (float *)dh0, (const float *)ds, edge_dst, (const bf16 *)dmsg,
+                          (const float *)y, n_edges, h, scale, scaled);
         LAUNCHED(c, "k_gather_sub_rev_relu_bf16");
     }
 }
@@ -562,4 +699,6 @@ void mp_cu_bf16_ops(mp_backend *b)
     b->relu_dropout_backward_bf16 = cu_relu_dropout_backward_bf16;
     b->message_backward_relu_bf16 = cu_message_backward_relu_bf16;
     b->atom_sum_backward_relu_bf16 = cu_atom_sum_backward_relu_bf16;
+    b->edge_embed_relu_bf16 = cu_edge_embed_relu_bf16;
+    b->relu_dropout_bf16 = cu_relu_dropout_bf16;
 }

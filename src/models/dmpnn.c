@@ -47,8 +47,15 @@ void mp_dmpnn_forward(mp_model *m, int training)
     /* H0 = W_i [x_u ; b_uv]: the atom part once per atom, then per edge the
      * source atom's row plus the bond's rows. */
     b->atom_embed(b, a->as, g->atom_hot, g->atom_mass, wi, NULL, na, h, fa - 1);
-    b->edge_embed(b, a->h0, g->edge_src, g->bond_hot, a->as, MP_AT(m, wi, (size_t)fa * h), ne, h);
-    b->relu_dropout(b, a->m[0], a->h0, edge_elems, 0.0, 0);
+    if (m->half_m) {
+        /* bf16 H0 and M_0 = ReLU(H0), one pass */
+        b->edge_embed_relu_bf16(b, a->h0, a->m[0], g->edge_src, g->bond_hot, a->as,
+                                MP_AT(m, wi, (size_t)fa * h), ne, h);
+    } else {
+        b->edge_embed(b, a->h0, g->edge_src, g->bond_hot, a->as, MP_AT(m, wi, (size_t)fa * h),
+                      ne, h);
+        b->relu_dropout(b, a->m[0], a->h0, edge_elems, 0.0, 0);
+    }
 
     void *wom = MP_AT(m, wo, (size_t)fa * h);       /* W_o's message rows */
     if (m->half) {
@@ -60,7 +67,7 @@ void mp_dmpnn_forward(mp_model *m, int training)
     for (int t = 1; t < depth; t++) {
         if (m->half)
             b->message_bf16(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src,
-                            a->m[t - 1], na, ne, h);
+                            a->m[t - 1], m->half_m, na, ne, h);
         else
             b->message(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src, a->m[t - 1],
                        na, ne, h);
@@ -70,10 +77,13 @@ void mp_dmpnn_forward(mp_model *m, int training)
             /* fused residual + ReLU (ops.h); dropout, if any, after it:
              * dropout of ReLU(ReLU(x)) is exactly relu_dropout of x */
             if (m->half)
-                b->gemm_res_relu_bf16(b, ne, h, h, a->msg[t], h, a->whh, h, a->h0, h, a->m[t], h);
+                b->gemm_res_relu_bf16(b, ne, h, h, a->msg[t], h, a->whh, h, a->h0, h, a->m[t], h,
+                                      m->half_m);
             else
                 b->gemm_res_relu(b, ne, h, h, a->msg[t], h, wh, h, a->h0, h, a->m[t], h);
-            if (p > 0)
+            if (p > 0 && m->half_m)
+                b->relu_dropout_bf16(b, a->m[t], a->m[t], edge_elems, p, key);
+            else if (p > 0)
                 b->relu_dropout(b, a->m[t], a->m[t], edge_elems, p, key);
             continue;
         }
@@ -84,7 +94,7 @@ void mp_dmpnn_forward(mp_model *m, int training)
 
     /* Readout: h_v = Dropout(ReLU(W_o [x_v ; a_v] + b_o)). */
     if (m->half)
-        b->atom_sum_bf16(b, a->a, g->in_start, g->in_edge, a->m[depth - 1], na, h);
+        b->atom_sum_bf16(b, a->a, g->in_start, g->in_edge, a->m[depth - 1], m->half_m, na, h);
     else
         b->atom_sum(b, a->a, g->in_start, g->in_edge, a->m[depth - 1], na, h);
     b->atom_embed(b, a->ho, g->atom_hot, g->atom_mass, wo, bo, na, h, fa - 1);
@@ -92,7 +102,7 @@ void mp_dmpnn_forward(mp_model *m, int training)
     if (m->half || b->gemm_res_relu) {
         /* in place: ho = ReLU(ho + a W_o), then the dropout if any */
         if (m->half)
-            b->gemm_res_relu_bf16(b, na, h, h, a->a, h, a->woh, h, a->ho, h, a->ho, h);
+            b->gemm_res_relu_bf16(b, na, h, h, a->a, h, a->woh, h, a->ho, h, a->ho, h, 0);
         else
             b->gemm_res_relu(b, na, h, h, a->a, h, wom, h, a->ho, h, a->ho, h);
         if (p > 0)
@@ -140,10 +150,11 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
     else
         b->gemm_batch(b, 2, ro);
     b->atom_embed_backward(b, G(m->off_wo), g->atom_hot, g->atom_mass, a->dho, na, h, fa - 1);
-    if (m->half && depth > 1) {
-        /* bf16: the gather of dA and the first ReLU backward in one pass */
+    if (m->half) {
+        /* bf16: the gather of dA and the first ReLU backward in one pass
+         * (M_0 = ReLU(H0) has no dropout) */
         b->atom_sum_backward_relu_bf16(b, a->dh0, a->dzh, g->edge_dst, a->da, a->m[depth - 1],
-                                       p, ne, h);
+                                       m->half_m, depth > 1 ? p : 0.0, ne, h);
     } else {
         b->atom_sum_backward(b, a->dm, g->edge_dst, a->da, ne, h);
     }
@@ -168,7 +179,8 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
             if (m->half) {
                 b->gemm_batch_bf16(b, 2, st, 2u);   /* dmsg in bf16 */
                 b->message_backward_relu_bf16(b, a->dzh, a->dh0, a->da, g->in_start, g->in_edge,
-                                              g->edge_dst, a->dmsg, a->m[t - 1], pt, na, ne, h);
+                                              g->edge_dst, a->dmsg, a->m[t - 1], m->half_m, pt,
+                                              na, ne, h);
                 continue;
             }
             b->gemm_batch(b, 2, st);
@@ -176,7 +188,7 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
                                      g->edge_dst, a->dmsg, a->m[t - 1], pt, na, ne, h);
             dz = a->dm;
         }
-    } else {
+    } else if (!m->half) {   /* (bf16, depth 1: dh0 already holds dZ_0, above) */
         int first = 1;
         for (int t = depth - 1; t >= 1; t--) {
             void *dz = first ? a->dh0 : a->dm;

@@ -185,6 +185,7 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     m->half = b->half_acts && b->to_bf16 && b->gemm_batch_bf16 && b->gemm_res_relu_bf16 &&
               b->message_bf16 && b->atom_sum_bf16 && b->relu_dropout_backward_bf16 &&
               b->message_backward_relu_bf16 && b->atom_sum_backward_relu_bf16;
+    m->half_m = m->half && b->edge_embed_relu_bf16 && b->relu_dropout_bf16;
     m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
     m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
     m->n_layers = cfg->ffn_layers;
@@ -252,10 +253,10 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
     W = W > T ? W : T;
     if (c->kind == MP_MODEL_DMPNN) {
         /* product operands in bf16 when the backend stores them so (ops.h) */
-        size_t hs = m->half ? 2 : es;
-        a->h0 = TAKE(E * h * es);
+        size_t hs = m->half ? 2 : es, ms = m->half_m ? 2 : es;
+        a->h0 = TAKE(E * h * ms);
         for (int t = 0; t < c->depth; t++)
-            a->m[t] = TAKE(E * h * es);
+            a->m[t] = TAKE(E * h * ms);
         for (int t = 1; t < c->depth; t++)
             a->msg[t] = TAKE(E * h * hs);
         a->dh0 = TAKE(E * h * es);

@@ -58,6 +58,7 @@ struct mp_model {
     mp_backend *b;
     size_t esize;
     int    half;                    /* b->half_acts: bf16 product operands  */
+    int    half_m;                  /* ... and bf16 H0 and messages M_t     */
     int    h, ffn_hidden, in_dim, n_layers;
 
     /* parameters: offsets in elements into each of the four blocks */
