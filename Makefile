@@ -69,9 +69,15 @@ all: $(BUILD)/molprop $(BUILD)/libmolprop.a
 deps:
 	@sh scripts/deps.sh
 
-$(BUILD)/libmolprop.a: $(LIB_OBJ)
+# The archive is rebuilt whenever the CUDA setting changes (a CUDA=0 build
+# after a CUDA=1 one in the same directory must not keep the .cu objects).
+$(BUILD)/cuda.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo "CUDA=$(CUDA)" | cmp -s - $@ || echo "CUDA=$(CUDA)" > $@
+
+$(BUILD)/libmolprop.a: $(LIB_OBJ) $(BUILD)/cuda.stamp
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(LIB_OBJ)
 
 $(BUILD)/molprop: $(CLI_OBJ) $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libmolprop.a $(LDLIBS)
@@ -125,8 +131,10 @@ $(BUILD)/gpu_ops: $(BUILD)/bench/gpu_ops.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
 $(BUILD)/gpu_infer: $(BUILD)/bench/gpu_infer.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
+$(BUILD)/gpu_predict: $(BUILD)/bench/gpu_predict.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
 ifeq ($(CUDA),1)
-bench-gpu: $(BUILD)/gpu_ops $(BUILD)/gpu_infer
+bench-gpu: $(BUILD)/gpu_ops $(BUILD)/gpu_infer $(BUILD)/gpu_predict
 else
 bench-gpu:
 	@echo "bench-gpu needs the CUDA build (nvcc on the PATH, CUDA=1)" >&2; exit 1
@@ -155,4 +163,6 @@ $(BUILD)/bench/featurize_rate: bench/featurize_rate.c $(BUILD)/libmolprop.a
 clean:
 	rm -rf build build-san
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d $(BUILD)/bench/gpu_predict.d
+
+FORCE:

@@ -142,7 +142,8 @@ typedef struct {
     void   *dy, *dz1, *dx0, *dho, *da, *dm, *dh0, *dmsg, *loss, *target;
     uint8_t *mask;
     /* bf16 storage (b->half_acts): dZ_t, dho, W_h and W_o's message rows;
-     * half_m: H0 and M_t in bf16 too (allocated at the element size) */
+     * half_m: H0 and M_t in bf16 too (allocated at the element size),
+     * without dropout only, as model.c */
     int     half, half_m;
     void   *dzh, *dhoh, *whh, *woh;
 } gs_model;
@@ -232,7 +233,7 @@ static mp_status gs_model_create(gs_model *m, mp_backend *b, int fa, int h, int 
 #undef GS_ALLOC
     ok = ok && (m->mask = b->alloc(b, M * T)) != NULL;
     m->half = b->half_acts;
-    m->half_m = m->half && b->edge_embed_relu_bf16 && b->relu_dropout_bf16;
+    m->half_m = m->half && b->edge_embed_relu_bf16 && b->relu_dropout_bf16 && !(p > 0);
     if (m->half) {
         ok = ok && (m->dzh = b->alloc(b, E * H * 2)) != NULL;
         ok = ok && (m->dhoh = b->alloc(b, A * H * 2)) != NULL;

@@ -901,6 +901,43 @@ static int case_embed(fx *f, int bi, int h, int slots)
             ok = same_bytes(f, what, &H0, &first);
         }
     }
+    if (ok && f->g->edge_embed_relu) {
+        /* the fused edge_embed_relu (ops_cuda_infer.cu): against the oracle,
+         * then bitwise against the unfused GPU pair, then run again */
+        pair H0f, M0f;
+        void *first2 = NULL;
+        snprintf(what, sizeof what, "edge_embed_relu(%s)", tag);
+        ok = pair_make(f, &H0f, NULL, E * H) && pair_make(f, &M0f, NULL, E * H);
+        if (ok) {
+            f->r->edge_embed_relu(f->r, H0f.r, M0f.r, d.src[1], d.bond[1], Aa.r, Wb.r,
+                                  g->n_edges, h);
+            f->g->edge_embed_relu(f->g, H0f.g, M0f.g, d.src[0], d.bond[0], Aa.g, Wb.g,
+                                  g->n_edges, h);
+            ok = compare(f, what, &H0f, TOL_FP32, &first) &&
+                 compare_ex(f, what, &M0f, TOL_FP32, 1, &first2) && regpu(f, &H0f, NULL) &&
+                 regpu(f, &M0f, NULL);
+        }
+        if (ok) {
+            snprintf(what, sizeof what, "edge_embed_relu(%s) vs edge_embed + relu", tag);
+            f->g->edge_embed(f->g, H0f.g, d.src[0], d.bond[0], Aa.g, Wb.g, g->n_edges, h);
+            f->g->relu_dropout(f->g, M0f.g, H0f.g, E * H, 0.0, 0);
+            ok = same_bytes(f, what, &H0f, &first) & same_bytes(f, what, &M0f, &first2);
+            first = first2 = NULL;
+            ok = ok && compare(f, what, &H0f, TOL_FP32, &first) &&
+                 compare_ex(f, what, &M0f, TOL_FP32, 1, &first2) && regpu(f, &H0f, NULL) &&
+                 regpu(f, &M0f, NULL);
+        }
+        if (ok) {
+            snprintf(what, sizeof what, "edge_embed_relu(%s), second run", tag);
+            f->g->edge_embed_relu(f->g, H0f.g, M0f.g, d.src[0], d.bond[0], Aa.g, Wb.g,
+                                  g->n_edges, h);
+            ok = same_bytes(f, what, &H0f, &first) & same_bytes(f, what, &M0f, &first2);
+            first = first2 = NULL;
+        }
+        mp_free(first);
+        mp_free(first2);
+        first = NULL;
+    }
     if (ok) {
         snprintf(what, sizeof what, "edge_embed_backward(%s)", tag);
         f->r->edge_embed_backward(f->r, Da.r, Dwb.r, d.in_start[1], d.in_edge[1], d.bond[1], Dh0.r,
@@ -962,6 +999,39 @@ static int case_message(fx *f, int bi, int h)
             ok = same_bytes(f, what, &Msg, &f1) & same_bytes(f, what, &S, &f2);
             f1 = f2 = NULL;
         }
+    }
+    /* the fused message_direct (ops_cuda_infer.cu), reading m as it is and
+     * through ReLU: msg against the oracle's message (of ReLU(m)), bitwise
+     * against the GPU's message (after the GPU's ReLU), repeatable */
+    for (int relu_in = 0; ok && f->g->message_direct && relu_in < 2; relu_in++) {
+        pair Msg2, Mr;
+        ok = pair_make(f, &Msg2, NULL, E * H) && pair_make(f, &Mr, NULL, E * H);
+        snprintf(what, sizeof what, "message_direct(%s relu_in=%d)", tag, relu_in);
+        if (ok) {
+            f->r->relu_dropout(f->r, Mr.r, M.r, E * H, 0.0, 0);
+            f->r->message(f->r, Msg2.r, S.r, d.in_start[1], d.in_edge[1], d.src[1],
+                          relu_in ? Mr.r : M.r, g->n_atoms, g->n_edges, h);
+            f->g->message_direct(f->g, Msg2.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
+                                 relu_in, g->n_atoms, g->n_edges, h);
+            ok = compare(f, what, &Msg2, TOL_FP32, &f1) && regpu(f, &Msg2, NULL);
+        }
+        if (ok) {
+            snprintf(what, sizeof what, "message_direct(%s relu_in=%d) vs message", tag, relu_in);
+            f->g->relu_dropout(f->g, Mr.g, M.g, E * H, 0.0, 0);
+            f->g->message(f->g, Msg2.g, S.g, d.in_start[0], d.in_edge[0], d.src[0],
+                          relu_in ? Mr.g : M.g, g->n_atoms, g->n_edges, h);
+            ok = same_bytes(f, what, &Msg2, &f1) && compare(f, what, &Msg2, TOL_FP32, &f1) &&
+                 regpu(f, &Msg2, NULL);
+        }
+        if (ok) {
+            snprintf(what, sizeof what, "message_direct(%s relu_in=%d), second run", tag,
+                     relu_in);
+            f->g->message_direct(f->g, Msg2.g, d.in_start[0], d.in_edge[0], d.src[0], M.g,
+                                 relu_in, g->n_atoms, g->n_edges, h);
+            ok = same_bytes(f, what, &Msg2, &f1);
+        }
+        mp_free(f1);
+        f1 = NULL;
     }
     if (ok) {
         snprintf(what, sizeof what, "message_backward(%s)", tag);

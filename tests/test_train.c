@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 static char out[65536];
 
@@ -255,6 +256,7 @@ MP_TEST(train_refuses_bad_input)
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --data '%s' --save-dir '%s'", csv, dir), 1);
     CHECK_MSG(strstr(out, "bad.csv:3") && strstr(out, "'y'"), "message: %s", out);
     CHECK(access(model, F_OK) != 0);
+    CHECK_MSG(access(dir, F_OK) != 0, "the failed run left its new --save-dir behind");
 
     CHECK(write_text(csv, "smiles,y\nCCO,1\nCCN,0\nCCC,2\n"));
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --data '%s' --task classification "
@@ -283,6 +285,12 @@ MP_TEST(train_refuses_bad_input)
                              "--target-columns nope", esol(), dir), 1);
     CHECK(strstr(out, "nope") != NULL);
     CHECK(access(model, F_OK) != 0);
+    CHECK(access(dir, F_OK) != 0);
+    /* a directory that was there before the failed run stays */
+    CHECK(mkdir(dir, 0777) == 0);
+    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --data '%s' --save-dir '%s'", csv, dir), 1);
+    CHECK(access(dir, F_OK) == 0);
+    CHECK(rmdir(dir) == 0);
 }
 
 MP_TEST(train_classification_ensemble_with_uncertainty)

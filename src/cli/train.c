@@ -53,8 +53,8 @@ static void train_usage(FILE *fp)
 "  --precision P            fp32 | tf32 | bf16 on the GPU (default fp32)\n"
 "  --resident on|off        keep each epoch on the device and run its steps\n"
 "                           there (default: on with --device gpu)\n"
-"  --graph on|off           replay one captured CUDA graph per step (default\n"
-"                           on when resident on the GPU without dropout)\n"
+"  --graph on|off           replay a captured CUDA graph per step (default\n"
+"                           on when resident on the GPU)\n"
 "output:\n"
 "  --save-dir D             where model.mpm and metrics.json go (required)\n"
 "  --quiet                  no progress output\n");

@@ -31,6 +31,17 @@
 /* Scratch for the partial sums of the two-level reductions: 16M floats. */
 #define SCRATCH_ELEMS ((size_t)16 << 20)
 
+/* gemm_res_relu's cuBLASLt algorithm per call shape, so that the heuristic
+ * (tens of microseconds of host time, more than a small batch's product) is
+ * asked once per shape: mp_cu_lt_heuristic (ops_cuda_infer.cu). */
+#define LT_CACHE 256
+#define LT_KEY 12
+typedef struct {
+    int valid, found;
+    int key[LT_KEY];
+    cublasLtMatmulHeuristicResult_t res;
+} lt_cached;
+
 typedef struct {
     int            device;
     cudaStream_t   stream;
@@ -50,6 +61,12 @@ typedef struct {
     int            sm_count;
     size_t         mem_total;
     int            capturing;
+    /* streaming (stream_cuda.cu): the copy lane and the fences of ops.h's
+     * streaming ops; made at open by mp_cu_stream_ops, freed by
+     * mp_cu_stream_close from close */
+    cudaStream_t   copy;
+    cudaEvent_t    fence[MP_FENCES];
+    lt_cached      lt_cache[LT_CACHE];
     mp_status      err;          /* first failure, MP_OK when none   */
     char           errmsg[512];
     char           info[512];
@@ -198,5 +215,24 @@ int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasCo
 /* ops_cuda_bf16.cu: gives a cuda backend opened at bf16 the bf16-storage ops
  * of ops.h (half_acts = 1); does nothing at fp32 / tf32. */
 void mp_cu_bf16_ops(mp_backend *b);
+/* Sets the device-keyed dropout ops of a cuda backend (ops_cuda_keyed.cu). */
+void mp_cu_keyed_ops(mp_backend *b);
+/* Registration of the ops kept outside ops_cuda.cu, called by
+ * mp_backend_cuda_open: the inference ops (ops_cuda_infer.cu:
+ * edge_embed_relu) and the streaming ops (stream_cuda.cu: pinned host
+ * buffers, the copy lane, fences; if those cannot be made they stay NULL,
+ * with no failure kept).  mp_cu_stream_close releases the latter's stream and
+ * events (called by close; safe when they were never made). */
+void mp_cu_infer_ops(mp_backend *b);
+/* cublasLtMatmulAlgoGetHeuristic's first answer for these descriptors,
+ * remembered under key (every number the descriptors were made from):
+ * 1 with *res filled, 0 when Lt offers no algorithm.  The heuristic's
+ * answer is a function of its inputs, so the bits do not change. */
+int mp_cu_lt_heuristic(gpu_ctx *c, const int key[LT_KEY], cublasLtMatmulDesc_t op,
+                       cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                       cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
+                       cublasLtMatmulPreference_t pref, cublasLtMatmulHeuristicResult_t *res);
+void mp_cu_stream_ops(mp_backend *b);
+void mp_cu_stream_close(gpu_ctx *c);
 
 #endif /* MP_CUDA_CTX_CUH */

@@ -126,6 +126,12 @@ void mp_backend_cuda_clear_error(mp_backend *b);
  * call it after mp_backend_cuda_open.  Does nothing for another backend. */
 void mp_backend_cuda_train_ops(mp_backend *b);
 
+/* The backend without the fused inference ops of ops_cuda_infer.cu
+ * (edge_embed_relu, message_direct).  For benchmarks and tests that compare
+ * the two (same bits); usually called on a copy of the backend struct.
+ * Does nothing for another backend. */
+void mp_backend_cuda_plain_ops(mp_backend *b);
+
 /* ===================================================================== */
 /* CUDA graphs                                                            */
 /* ===================================================================== */

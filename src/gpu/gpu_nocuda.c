@@ -32,6 +32,7 @@ size_t mp_backend_cuda_memory(const mp_backend *b) { return 0; }
 mp_precision mp_backend_cuda_precision(const mp_backend *b) { return MP_PREC_FP32; }
 void *mp_backend_cuda_stream(mp_backend *b) { return NULL; }
 void mp_backend_cuda_clear_error(mp_backend *b) {}
+void mp_backend_cuda_plain_ops(mp_backend *b) {}
 
 mp_status mp_cuda_graph_begin(mp_backend *b)
 {

@@ -959,6 +959,7 @@ static void cu_close(mp_backend *b)
             (void)cudaStreamSynchronize(c->stream);
         if (c->side)
             (void)cudaStreamSynchronize(c->side);
+        mp_cu_stream_close(c);
         if (c->blas)
             (void)cublasDestroy(c->blas);
         if (c->blas2)
@@ -1105,6 +1106,9 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     b->adam = cu_adam;
     b->gemm_res_relu = cu_gemm_res_relu;
     b->message_backward_relu = cu_message_backward_relu;
+    mp_cu_keyed_ops(b);
+    mp_cu_infer_ops(b);
+    mp_cu_stream_ops(b);
     mp_cu_bf16_ops(b);                      /* bf16 storage ops (bf16 only) */
     *out = b;
     return MP_OK;

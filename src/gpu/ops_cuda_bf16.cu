@@ -340,7 +340,7 @@ int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasCo
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
-    int found = 0, done = 0;
+    int done = 0;
     const cublasOperation_t no = CUBLAS_OP_N;
     const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_RELU;
     const size_t ws = BLAS_WORKSPACE_BYTES;
@@ -348,6 +348,11 @@ int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasCo
      * parameter block is not, so state what each pointer really has. */
     const uint32_t al_a = align_of(w), al_b = align_of(a), al_c = align_of(r),
                    al_d = align_of(cm);
+    /* the heuristic's answer, remembered per shape (mp_cu_lt_heuristic):
+     * the operand and output types are part of the key */
+    const int key[LT_KEY] = { m, n, k, lda, ldw, ldr, ldc, (int)al_a, (int)al_b, (int)al_c,
+                              (int)al_d,
+                              (int)c->prec | (ab == CUDA_R_16BF) << 4 | (cd == CUDA_R_16BF) << 5 };
     memset(&res, 0, sizeof res);
     if (cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &no, sizeof no) ==
@@ -375,9 +380,7 @@ int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasCo
                                              &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                              &al_d, sizeof al_d) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, ld, pref, 1, &res, &found) ==
-            CUBLAS_STATUS_SUCCESS &&
-        found > 0) {
+        mp_cu_lt_heuristic(c, key, op, la, lb, lc, ld, pref, &res)) {
         const float one = 1.0f;
         cublasStatus_t st = cublasLtMatmul(c->lt, op, &one, w, la, a, lb, &one, r, lc, cm, ld,
                                            &res.algo, c->blas_ws, ws, c->stream);

@@ -88,12 +88,17 @@ mp_status mp_batch_check(const mp_graphs *g, int atom_fdim)
     for (int32_t v = 0; v < g->n_atoms; v++)
         if (g->in_start[v + 1] < g->in_start[v])
             return BAD("atom %d: incoming-edge offsets decrease", (int)v);
-    for (int32_t i = 0; i < g->n_mols; i++) {
-        mp_status st = check_molecule(g, i, atom_fdim);
-        if (st != MP_OK)
-            return st;
-    }
-    return MP_OK;
+    /* Molecules in parallel (the check costs more than packing the batch);
+     * the message is the first bad molecule's, as a serial loop gives it:
+     * each thread stops at its first failure, the lowest index wins and is
+     * checked again here to set this thread's message. */
+    int32_t bad = INT32_MAX;
+    int nt = g->n_mols >= 256 ? mp_threads_get() : 1;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(min : bad)
+    for (int32_t i = 0; i < g->n_mols; i++)
+        if (i < bad && check_molecule(g, i, atom_fdim) != MP_OK)
+            bad = i;
+    return bad == INT32_MAX ? MP_OK : check_molecule(g, bad, atom_fdim);
 }
 
 /* ===================================================================== */

@@ -47,10 +47,22 @@ void mp_dmpnn_forward(mp_model *m, int training)
     /* H0 = W_i [x_u ; b_uv]: the atom part once per atom, then per edge the
      * source atom's row plus the bond's rows. */
     b->atom_embed(b, a->as, g->atom_hot, g->atom_mass, wi, NULL, na, h, fa - 1);
+    /* Inference with message_direct reads M_0 through ReLU from H0 in the
+     * first message step: M_0 is not stored (training keeps it: backward
+     * needs it, and so does atom_sum when depth is 1).  Not with bf16
+     * storage, whose message step is message_bf16. */
+    const int m0_virtual = !training && !m->half && b->message_direct && depth > 1;
     if (m->half_m) {
         /* bf16 H0 and M_0 = ReLU(H0), one pass */
         b->edge_embed_relu_bf16(b, a->h0, a->m[0], g->edge_src, g->bond_hot, a->as,
                                 MP_AT(m, wi, (size_t)fa * h), ne, h);
+    } else if (m0_virtual) {
+        b->edge_embed(b, a->h0, g->edge_src, g->bond_hot, a->as, MP_AT(m, wi, (size_t)fa * h),
+                      ne, h);
+    } else if (b->edge_embed_relu) {
+        /* fused (ops.h): H0 and M_0 = ReLU(H0) in one pass */
+        b->edge_embed_relu(b, a->h0, a->m[0], g->edge_src, g->bond_hot, a->as,
+                           MP_AT(m, wi, (size_t)fa * h), ne, h);
     } else {
         b->edge_embed(b, a->h0, g->edge_src, g->bond_hot, a->as, MP_AT(m, wi, (size_t)fa * h),
                       ne, h);
@@ -68,37 +80,40 @@ void mp_dmpnn_forward(mp_model *m, int training)
         if (m->half)
             b->message_bf16(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src,
                             a->m[t - 1], m->half_m, na, ne, h);
+        else if (b->message_direct)   /* fused (ops.h): no scratch sums */
+            b->message_direct(b, a->msg[t], g->in_start, g->in_edge, g->edge_src,
+                              t == 1 && m0_virtual ? a->h0 : a->m[t - 1], t == 1 && m0_virtual,
+                              na, ne, h);
         else
             b->message(b, a->msg[t], a->as, g->in_start, g->in_edge, g->edge_src, a->m[t - 1],
                        na, ne, h);
-        /* M_t = H0 + msg W_h: the residual is the pre-activation H0 */
-        uint64_t key = p > 0 ? mp_rng_u64(&m->drop_rng) : 0;
+        /* M_t = H0 + msg W_h: the residual is the pre-activation H0;
+         * dropout layer t-1 (dropout.c: its key, eager or device-keyed) */
         if (m->half || b->gemm_res_relu) {
             /* fused residual + ReLU (ops.h); dropout, if any, after it:
-             * dropout of ReLU(ReLU(x)) is exactly relu_dropout of x */
+             * dropout of ReLU(ReLU(x)) is exactly relu_dropout of x.  (bf16
+             * M_t only without dropout: model.c) */
             if (m->half)
                 b->gemm_res_relu_bf16(b, ne, h, h, a->msg[t], h, a->whh, h, a->h0, h, a->m[t], h,
                                       m->half_m);
             else
                 b->gemm_res_relu(b, ne, h, h, a->msg[t], h, wh, h, a->h0, h, a->m[t], h);
-            if (p > 0 && m->half_m)
-                b->relu_dropout_bf16(b, a->m[t], a->m[t], edge_elems, p, key);
-            else if (p > 0)
-                b->relu_dropout(b, a->m[t], a->m[t], edge_elems, p, key);
+            if (p > 0)
+                mp_model_relu_dropout(m, a->m[t], a->m[t], edge_elems, p, t - 1);
             continue;
         }
         b->copy(b, a->m[t], a->h0, edge_elems * m->esize);
         b->gemm(b, 0, 0, ne, h, h, 1.0, a->msg[t], h, wh, h, 1.0, a->m[t], h);
-        b->relu_dropout(b, a->m[t], a->m[t], edge_elems, p, key);
+        mp_model_relu_dropout(m, a->m[t], a->m[t], edge_elems, p, t - 1);
     }
 
-    /* Readout: h_v = Dropout(ReLU(W_o [x_v ; a_v] + b_o)). */
+    /* Readout: h_v = Dropout(ReLU(W_o [x_v ; a_v] + b_o)), dropout layer
+     * depth-1. */
     if (m->half)
         b->atom_sum_bf16(b, a->a, g->in_start, g->in_edge, a->m[depth - 1], m->half_m, na, h);
     else
         b->atom_sum(b, a->a, g->in_start, g->in_edge, a->m[depth - 1], na, h);
     b->atom_embed(b, a->ho, g->atom_hot, g->atom_mass, wo, bo, na, h, fa - 1);
-    uint64_t key = p > 0 ? mp_rng_u64(&m->drop_rng) : 0;
     if (m->half || b->gemm_res_relu) {
         /* in place: ho = ReLU(ho + a W_o), then the dropout if any */
         if (m->half)
@@ -106,10 +121,10 @@ void mp_dmpnn_forward(mp_model *m, int training)
         else
             b->gemm_res_relu(b, na, h, h, a->a, h, wom, h, a->ho, h, a->ho, h);
         if (p > 0)
-            b->relu_dropout(b, a->ho, a->ho, (size_t)na * h, p, key);
+            mp_model_relu_dropout(m, a->ho, a->ho, (size_t)na * h, p, depth - 1);
     } else {
         b->gemm(b, 0, 0, na, h, h, 1.0, a->a, h, wom, h, 1.0, a->ho, h);
-        b->relu_dropout(b, a->ho, a->ho, (size_t)na * h, p, key);
+        mp_model_relu_dropout(m, a->ho, a->ho, (size_t)na * h, p, depth - 1);
     }
 
     b->pool(b, a->x0, m->in_dim, g->mol_atom, a->ho, g->n_mols, h, m->cfg.aggregation,

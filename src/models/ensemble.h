@@ -55,6 +55,8 @@ typedef struct {
     int             n_desc;       /* descriptors per molecule at training      */
     mp_scaler       target_scaler;   /* regression only (n_cols == n_tasks)    */
     mp_scaler       feature_scaler;  /* when features != 0                     */
+    void           *stream_bufs;  /* the streamed prediction's batch buffers,
+                                   * kept between calls (owned)               */
 } mp_ensemble;
 
 /* Opens backend `backend_name` ("cpu", "cuda", "cuda:bf16", ...) and an empty
@@ -77,6 +79,32 @@ mp_featurize_opts mp_ensemble_featurize_opts(const mp_ensemble *e);
 mp_status mp_ensemble_predict(mp_ensemble *e, const mp_features *f, const int32_t *mols,
                               int32_t n, int first, int count, int32_t batch_size,
                               double *mean, double *std);
+
+/*
+ * The two ways mp_ensemble_predict runs (same arguments, bitwise the same
+ * results).  simple: per batch a select, a synchronous forward per member
+ * (mp_model_forward: upload, compute, download); what host-memory backends
+ * use.  stream: two batch slots in flight, the host packing batch j + 1
+ * into page-locked memory and uploading it on a copy lane while the device
+ * runs batch j, outputs read back asynchronously (ops.h's streaming ops;
+ * on a backend without them the same code with synchronous copies); what
+ * mp_ensemble_predict uses on a device backend that has them.  stats (may
+ * be NULL) receives where the stream's host time went.
+ */
+typedef struct {
+    int    batches;
+    double pack_s;        /* host: selecting, packing, checking batches     */
+    double wait_s;        /* host: waiting for the device's outputs         */
+    double total_s;       /* the whole call                                 */
+    double upload_bytes;  /* packed bytes sent to the device                */
+} mp_predict_stream_stats;
+
+mp_status mp_ensemble_predict_simple(mp_ensemble *e, const mp_features *f, const int32_t *mols,
+                                     int32_t n, int first, int count, int32_t batch_size,
+                                     double *mean, double *std);
+mp_status mp_ensemble_predict_stream(mp_ensemble *e, const mp_features *f, const int32_t *mols,
+                                     int32_t n, int first, int count, int32_t batch_size,
+                                     double *mean, double *std, mp_predict_stream_stats *stats);
 
 /* Model file (.mpm): written atomically; loading checks everything. */
 mp_status mp_ensemble_save(const mp_ensemble *e, const char *path);

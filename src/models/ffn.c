@@ -28,9 +28,11 @@ void mp_ffn_forward(mp_model *m, int training)
     int32_t n = m->n_mols;
     double p = m->p;
     const void *x = a->x0;
+    /* dropout layers (dropout.c): the input, then each hidden layer, after
+     * the encoder's */
+    const int layer0 = m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth : 0;
     if (p > 0) {
-        m->key_in = mp_rng_u64(&m->drop_rng);
-        b->dropout(b, a->xd0, a->x0, n, m->in_dim, m->in_dim, p, m->key_in);
+        m->key_in = mp_model_dropout(m, a->xd0, a->x0, n, m->in_dim, m->in_dim, p, layer0);
         x = a->xd0;
     }
     for (int l = 0; l < m->n_layers; l++) {
@@ -41,8 +43,7 @@ void mp_ffn_forward(mp_model *m, int training)
         b->fill_rows(b, y, dout, P(m->off_fb[l]), n, dout);
         b->gemm(b, 0, 0, n, dout, din, 1.0, x, din, P(m->off_fw[l]), dout, 1.0, y, dout);
         if (!last) {
-            uint64_t key = p > 0 ? mp_rng_u64(&m->drop_rng) : 0;
-            b->relu_dropout(b, y, y, (size_t)n * dout, p, key);
+            mp_model_relu_dropout(m, y, y, (size_t)n * dout, p, layer0 + 1 + l);
             x = y;
         }
     }
@@ -79,7 +80,9 @@ const void *mp_ffn_backward(mp_model *m, int want_cols)
                                     dout, dout, m->in_dim } };
             b->gemm_batch(b, 2, pr);
             if (p > 0)
-                b->dropout_backward(b, dx, dx, n, want_cols, m->in_dim, p, m->key_in);
+                mp_model_dropout_backward(m, dx, dx, n, want_cols, m->in_dim, p,
+                                          m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth : 0,
+                                          m->key_in);
             return dx;
         } else {
             b->gemm(b, gw.ta, gw.tb, gw.m, gw.n, gw.k, gw.alpha, gw.a, gw.lda, gw.b, gw.ldb,

@@ -185,7 +185,10 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     m->half = b->half_acts && b->to_bf16 && b->gemm_batch_bf16 && b->gemm_res_relu_bf16 &&
               b->message_bf16 && b->atom_sum_bf16 && b->relu_dropout_backward_bf16 &&
               b->message_backward_relu_bf16 && b->atom_sum_backward_relu_bf16;
-    m->half_m = m->half && b->edge_embed_relu_bf16 && b->relu_dropout_bf16;
+    /* bf16 H0 and M_t too, but not with dropout: its layers go through
+     * dropout.c, whose device-keyed form has no bf16 twin (ops.h) */
+    m->half_m = m->half && b->edge_embed_relu_bf16 && b->relu_dropout_bf16 &&
+                !(cfg->dropout > 0);
     m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
     m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
     m->n_layers = cfg->ffn_layers;
@@ -239,13 +242,14 @@ void mp_model_free(mp_model *m)
 
 /* Places the activation buffers for the given capacities at `base` (NULL:
  * only measure) and returns the bytes needed.  Each buffer starts on a
- * 64-byte boundary. */
+ * 256-byte boundary: the largest alignment cuBLASLt asks about, so its
+ * choice of algorithm (hence the bits) does not depend on the capacities. */
 static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32_t ne)
 {
     size_t at = 0, es = m->esize;
     mp_acts *a = &m->a;
 #define TAKE(bytes) \
-    (at = (at + 63) & ~(size_t)63, at += (bytes), base ? (void *)(base + at - (bytes)) : NULL)
+    (at = (at + 255) & ~(size_t)255, at += (bytes), base ? (void *)(base + at - (bytes)) : NULL)
     const mp_model_config *c = &m->cfg;
     size_t h = (size_t)m->h, E = (size_t)ne, A = (size_t)na, B = (size_t)nm;
     size_t T = (size_t)c->n_tasks, I = (size_t)m->in_dim, F = (size_t)m->ffn_hidden;
@@ -294,7 +298,7 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
     a->loss = TAKE(es);
     a->mask = TAKE(B * T);
 #undef TAKE
-    return at + 64;
+    return at + 256;
 }
 
 mp_status mp_model_reserve(mp_model *m, int32_t max_mols, int32_t max_atoms, int32_t max_edges)
@@ -378,7 +382,9 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
         return st;
     if (out && (st = download_floats(m, out, m->a.out, (size_t)n_mols * c->n_tasks)) != MP_OK)
         return st;
-    m->have_forward = 1;
+    /* 2: an inference forward that did not keep M_0 (dmpnn.c), no backward */
+    m->have_forward = !training && b->message_direct && c->kind == MP_MODEL_DMPNN &&
+                      c->depth > 1 ? 2 : 1;
     return MP_OK;
 }
 
@@ -389,6 +395,10 @@ mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss
     mp_status st;
     if (!m->have_forward)
         return mp_error_set(MP_ERR_ARG, "model backward: no forward pass to go back through");
+    if (m->have_forward == 2)
+        return mp_error_set(MP_ERR_ARG, "model backward: the last forward was an inference one "
+                            "(training = 0), which on backend '%s' does not keep what backward "
+                            "needs", b->name);
     size_t n = (size_t)m->n_mols * c->n_tasks;
     if (n && !targets)
         return mp_error_set(MP_ERR_ARG, "model backward: no targets");
@@ -437,16 +447,11 @@ mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss
 /* Device-resident steps                                                  */
 /* ===================================================================== */
 
-mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
+/* Reserves activations for bt's sizes, then points the graph inputs (and
+ * the extra features) at bt's device buffers: the model is bound. */
+static mp_status point_inputs(mp_model *m, const mp_dev_batch *bt)
 {
     const mp_model_config *c = &m->cfg;
-    if (!bt || bt->n_mols < 1 || bt->n_atoms < 0 || bt->n_edges < 0 || (bt->n_edges & 1))
-        return mp_error_set(MP_ERR_ARG, "model bind: bad batch sizes");
-    if (!m->b->adam_sched || !m->b->step_end)
-        return mp_error_set(MP_ERR_ARG, "model bind: backend '%s' has no device-scheduled "
-                            "step ops", m->b->name);
-    if ((c->extra_dim > 0 && !bt->extra) || !bt->target || !bt->mask)
-        return mp_error_set(MP_ERR_ARG, "model bind: batch buffers missing");
     int dm = c->kind == MP_MODEL_DMPNN;
     mp_status st = mp_model_reserve(m, bt->n_mols, dm ? bt->n_atoms : 0, dm ? bt->n_edges : 0);
     if (st != MP_OK)
@@ -467,12 +472,53 @@ mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
         if (c->extra_dim > 0)
             a->extra = bt->extra;
     }
-    a->target = bt->target;
-    a->mask = bt->mask;
     m->n_mols = bt->n_mols;
     m->have_forward = 0;
     m->bound = 1;
     m->bound_extra = bt->extra;
+    return MP_OK;
+}
+
+mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
+{
+    const mp_model_config *c = &m->cfg;
+    if (!bt || bt->n_mols < 1 || bt->n_atoms < 0 || bt->n_edges < 0 || (bt->n_edges & 1))
+        return mp_error_set(MP_ERR_ARG, "model bind: bad batch sizes");
+    if (!m->b->adam_sched || !m->b->step_end)
+        return mp_error_set(MP_ERR_ARG, "model bind: backend '%s' has no device-scheduled "
+                            "step ops", m->b->name);
+    if ((c->extra_dim > 0 && !bt->extra) || !bt->target || !bt->mask)
+        return mp_error_set(MP_ERR_ARG, "model bind: batch buffers missing");
+    mp_status st = point_inputs(m, bt);
+    if (st != MP_OK)
+        return st;
+    m->a.target = bt->target;
+    m->a.mask = bt->mask;
+    return MP_OK;
+}
+
+mp_status mp_model_forward_dev(mp_model *m, const mp_dev_batch *bt)
+{
+    const mp_model_config *c = &m->cfg;
+    mp_backend *b = m->b;
+    if (!bt || bt->n_mols < 1 || bt->n_atoms < 0 || bt->n_edges < 0 || (bt->n_edges & 1))
+        return mp_error_set(MP_ERR_ARG, "model forward (device batch): bad batch sizes");
+    if (c->extra_dim > 0 && !bt->extra)
+        return mp_error_set(MP_ERR_ARG, "model forward (device batch): the model takes %d "
+                            "molecule features per molecule but none were given", c->extra_dim);
+    if (c->kind == MP_MODEL_DMPNN && (!bt->mol_atom || !bt->in_start ||
+        (bt->n_atoms && (!bt->atom_hot || !bt->atom_mass)) ||
+        (bt->n_edges && (!bt->bond_hot || !bt->edge_src || !bt->in_edge))))
+        return mp_error_set(MP_ERR_ARG, "model forward (device batch): graph arrays missing");
+    mp_status st = point_inputs(m, bt);
+    if (st != MP_OK)
+        return st;
+    m->p = 0.0;
+    if (c->kind == MP_MODEL_FFN)
+        b->copy(b, m->a.x0, bt->extra, (size_t)bt->n_mols * c->extra_dim * m->esize);
+    else
+        mp_dmpnn_forward(m, 0);
+    mp_ffn_forward(m, 0);
     return MP_OK;
 }
 
@@ -495,6 +541,7 @@ void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *
     if (c->kind == MP_MODEL_FFN)
         b->copy(b, m->a.x0, m->bound_extra, (size_t)m->n_mols * c->extra_dim * m->esize);
     m->p = c->dropout;
+    m->drop_k = k_dev;   /* the step index of a device key source, if set */
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_forward(m, 1);
     mp_ffn_forward(m, 1);

@@ -166,14 +166,31 @@ mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt);
 void      mp_model_unbind(mp_model *m);
 
 /*
+ * Inference on a batch already on the device: the forward pass (no dropout)
+ * over bt's graph arrays (edge_dst, target and mask are not read; extra as
+ * the model takes it: [n_mols x extra_dim] of the model's element type),
+ * queued on the backend and nothing else (no upload, download or sync), so
+ * a caller can overlap it with the copies of the next batch.  The raw
+ * outputs [n_mols x n_tasks] are at mp_model_block_ptr(m, MP_BLOCK_OUTPUT)
+ * once the backend's queue reaches them.  Bitwise the outputs of
+ * mp_model_forward(training 0) on the same graphs.  Leaves the model bound
+ * to bt (not for backward).  Reserves activations first when bt is larger
+ * than the reserve: reserve up front (mp_model_reserve) so that no call
+ * allocates.  bt is not checked: the caller checked the graphs
+ * (mp_batch_check's rules) before uploading them.
+ */
+mp_status mp_model_forward_dev(mp_model *m, const mp_dev_batch *bt);
+
+/*
  * One whole training step on the bound batch, queued on the backend and
  * nothing else (no upload, download, sync or allocation, so it can be
  * captured in a CUDA graph and replayed): zero the gradients, forward with
  * dropout, masked loss, backward, adam_sched with the scalars sched[2k],
  * sched[2k+1] (k = k_dev[0]), then losses[k] = the loss and k_dev[0] += 1.
- * Dropout keys are drawn on the host when the step is issued, so a replayed
- * capture of a model with dropout would reuse them: resident.c captures only
- * models without dropout.  The host Adam counter is not advanced: call
+ * Dropout keys are drawn on the host when the step is issued (a replayed
+ * capture would reuse them), unless a device key source is set (resident.c,
+ * model_impl.h: drop_keys), whose keys the step reads at index k.  The host
+ * Adam counter is not advanced: call
  * mp_model_add_adam_steps with the number of steps run.
  */
 void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *losses);

@@ -71,6 +71,12 @@ struct mp_model {
     void  *params, *grads, *adam_m, *adam_v;
     long   adam_t;
     mp_rng drop_rng;
+    /* Device key source of the dropout layers (set by resident.c around the
+     * steps it issues; NULL: keys are drawn from drop_rng as ops are issued):
+     * layer l of the step at device index k uses drop_keys[k * n + l],
+     * n = mp_model_drop_layers, k = drop_k[0] (mp_model_step_bound sets it). */
+    const uint64_t *drop_keys;
+    const int32_t  *drop_k;
 
     /* activations */
     void  *arena;
@@ -110,6 +116,21 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0);
  * in_dim), or NULL when want_cols == 0. */
 void        mp_ffn_forward(mp_model *m, int training);
 const void *mp_ffn_backward(mp_model *m, int want_cols);
+
+/* dropout.c: the model's dropout layers, numbered in forward order (D-MPNN:
+ * message steps 0 .. depth-2, readout depth-1; then the head: its input,
+ * then each hidden layer).  Eager (host-loop) steps draw each layer's key
+ * from drop_rng as it is issued; a bound step with a device key source
+ * (drop_keys) issues the keyed ops instead, whose keys the host drew in the
+ * same order beforehand.  p == 0: a plain ReLU / nothing, no draw. */
+int      mp_model_drop_layers(const mp_model *m);      /* keys per step (0: no dropout) */
+void     mp_model_relu_dropout(mp_model *m, void *y, const void *x, size_t n, double p,
+                               int layer);
+/* Returns the key drawn (eager; 0 when keyed), for mp_model_dropout_backward. */
+uint64_t mp_model_dropout(mp_model *m, void *y, const void *x, int32_t n_rows, int n_cols,
+                          int ld, double p, int layer);
+void     mp_model_dropout_backward(mp_model *m, void *dx, const void *dy, int32_t n_rows,
+                                   int n_cols, int ld, double p, int layer, uint64_t key);
 
 /* model.c: host staging buffer of at least `bytes`. */
 void *mp_model_host(mp_model *m, size_t bytes);

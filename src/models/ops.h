@@ -233,6 +233,62 @@ struct mp_backend {
      * losses and loss are of the backend's element type. */
     void (*step_end)(mp_backend *b, int32_t *k_dev, void *losses, const void *loss);
 
+    /* ---- device-keyed dropout (optional; resident.c) ------------------ */
+    /* relu_dropout, dropout and dropout_backward with the key read from
+     * device memory at the device step index: key = keys[k_dev[0] * stride]
+     * (keys: a device buffer of uint64_t; the model passes keys + its layer
+     * and stride = keys per step), so one captured step replays with each
+     * step's own keys.  Bitwise the same as the plain op given that key.
+     * cpu and ref: mp_ops_keyed_host; cuda: ops_cuda_keyed.cu. */
+    void (*relu_dropout_keyed)(mp_backend *b, void *y, const void *x, size_t n, double p,
+                               const uint64_t *keys, const int32_t *k_dev, int stride);
+    void (*dropout_keyed)(mp_backend *b, void *y, const void *x, int32_t n_rows, int n_cols,
+                          int ld, double p, const uint64_t *keys, const int32_t *k_dev,
+                          int stride);
+    void (*dropout_backward_keyed)(mp_backend *b, void *dx, const void *dy, int32_t n_rows,
+                                   int n_cols, int ld, double p, const uint64_t *keys,
+                                   const int32_t *k_dev, int stride);
+
+    /* ---- inference (optional: NULL means "issue the unfused ops") ------ */
+    /* edge_embed, then M_0 = ReLU(H0): h0 as edge_embed writes it, and
+     * m0[e] = max(h0[e], 0), one pass writing both (the GPU saves re-reading
+     * H0).  The same as edge_embed(h0) then relu_dropout(m0, h0, p = 0).
+     * h0 and m0 must not overlap. */
+    void (*edge_embed_relu)(mp_backend *b, void *h0, void *m0, const int32_t *edge_src,
+                            const int8_t *bond_hot, const void *a, const void *wb,
+                            int32_t n_edges, int h);
+    /* message without its scratch: msg[e] = sum_{k in in(src[e])} m[k] -
+     * m[e ^ 1], the sum in CSR order from 0, so bitwise message's msg; the
+     * GPU sums per atom in registers and writes the edges leaving it, instead
+     * of a segment-sum pass and a gather pass (cpu/ref: NULL, use message).
+     * relu_in = 1 reads every row of m through max(., 0): the first step
+     * of an inference forward reads H0 itself, so M_0 = ReLU(H0) is never
+     * stored (bitwise the same msg). */
+    void (*message_direct)(mp_backend *b, void *msg, const int32_t *in_start,
+                           const int32_t *in_edge, const int32_t *edge_src, const void *m,
+                           int relu_in, int32_t n_atoms, int32_t n_edges, int h);
+
+    /* ---- streaming (optional: NULL on host-memory backends) ----------- */
+    /* What a prediction pipeline needs to pack and upload one batch while
+     * the device computes another.  Two lanes: 0 is the queue every op
+     * runs on, 1 a copy lane beside it.  A host buffer given to an async
+     * copy must come from host_alloc (page-locked) and be left alone until
+     * a fence recorded after the copy has passed (fence_sync).
+     * host_alloc: NULL on failure, with the message set. */
+    void     *(*host_alloc)(mp_backend *b, size_t bytes);
+    void      (*host_free)(mp_backend *b, void *p);            /* NULL is fine */
+    void      (*upload_async)(mp_backend *b, int lane, void *dst, const void *src_host,
+                              size_t bytes);
+    void      (*download_async)(mp_backend *b, int lane, void *dst_host, const void *src,
+                                size_t bytes);
+    /* Fence f (0 <= f < MP_FENCES): record marks all the work queued on
+     * `lane` so far; wait makes later work on `lane` wait for the fence's
+     * work; sync blocks the host until it is done and reports any kept
+     * failure (as b->sync).  A fence not yet recorded has passed. */
+    void      (*fence_record)(mp_backend *b, int lane, int f);
+    void      (*fence_wait)(mp_backend *b, int lane, int f);
+    mp_status (*fence_sync)(mp_backend *b, int f);
+
     /* ---- bf16 operand storage (cuda at bf16 only; see below) ---------- */
     /* half_acts = 1: the ops of this block exist, and the model stores the
      * operands of its big products in bfloat16 (2 bytes an element, round to
@@ -285,17 +341,26 @@ struct mp_backend {
                                        const void *y, int y_bf16, double p, int32_t n_atoms,
                                        int32_t n_edges, int h);
     /* Optional within half_acts (NULL: H0 and M_t stay of the element
-     * type).  With both, the model stores H0 and the messages M_t in bf16
-     * as well (the *_bf16 flags above set), halving the bytes of every pass
-     * over them.  edge_embed, with h0 and m0 = ReLU(h0) both written as
-     * bf16 buffers (m0 from the unrounded sum): */
+     * type).  With it, a model without dropout stores H0 and the messages
+     * M_t in bf16 as well (the *_bf16 flags above set), halving the bytes of
+     * every pass over them.  edge_embed, with h0 and m0 = ReLU(h0) both
+     * written as bf16 buffers (m0 from the unrounded sum): */
     void (*edge_embed_relu_bf16)(mp_backend *b, void *h0, void *m0, const int32_t *edge_src,
                                  const int8_t *bond_hot, const void *a, const void *wb,
                                  int32_t n_edges, int h);
-    /* relu_dropout on bf16 buffers (y may alias x). */
+    /* relu_dropout on bf16 buffers (y may alias x).  Not used by the model
+     * yet: its dropout layers go through dropout.c, whose device-keyed form
+     * (resident graph replay) has no bf16 twin, so a model with dropout
+     * keeps M_t in fp32. */
     void (*relu_dropout_bf16)(mp_backend *b, void *y, const void *x, size_t n, double p,
                               uint64_t key);
 };
+
+#define MP_FENCES 8
+
+/* Gives a host-memory backend (cpu, ref) the keyed dropout ops: each reads
+ * its key on the host and calls the backend's plain op (ops_keyed.c). */
+void mp_ops_keyed_host(mp_backend *b);
 
 /* The fused ops as the unfused ops they replace (copy2d, gemm, relu_dropout;
  * message_backward, relu_dropout_backward, add): what the cpu and ref
@@ -308,6 +373,11 @@ void mp_ops_message_backward_relu_composed(mp_backend *b, void *dz, void *dh0, v
                                            const int32_t *edge_dst, const void *dmsg,
                                            const void *y, double p, int32_t n_atoms,
                                            int32_t n_edges, int h);
+
+/* edge_embed_relu as edge_embed then relu_dropout (cpu, ref). */
+void mp_ops_edge_embed_relu_composed(mp_backend *b, void *h0, void *m0, const int32_t *edge_src,
+                                     const int8_t *bond_hot, const void *a, const void *wb,
+                                     int32_t n_edges, int h);
 
 /* The two float scalars of one Adam step (see adam_sched), computed exactly
  * as every backend's adam computes them from lr and t (t >= 1). */

@@ -1036,8 +1036,10 @@ mp_status mp_backend_cpu_open(mp_backend **out)
     b->adam = cpu_adam;
     b->gemm_res_relu = mp_ops_gemm_res_relu_composed;
     b->message_backward_relu = mp_ops_message_backward_relu_composed;
+    b->edge_embed_relu = mp_ops_edge_embed_relu_composed;
     b->adam_sched = cpu_adam_sched;
     b->step_end = cpu_step_end;
+    mp_ops_keyed_host(b);
     *out = b;
     return MP_OK;
 }

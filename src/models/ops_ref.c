@@ -450,6 +450,15 @@ void mp_ops_message_backward_relu_composed(mp_backend *b, void *dz, void *dh0, v
     b->add(b, dh0, dz, n);
 }
 
+void mp_ops_edge_embed_relu_composed(mp_backend *b, void *h0, void *m0, const int32_t *edge_src,
+                                     const int8_t *bond_hot, const void *a, const void *wb,
+                                     int32_t n_edges, int h)
+{
+    b->edge_embed(b, h0, edge_src, bond_hot, a, wb, n_edges, h);
+    if (n_edges > 0 && h > 0)
+        b->relu_dropout(b, m0, h0, (size_t)n_edges * h, 0.0, 0);
+}
+
 /* ===================================================================== */
 /* Open / close                                                           */
 /* ===================================================================== */
@@ -500,8 +509,10 @@ mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype)
     b->adam = ref_adam;
     b->gemm_res_relu = mp_ops_gemm_res_relu_composed;
     b->message_backward_relu = mp_ops_message_backward_relu_composed;
+    b->edge_embed_relu = mp_ops_edge_embed_relu_composed;
     b->adam_sched = ref_adam_sched;
     b->step_end = ref_step_end;
+    mp_ops_keyed_host(b);
     *out = b;
     return MP_OK;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #define DEFAULT_CHUNK 8192
+#define DEFAULT_CHUNK_GPU 65536  /* a device backend streams batches: fewer pipeline fills */
 #define PREDICT_BATCH 256        /* molecules per forward: bounds the activation memory */
 #define PREDICT_BATCH_GPU 4096   /* a device backend: fewer, fuller launches */
 #define PREDICT_BATCH_FOR(e) ((e)->backend->host_memory ? PREDICT_BATCH : PREDICT_BATCH_GPU)
@@ -60,7 +61,7 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     memset(stats, 0, sizeof *stats);
     if (o->threads > 0)
         mp_threads_set(o->threads);
-    int32_t cap = o->chunk_rows > 0 ? o->chunk_rows : DEFAULT_CHUNK;
+    int32_t cap = o->chunk_rows;
     mp_ensemble *e = NULL;
     mp_csv_reader *r = NULL;
     mp_afile out;
@@ -74,6 +75,8 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
 
     if ((st = mp_ensemble_load(&e, o->model_path, o->backend)))
         goto done;
+    if (cap <= 0)
+        cap = e->backend->host_memory ? DEFAULT_CHUNK : DEFAULT_CHUNK_GPU;
     if ((st = mp_csv_open(&r, o->data_path)))
         goto done;
     char **fields;

@@ -24,7 +24,7 @@ typedef struct {
     int            uncertainty;   /* add <task>_std columns (ensemble spread)     */
     const char    *backend;       /* "cpu" (default), "cuda[:...]"                */
     int            threads;       /* 0: default                                   */
-    int32_t        chunk_rows;    /* 0: 8192                                      */
+    int32_t        chunk_rows;    /* 0: 8192 (a device backend: 65536)            */
     int            quiet;
 } mp_predict_opts;
 

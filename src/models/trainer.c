@@ -17,11 +17,13 @@
 #include <string.h>
 #include <errno.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define EVAL_BATCH 256           /* inference batch for validation/test      */
 #define EVAL_BATCH_GPU 4096      /* the same on a device backend             */
 #define MP_STREAM_SHUFFLE 201    /* mp_rng stream for the epoch order         */
 #define MAX_REPORTED_INVALID 20
+#define SLOT_CLASSES 4           /* resident slot size classes (D-MPNN)       */
 
 mp_train_opts mp_train_opts_default(void)
 {
@@ -189,6 +191,8 @@ typedef struct {
     int32_t *mols;      /* n x batch_size           */
     float   *tgt;       /* n x batch_size x tasks   */
     float   *extra;     /* n x batch_size x feat_dim */
+    int32_t *atoms;     /* per batch of the epoch: its atoms and edges */
+    int32_t *edges;     /*   (the plan of its slots)                   */
 } pack_bufs;
 
 static void pack_bufs_free(pack_bufs *p)
@@ -198,10 +202,12 @@ static void pack_bufs_free(pack_bufs *p)
     mp_free(p->mols);
     mp_free(p->tgt);
     mp_free(p->extra);
+    mp_free(p->atoms);
+    mp_free(p->edges);
     mp_free(p);
 }
 
-static pack_bufs *pack_bufs_new(int n, int32_t bs, size_t t, int dim)
+static pack_bufs *pack_bufs_new(int n, int32_t bs, size_t t, int dim, int32_t n_steps)
 {
     pack_bufs *p = mp_calloc(1, sizeof *p);
     if (!p)
@@ -210,7 +216,9 @@ static pack_bufs *pack_bufs_new(int n, int32_t bs, size_t t, int dim)
     p->mols = mp_malloc(sizeof(int32_t) * (size_t)n * (size_t)bs);
     p->tgt = mp_malloc(sizeof(float) * (size_t)n * (size_t)bs * t);
     p->extra = dim ? mp_malloc(sizeof(float) * (size_t)n * (size_t)bs * (size_t)dim) : NULL;
-    if (!p->mols || !p->tgt || (dim && !p->extra)) {
+    p->atoms = mp_malloc(sizeof(int32_t) * (size_t)n_steps);
+    p->edges = mp_malloc(sizeof(int32_t) * (size_t)n_steps);
+    if (!p->mols || !p->tgt || (dim && !p->extra) || !p->atoms || !p->edges) {
         pack_bufs_free(p);
         return NULL;
     }
@@ -258,11 +266,32 @@ static mp_status prepare_epoch(const train_ctx *c, mp_resident *res, mp_rng *rng
     return pack_epoch(c, res, order, n_steps, pk);
 }
 
-/* Packs every slot of an epoch, in parallel; on a failure the first failing
- * slot is packed again on this thread, for its message. */
+/* Plans the epoch's slots from its batches' sizes (each batch in the
+ * smallest slot class that holds it), then packs every slot, in parallel; on
+ * a failure the first failing slot is packed again on this thread, for its
+ * message. */
 static mp_status pack_epoch(const train_ctx *c, mp_resident *res, const size_t *order,
                             int32_t n_steps, pack_bufs *pk)
 {
+    int dmpnn = c->o->model == MP_MODEL_DMPNN;
+    const mp_graphs *g = &c->f->g;
+    for (int32_t s = 0; dmpnn && s < n_steps; s++) {
+        int32_t b0 = s * c->o->batch_size;
+        int32_t b1 = c->n_train - b0 < c->o->batch_size ? c->n_train : b0 + c->o->batch_size;
+        int64_t na = 0, ne = 0;
+        for (int32_t i = b0; i < b1; i++) {
+            size_t k = order[i];
+            na += g->mol_atom[k + 1] - g->mol_atom[k];
+            ne += g->mol_edge[k + 1] - g->mol_edge[k];
+        }
+        /* a batch past int32 fails the plan (the largest slot is int32) */
+        pk->atoms[s] = na < INT32_MAX ? (int32_t)na : INT32_MAX;
+        pk->edges[s] = ne < INT32_MAX ? (int32_t)ne : INT32_MAX;
+    }
+    mp_status pst = mp_resident_plan(res, n_steps, dmpnn ? pk->atoms : NULL,
+                                     dmpnn ? pk->edges : NULL);
+    if (pst != MP_OK)
+        return pst;
     int32_t bad = INT32_MAX;
 #pragma omp parallel for num_threads(pk->n) schedule(dynamic, 4)
     for (int32_t s = 0; s < n_steps; s++) {
@@ -322,9 +351,15 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
     mp_backend *dev = c->e->backend;
     int resident = o->resident < 0 ? !dev->host_memory : o->resident;
     if (resident) {
+        /* a graph replays dropout through the keyed ops (ops.h); slot
+         * classes: MOLPROP_SLOT_CLASSES (1 = one, padded to the largest) */
+        const char *cls_env = getenv("MOLPROP_SLOT_CLASSES");
+        int n_cls = cls_env && *cls_env ? atoi(cls_env) : SLOT_CLASSES;
+        n_cls = n_cls < 1 ? 1 : n_cls > MP_RESIDENT_MAX_CLASSES ? MP_RESIDENT_MAX_CLASSES : n_cls;
         mp_resident_opts ro = { .batch_size = bs, .max_batches = n_steps,
                                 .use_graph = o->graph != 0 && !dev->host_memory &&
-                                             !(o->dropout > 0) };
+                                             (!(o->dropout > 0) || dev->relu_dropout_keyed),
+                                .n_classes = n_cls };
         if (o->model == MP_MODEL_DMPNN)
             mp_graphs_batch_bounds(&c->f->g, c->train, c->n_train, bs, &ro.cap_atoms,
                                    &ro.cap_edges);
@@ -336,7 +371,7 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
         }
         int nth = mp_threads_get();
         nth = nth < 1 ? 1 : nth > n_steps ? (int)n_steps : nth;
-        if (!(pk = pack_bufs_new(nth, bs, t, c->feat_dim))) {
+        if (!(pk = pack_bufs_new(nth, bs, t, c->feat_dim, n_steps))) {
             st = mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
             goto done;
         }
@@ -433,15 +468,28 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
                 goto done;
         }
         if (profile) {
-            double tv = mp_time_now(), up = 0, run = 0;
-            if (res)
+            double tv = mp_time_now(), up = 0, run = 0, er = 0, ep = 0;
+            if (res) {
                 mp_resident_times(res, &up, &run);
-            else
+                mp_resident_padding(res, &er, &ep);
+            } else {
                 tp2 = tp1 = tp0;
+            }
             fprintf(stderr, "profile epoch %d: upload %.3f s, steps %.3f s%s, next epoch's pack "
-                    "%.3f s (during the steps), train loop %.3f s, validation %.3f s\n", epoch,
+                    "%.3f s (during the steps), train loop %.3f s, validation %.3f s", epoch,
                     up, run, res ? "" : " (host loop)", tp2 - tp1, tv_train - tp0,
                     tv - tv_train);
+            if (res && er > 0)
+                fprintf(stderr, ", %d slot classes, padded/real edges %.2f",
+                        (int)mp_resident_n_classes(res), ep / er);
+            fputc('\n', stderr);
+            for (int32_t q = 0; res && epoch == 1 && q < mp_resident_n_classes(res); q++) {
+                int32_t fa, fe, cm, ca, ce;
+                mp_resident_class_caps(res, q, &fa, &fe, &cm, &ca, &ce);
+                fprintf(stderr, "profile slot class %d: up to %d atoms, %d edges (padded %d "
+                        "molecules, %d atoms, %d edges)\n", (int)q, (int)fa, (int)fe, (int)cm,
+                        (int)ca, (int)ce);
+            }
         }
         if (better(c->metric, val_mean, best_score) || (c->n_val == 0 && epoch == o->epochs)) {
             best_score = val_mean;
@@ -582,8 +630,13 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
     memset(&prog, 0, sizeof prog);
     char path[4096];
 
+    /* The save directory is made first (an unwritable place fails before any
+     * work) and removed again if this run made it and then failed. */
+    int made_dir = 0;
     if (o->save_dir) {
-        if (mkdir(o->save_dir, 0777) != 0 && errno != EEXIST)
+        if (mkdir(o->save_dir, 0777) == 0)
+            made_dir = 1;
+        else if (errno != EEXIST)
             return mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", o->save_dir,
                                 strerror(errno));
     }
@@ -592,7 +645,7 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
     if (o->backend && strcmp(o->backend, "cpu") != 0) {
         mp_backend *probe = NULL;
         if ((st = mp_backend_open(&probe, o->backend)))
-            return st;
+            goto done;
         mp_backend_close(probe);
     }
 
@@ -840,6 +893,14 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
     }
 
 done:
+    if (st != MP_OK && made_dir) {
+        static const char *const outputs[3] = { "model.mpm", "metrics.json", "split.tsv" };
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", o->save_dir, outputs[i]);
+            (void)unlink(path);
+        }
+        (void)rmdir(o->save_dir);
+    }
     mp_free(why);
     mp_free(testpred);
     mp_free(teststd);

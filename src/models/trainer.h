@@ -39,9 +39,9 @@ typedef struct {
     const char     *backend;         /* "cpu" (default), "cuda[:fp32|tf32|bf16]" */
     int             resident;        /* device-resident epochs (resident.h):   *
                                       * -1 auto (on the GPU), 0 off, 1 on       */
-    int             graph;           /* -1 auto: replay one captured CUDA graph *
-                                      * per step when resident on the GPU and   *
-                                      * dropout is 0; 0 off                     */
+    int             graph;           /* -1 auto: replay a captured CUDA graph   *
+                                      * (one per slot size) per step when       *
+                                      * resident on the GPU; 0 off              */
     const char     *save_dir;        /* NULL: nothing written                  */
     int             quiet;           /* 1: no progress output                  */
 } mp_train_opts;
