@@ -9,8 +9,8 @@
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static char out[65536];
 
