@@ -299,6 +299,142 @@ static void w_zero_grads(void *x)
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
     b->zero(b, m->grads, m->n_params * sizeof(float));
 }
+/* bf16 storage ops (ops.h half_acts; cuda at bf16 only) */
+static void w_to_bf16_weights(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->to_bf16(b, m->whh, AT(m->params, m->off_wh), (size_t)(2 * m->h + m->fa) * m->h);
+}
+static void w_message_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->message_bf16(b, m->msg[1], m->as, g->in_start, g->in_edge, g->edge_src, m->m[0], m->half_m,
+                    g->n_atoms, g->n_edges, m->h);
+}
+static void w_gemm_res_relu_wh_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->gemm_res_relu_bf16(b, c->g->n_edges, m->h, m->h, m->msg[1], m->h, m->whh, m->h, m->h0,
+                          m->h, m->m[1], m->h, m->half_m);
+}
+static void w_atom_sum_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->atom_sum_bf16(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], m->half_m, g->n_atoms,
+                     m->h);
+}
+static void w_gemm_res_relu_wo_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->gemm_res_relu_bf16(b, c->g->n_atoms, m->h, m->h, m->a, m->h, m->woh, m->h, m->dho, m->h,
+                          m->dho, m->h, 0);
+}
+static void w_relu_backward_atoms_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->relu_dropout_backward_bf16(b, m->da, m->dhoh, m->ho, m->dho, (size_t)c->g->n_atoms * m->h,
+                                  0.0);
+}
+static void w_relu_backward_edges_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->relu_dropout_backward_bf16(b, m->dmsg, m->dzh, m->m[1], m->dh0,
+                                  (size_t)c->g->n_edges * m->h, 0.0);
+}
+static void w_atom_sum_backward_relu_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->atom_sum_backward_relu_bf16(b, m->dh0, m->dzh, g->edge_dst, m->da, m->m[m->depth - 1],
+                                   m->half_m, 0.0, g->n_edges, m->h);
+}
+static void w_gemm_wo_pair_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, na = c->g->n_atoms;
+    mp_gemm go[2] = {
+        { 1, 0, h, h, na, 1.0, 1.0, m->a, m->dhoh, AT(m->grads, m->off_wo + (size_t)m->fa * h), h,
+          h, h },
+        { 0, 1, na, h, h, 1.0, 0.0, m->dhoh, m->woh, m->da, h, h, h },
+    };
+    b->gemm_batch_bf16(b, 2, go, 0);
+}
+static void w_gemm_wh_pair_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm gh[2] = {
+        { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dzh, AT(m->grads, m->off_wh), h, h, h },
+        { 0, 1, ne, h, h, 1.0, 0.0, m->dzh, m->whh, m->dmsg, h, h, h },
+    };
+    b->gemm_batch_bf16(b, 2, gh, 2u);
+}
+static void w_gemm_wh_dw_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dzh, AT(m->grads, m->off_wh), h, h, h };
+    b->gemm_batch_bf16(b, 1, &g1, 0);
+}
+static void w_gemm_wh_dx_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 0, 1, ne, h, h, 1.0, 0.0, m->dzh, m->whh, m->dmsg, h, h, h };
+    b->gemm_batch_bf16(b, 1, &g1, 1u);
+}
+/* The same products with the bf16 operands' row stride padded to a multiple
+ * of 8 elements (16 bytes: what Hopper's TMA-based kernels need; 300 bf16 are
+ * 600 bytes).  For comparison only (0 calls): the buffers used are the fp32
+ * ones, large enough, with whatever they hold. */
+#define LDP(h) (((h) + 7) / 8 * 8)
+static void w_gemm_res_relu_wh_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->gemm_res_relu_bf16(b, c->g->n_edges, m->h, m->h, m->msg[1], LDP(m->h), m->dm, LDP(m->h),
+                          m->h0, m->h, m->m[1], m->h, m->half_m);
+}
+static void w_gemm_wh_dw_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dm, AT(m->grads, m->off_wh), LDP(h),
+                   LDP(h), h };
+    b->gemm_batch_bf16(b, 1, &g1, 0);
+}
+static void w_gemm_wh_dx_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm g1 = { 0, 1, ne, h, h, 1.0, 0.0, m->dm, m->h0, m->dmsg, LDP(h), LDP(h), LDP(h) };
+    b->gemm_batch_bf16(b, 1, &g1, 1u);
+}
+static void w_gemm_wh_pair_bf16_ldp(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    int h = m->h, ne = c->g->n_edges;
+    mp_gemm gh[2] = {
+        { 1, 0, h, h, ne, 1.0, 1.0, m->msg[1], m->dm, AT(m->grads, m->off_wh), LDP(h), LDP(h), h },
+        { 0, 1, ne, h, h, 1.0, 0.0, m->dm, m->h0, m->dmsg, LDP(h), LDP(h), LDP(h) },
+    };
+    b->gemm_batch_bf16(b, 2, gh, 2u);
+}
+static void w_message_backward_relu_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->message_backward_relu_bf16(b, m->dzh, m->dh0, m->da, g->in_start, g->in_edge, g->edge_dst,
+                                  m->dmsg, m->m[0], m->half_m, 0.0, g->n_atoms, g->n_edges, m->h);
+}
+static void w_edge_embed_relu_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->edge_embed_relu_bf16(b, m->h0, m->m[0], g->edge_src, g->bond_hot, m->as,
+                            AT(m->params, m->off_wi + (size_t)m->fa * m->h), g->n_edges, m->h);
+}
+static void w_relu_dropout_bf16(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
+    b->relu_dropout_bf16(b, m->m[1], m->m[1], (size_t)c->g->n_edges * m->h, 0.1, 77);
+}
 static void w_step(void *x)
 {
     bench_ctx *c = x;
@@ -323,12 +459,16 @@ typedef struct {
 } op_row;
 
 static int run_config(mp_precision prec, int32_t batch, int h, int depth, int trials,
-                      uint64_t seed)
+                      uint64_t seed, int bf16_messages)
 {
     mp_backend *b = NULL;
     if (mp_backend_cuda_open(&b, prec) != MP_OK) {
         fprintf(stderr, "gpu_ops: %s\n", mp_error_message());
         return 1;
+    }
+    if (!bf16_messages) {   /* bf16 operands, but H0 and M_t in fp32 (ops.h) */
+        b->edge_embed_relu_bf16 = NULL;
+        b->relu_dropout_bf16 = NULL;
     }
     mp_rng rng;
     mp_rng_seed(&rng, seed, 3);
@@ -367,21 +507,26 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     /* fused ops (ops.h), as gpu_step.h / models/dmpnn.c issue them: the
      * unfused rows they replace get 0 calls (timed alone) */
     const int fu = b->gemm_res_relu && b->message_backward_relu && depth > 1;
+    /* bf16 storage (cuda at bf16): the ops that replace them, per row below;
+     * hm: the message steps, hr: the readout */
+    const int hr = m.half, hm = m.half && depth > 1, hh = m.half_m;
+    const double S = 2.0;   /* bytes of a bf16 element */
+    const double MS = hh ? S : F;   /* bytes of an element of H0, M_t */
     op_row rows[] = {
         /* forward */
         { "atom_embed (W_i atom part)", w_atom_embed, 1, A * H * F + A * 20, 0 },
-        { "edge_embed (H0)", w_edge_embed, 1, 2 * E * H * F + E * 12, 0 },
-        { "relu_dropout p=0 (edges)", w_relu_edges, fu ? 1 : depth, 2 * E * H * F, 0 },
-        { "message (S, S[src]-M[rev])", w_message, d1, (3 * E + A) * H * F + E * 8, 0 },
+        { "edge_embed (H0)", w_edge_embed, hh ? 0 : 1, 2 * E * H * F + E * 12, 0 },
+        { "relu_dropout p=0 (edges)", w_relu_edges, hh ? 0 : fu ? 1 : depth, 2 * E * H * F, 0 },
+        { "message (S, S[src]-M[rev])", w_message, hm ? 0 : d1, (3 * E + A) * H * F + E * 8, 0 },
         { "copy (residual H0)", w_copy_edges, fu ? 0 : d1, 2 * E * H * F, 0 },
         { "gemm E x h x h (W_h)", w_gemm_wh, fu ? 0 : d1, (3 * E * H + H * H) * F, 2 * E * H * H },
-        { "gemm_res_relu E x h x h (W_h fused)", w_gemm_res_relu_wh, fu ? d1 : 0,
+        { "gemm_res_relu E x h x h (W_h fused)", w_gemm_res_relu_wh, fu && !hm ? d1 : 0,
           (3 * E * H + H * H) * F, 2 * E * H * H },
         { "relu_dropout p=0.1 (edges)", w_relu_dropout_edges, 0, 2 * E * H * F, 0 },
-        { "atom_sum (readout)", w_atom_sum, 1, (E + A) * H * F + E * 4, 0 },
+        { "atom_sum (readout)", w_atom_sum, hr ? 0 : 1, (E + A) * H * F + E * 4, 0 },
         { "atom_embed +bias (W_o atom part)", w_atom_embed_bias, 1, A * H * F + A * 20, 0 },
         { "gemm A x h x h (W_o)", w_gemm_wo, fu ? 0 : 1, (3 * A * H + H * H) * F, 2 * A * H * H },
-        { "gemm_res_relu A x h x h (W_o fused)", w_gemm_res_relu_wo, fu ? 1 : 0,
+        { "gemm_res_relu A x h x h (W_o fused)", w_gemm_res_relu_wo, fu && !hr ? 1 : 0,
           (3 * A * H + H * H) * F, 2 * A * H * H },
         { "relu_dropout p=0 (atoms)", w_relu_atoms, fu ? 0 : 1, 2 * A * H * F, 0 },
         { "pool (mean)", w_pool, 1, (A + M) * H * F, 0 },
@@ -389,40 +534,86 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "loss (masked MSE)", w_loss, 1, 4 * M * F, 0 },
         /* backward */
         { "pool_backward", w_pool_backward, 1, (A + M) * H * F, 0 },
-        { "relu_backward (atoms)", w_relu_backward_atoms, 1, 3 * A * H * F, 0 },
+        { "relu_backward (atoms)", w_relu_backward_atoms, hr ? 0 : 1, 3 * A * H * F, 0 },
         { "col_sum (b_o grad)", w_col_sum_atoms, 1, A * H * F, 0 },
         { "atom_embed_backward (W_o, W_i)", w_atom_embed_backward, 2, A * H * F + A * 20, 0 },
-        { "atom_sum_backward", w_atom_sum_backward, 1, (A + 2 * E) * H * F, 0 },
-        { "relu_dropout_backward (edges)", w_relu_backward_edges, fu ? 1 : depth, 3 * E * H * F, 0 },
+        { "atom_sum_backward", w_atom_sum_backward, hr ? 0 : 1, (A + 2 * E) * H * F, 0 },
+        { "relu_dropout_backward (edges)", w_relu_backward_edges, hr ? 0 : fu ? 1 : depth,
+          3 * E * H * F, 0 },
         { "add (edges)", w_add_edges, fu ? 0 : d1, 3 * E * H * F, 0 },
         { "gemm h x h x E (dW_h) alone", w_gemm_wh_dw, 0, (2 * E * H + 2 * H * H) * F, 2 * E * H * H },
         { "gemm E x h x h^T (dMsg) alone", w_gemm_wh_dx, 0, (2 * E * H + H * H) * F, 2 * E * H * H },
-        { "gemm_batch dW_h + dMsg", w_gemm_wh_pair, d1, (4 * E * H + 3 * H * H) * F, 4 * E * H * H },
+        { "gemm_batch dW_h + dMsg", w_gemm_wh_pair, hm ? 0 : d1, (4 * E * H + 3 * H * H) * F,
+          4 * E * H * H },
         { "message_backward", w_message_backward, fu ? 0 : d1, (3 * E + A) * H * F + E * 8, 0 },
-        { "message_backward_relu (fused)", w_message_backward_relu, fu ? d1 : 0,
+        { "message_backward_relu (fused)", w_message_backward_relu, fu && !hm ? d1 : 0,
           (7 * E + A) * H * F + E * 8, 0 },
         { "edge_embed_backward", w_edge_embed_backward, 1, (2 * E + A) * H * F, 0 },
         { "zero (gradients)", w_zero_grads, 1, P * F, 0 },
         { "adam", w_adam, 1, 7 * P * F, 0 },
     };
-    const int n_rows = (int)(sizeof rows / sizeof rows[0]);
+    /* the bf16 storage ops (cuda at bf16 only): bytes with bf16 operands */
+    op_row rows_bf16[] = {
+        { "to_bf16 (W_h, W_o copy)", w_to_bf16_weights, 1, (2 * H + m.fa) * H * (F + S), 0 },
+        /* (rows whose op the backend lacks are left out: fn NULL) */
+        { "edge_embed_relu_bf16 (H0, M_0)", b->edge_embed_relu_bf16 ? w_edge_embed_relu_bf16 : NULL,
+          hh ? 1 : 0, E * H * (F + 2 * S) + E * 12, 0 },
+        { "relu_dropout_bf16 p=0.1 (edges)", b->relu_dropout_bf16 ? w_relu_dropout_bf16 : NULL, 0,
+          2 * E * H * S, 0 },
+        { "message_bf16", w_message_bf16, d1, E * H * (2 * MS + F + S) + A * H * F + E * 8, 0 },
+        { "gemm_res_relu_bf16 (W_h)", w_gemm_res_relu_wh_bf16, d1,
+          E * H * (S + 2 * MS) + H * H * S, 2 * E * H * H },
+        { "atom_sum_bf16", w_atom_sum_bf16, 1, E * H * MS + A * H * S + E * 4, 0 },
+        { "gemm_res_relu_bf16 (W_o)", w_gemm_res_relu_wo_bf16, 1, A * H * (S + 2 * F) + H * H * S,
+          2 * A * H * H },
+        { "relu_backward_bf16 (atoms)", w_relu_backward_atoms_bf16, 1, A * H * (3 * F + S), 0 },
+        { "gemm_batch_bf16 dW_o + dA", w_gemm_wo_pair_bf16, 1,
+          A * H * (3 * S + F) + H * H * (S + 2 * F), 4 * A * H * H },
+        { "relu_dropout_backward_bf16 (edges)", w_relu_backward_edges_bf16, 0,
+          E * H * (3 * F + S), 0 },
+        { "atom_sum_backward_relu_bf16", w_atom_sum_backward_relu_bf16, 1,
+          A * H * F + E * H * (F + MS + S) + E * 4, 0 },
+        { "gemm_bf16 dW_h alone", w_gemm_wh_dw_bf16, 0, 2 * E * H * S + 2 * H * H * F,
+          2 * E * H * H },
+        { "gemm_bf16 dMsg alone", w_gemm_wh_dx_bf16, 0, 2 * E * H * S + H * H * S,
+          2 * E * H * H },
+        { "gemm_batch_bf16 dW_h + dMsg", w_gemm_wh_pair_bf16, d1,
+          4 * E * H * S + H * H * (S + 2 * F), 4 * E * H * H },
+        { "message_backward_relu_bf16", w_message_backward_relu_bf16, d1,
+          (3 * E + A) * H * F + E * H * (MS + 3 * S) + E * 8, 0 },
+        { "  W_h fused, bf16 ld padded to 8", w_gemm_res_relu_wh_bf16_ldp, 0,
+          E * H * (S + 2 * MS) + H * H * S, 2 * E * H * H },
+        { "  dW_h alone, bf16 ld padded", w_gemm_wh_dw_bf16_ldp, 0, 2 * E * H * S + 2 * H * H * F,
+          2 * E * H * H },
+        { "  dMsg alone, bf16 ld padded", w_gemm_wh_dx_bf16_ldp, 0, 2 * E * H * S + H * H * S,
+          2 * E * H * H },
+        { "  dW_h + dMsg, bf16 ld padded", w_gemm_wh_pair_bf16_ldp, 0,
+          4 * E * H * S + H * H * (S + 2 * F), 4 * E * H * H },
+    };
+    const int n_base = (int)(sizeof rows / sizeof rows[0]);
+    const int n_half = m.half ? (int)(sizeof rows_bf16 / sizeof rows_bf16[0]) : 0;
+    const int n_rows = n_base + n_half;
+#define ROW(i) ((i) < n_base ? &rows[i] : &rows_bf16[(i) - n_base])
 
-    printf("\n== %s | batch %d molecules: %d atoms, %d directed edges | hidden %d, depth %d, "
-           "%zu parameters\n", mp_backend_cuda_info(b), (int)batch, g.n_atoms, g.n_edges, h, depth,
-           m.n_params);
+    printf("\n== %s%s | batch %d molecules: %d atoms, %d directed edges | hidden %d, depth %d, "
+           "%zu parameters\n", mp_backend_cuda_info(b),
+           m.half ? (m.half_m ? " (bf16 storage, H0 and M_t too)" : " (bf16 storage, H0 and M_t fp32)")
+                  : "", (int)batch, g.n_atoms, g.n_edges, h, depth, m.n_params);
     printf("%-34s %6s %10s %10s %9s %9s %7s\n", "op", "calls", "us/call", "MB/call", "GB/s",
            "TFLOP/s", "%step");
     double sum_ms = 0, *ms = calloc((size_t)n_rows, sizeof *ms);
     if (!ms)
         goto out_events;
     for (int i = 0; i < n_rows; i++) {
-        ms[i] = time_ms(&t, rows[i].fn, &c);
+        if (!ROW(i)->fn)
+            continue;
+        ms[i] = time_ms(&t, ROW(i)->fn, &c);
         if (ms[i] < 0) {
-            fprintf(stderr, "gpu_ops: %s: %s\n", rows[i].name, mp_error_message());
+            fprintf(stderr, "gpu_ops: %s: %s\n", ROW(i)->name, mp_error_message());
             free(ms);
             goto out_events;
         }
-        sum_ms += rows[i].calls * ms[i];
+        sum_ms += ROW(i)->calls * ms[i];
     }
     double step_ms = time_ms(&t, w_step, &c);
     if (step_ms < 0) {
@@ -430,10 +621,15 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         free(ms);
         goto out_events;
     }
-    for (int i = 0; i < n_rows; i++)
-        printf("%-34s %6d %10.2f %10.3f %9.0f %9.2f %6.1f%%\n", rows[i].name, rows[i].calls,
-               ms[i] * 1e3, rows[i].bytes / 1e6, rows[i].bytes / (ms[i] * 1e-3) / 1e9,
-               rows[i].flops / (ms[i] * 1e-3) / 1e12, 100 * rows[i].calls * ms[i] / step_ms);
+    for (int i = 0; i < n_rows; i++) {
+        const op_row *r = ROW(i);
+        if (!r->fn)
+            continue;
+        printf("%-34s %6d %10.2f %10.3f %9.0f %9.2f %6.1f%%\n", r->name, r->calls, ms[i] * 1e3,
+               r->bytes / 1e6, r->bytes / (ms[i] * 1e-3) / 1e9, r->flops / (ms[i] * 1e-3) / 1e12,
+               100 * r->calls * ms[i] / step_ms);
+    }
+#undef ROW
     free(ms);
 
     /* the step captured once, replayed */
@@ -517,14 +713,14 @@ static long arg_long(const char *opt, const char *s, long lo, long hi)
 int main(int argc, char **argv)
 {
     int32_t batches[8];
-    int n_batches = 0, h = 300, depth = 3, trials = 15, all = 1;
+    int n_batches = 0, h = 300, depth = 3, trials = 15, all = 1, bf16_messages = 1;
     uint64_t seed = 1;
     mp_precision prec = MP_PREC_FP32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: gpu_ops [--batch N]... [--prec fp32|tf32|bf16|all] [--hidden H] "
-                   "[--depth D] [--trials T] [--seed S]\n");
+                   "[--depth D] [--trials T] [--seed S] [--bf16-messages on|off]\n");
             return 0;
         }
         if (!v) {
@@ -542,6 +738,8 @@ int main(int argc, char **argv)
             trials = (int)arg_long(a, v, 1, 1000);
         else if (!strcmp(a, "--seed"))
             seed = (uint64_t)arg_long(a, v, 0, 1L << 40);
+        else if (!strcmp(a, "--bf16-messages") && (!strcmp(v, "on") || !strcmp(v, "off")))
+            bf16_messages = !strcmp(v, "on");
         else if (!strcmp(a, "--prec")) {
             all = !strcmp(v, "all");
             if (!all && mp_precision_parse(v, &prec) != MP_OK) {
@@ -565,6 +763,6 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int p = all ? 0 : (int)prec; p <= (all ? 2 : (int)prec); p++)
         for (int i = 0; i < n_batches; i++)
-            rc |= run_config((mp_precision)p, batches[i], h, depth, trials, seed);
+            rc |= run_config((mp_precision)p, batches[i], h, depth, trials, seed, bf16_messages);
     return rc;
 }

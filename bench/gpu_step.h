@@ -11,7 +11,10 @@
  * two-layer FFN head, masked MSE, the full backward pass and one Adam step.
  * It issues only device ops (no upload, download or sync), so it can be
  * captured into a CUDA graph.  Element type follows the backend (float, or
- * double on ref64), as the model code does.
+ * double on ref64), as the model code does; on a backend with half_acts
+ * (cuda at bf16) the product operands are stored in bf16 as dmpnn.c stores
+ * them (msg[t], a and dmsg are still allocated at the element size, so the
+ * bench's fp32 op rows can use them too).
  *
  * Header-only (static functions) because its two users are separate
  * programs; nothing here is part of libmolprop.
@@ -138,6 +141,11 @@ typedef struct {
     void   *as, *h0, *m[GS_MAX_DEPTH], *msg[GS_MAX_DEPTH], *a, *ho, *x0, *z1, *y;
     void   *dy, *dz1, *dx0, *dho, *da, *dm, *dh0, *dmsg, *loss, *target;
     uint8_t *mask;
+    /* bf16 storage (b->half_acts): dZ_t, dho, W_h and W_o's message rows;
+     * half_m: H0 and M_t in bf16 too (allocated at the element size),
+     * without dropout only, as model.c */
+    int     half, half_m;
+    void   *dzh, *dhoh, *whh, *woh;
 } gs_model;
 
 static void gs_model_free(gs_model *m)
@@ -147,7 +155,7 @@ static void gs_model_free(gs_model *m)
         return;
     void *bufs[] = { m->params, m->grads, m->adam_m, m->adam_v, m->as, m->h0, m->a, m->ho,
                      m->x0, m->z1, m->y, m->dy, m->dz1, m->dx0, m->dho, m->da, m->dm, m->dh0,
-                     m->dmsg, m->loss, m->target, m->mask };
+                     m->dmsg, m->loss, m->target, m->mask, m->dzh, m->dhoh, m->whh };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         b->free(b, bufs[i]);
     for (int t = 0; t < GS_MAX_DEPTH; t++) {
@@ -224,6 +232,15 @@ static mp_status gs_model_create(gs_model *m, mp_backend *b, int fa, int h, int 
     GS_ALLOC(m->target, M * T);
 #undef GS_ALLOC
     ok = ok && (m->mask = b->alloc(b, M * T)) != NULL;
+    m->half = b->half_acts;
+    m->half_m = m->half && b->edge_embed_relu_bf16 && b->relu_dropout_bf16 && !(p > 0);
+    if (m->half) {
+        ok = ok && (m->dzh = b->alloc(b, E * H * 2)) != NULL;
+        ok = ok && (m->dhoh = b->alloc(b, A * H * 2)) != NULL;
+        /* W_h and W_o's bf16 copy; woh = its W_o message rows (not freed) */
+        ok = ok && (m->whh = b->alloc(b, (2 * H + (size_t)fa) * H * 2)) != NULL;
+        m->woh = m->whh ? (char *)m->whh + (H + (size_t)fa) * H * 2 : NULL;
+    }
     if (!ok) {
         gs_model_free(m);
         return MP_ERR_NOMEM;
@@ -285,14 +302,33 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
     void *wi = GS_P(m->off_wi), *wh = GS_P(m->off_wh), *wo = GS_P(m->off_wo);
 
     b->atom_embed(b, m->as, g->atom_hot, g->atom_mass, wi, NULL, na, h, fa - 1);
-    b->edge_embed(b, m->h0, g->edge_src, g->bond_hot, m->as, GS_AT(b, wi, (size_t)fa * h), ne, h);
-    b->relu_dropout(b, m->m[0], m->h0, edge_elems, 0.0, 0);
+    if (m->half_m) {   /* bf16 H0 and M_0, as models/dmpnn.c */
+        b->edge_embed_relu_bf16(b, m->h0, m->m[0], g->edge_src, g->bond_hot, m->as,
+                                GS_AT(b, wi, (size_t)fa * h), ne, h);
+    } else {
+        b->edge_embed(b, m->h0, g->edge_src, g->bond_hot, m->as, GS_AT(b, wi, (size_t)fa * h),
+                      ne, h);
+        b->relu_dropout(b, m->m[0], m->h0, edge_elems, 0.0, 0);
+    }
+    void *wom = GS_AT(b, wo, (size_t)fa * h);
+    if (m->half)   /* bf16 operands, as models/dmpnn.c: W_h and W_o (consecutive) */
+        b->to_bf16(b, m->whh, wh, (size_t)(2 * h + fa) * h);
     for (int t = 1; t < m->depth; t++) {
-        b->message(b, m->msg[t], m->as, g->in_start, g->in_edge, g->edge_src, m->m[t - 1], na,
-                   ne, h);
-        if (b->gemm_res_relu) {   /* fused, as models/dmpnn.c */
-            b->gemm_res_relu(b, ne, h, h, m->msg[t], h, wh, h, m->h0, h, m->m[t], h);
-            if (m->p > 0)
+        if (m->half)
+            b->message_bf16(b, m->msg[t], m->as, g->in_start, g->in_edge, g->edge_src,
+                            m->m[t - 1], m->half_m, na, ne, h);
+        else
+            b->message(b, m->msg[t], m->as, g->in_start, g->in_edge, g->edge_src, m->m[t - 1],
+                       na, ne, h);
+        if (m->half || b->gemm_res_relu) {   /* fused, as models/dmpnn.c */
+            if (m->half)
+                b->gemm_res_relu_bf16(b, ne, h, h, m->msg[t], h, m->whh, h, m->h0, h, m->m[t], h,
+                                      m->half_m);
+            else
+                b->gemm_res_relu(b, ne, h, h, m->msg[t], h, wh, h, m->h0, h, m->m[t], h);
+            if (m->p > 0 && m->half_m)
+                b->relu_dropout_bf16(b, m->m[t], m->m[t], edge_elems, m->p, key + (uint64_t)t);
+            else if (m->p > 0)
                 b->relu_dropout(b, m->m[t], m->m[t], edge_elems, m->p, key + (uint64_t)t);
             continue;
         }
@@ -300,14 +336,20 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
         b->gemm(b, 0, 0, ne, h, h, 1.0, m->msg[t], h, wh, h, 1.0, m->m[t], h);
         b->relu_dropout(b, m->m[t], m->m[t], edge_elems, m->p, key + (uint64_t)t);
     }
-    b->atom_sum(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], na, h);
+    if (m->half)
+        b->atom_sum_bf16(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], m->half_m, na, h);
+    else
+        b->atom_sum(b, m->a, g->in_start, g->in_edge, m->m[m->depth - 1], na, h);
     b->atom_embed(b, m->ho, g->atom_hot, g->atom_mass, wo, GS_P(m->off_bo), na, h, fa - 1);
-    if (b->gemm_res_relu) {
-        b->gemm_res_relu(b, na, h, h, m->a, h, GS_AT(b, wo, (size_t)fa * h), h, m->ho, h, m->ho, h);
+    if (m->half || b->gemm_res_relu) {
+        if (m->half)
+            b->gemm_res_relu_bf16(b, na, h, h, m->a, h, m->woh, h, m->ho, h, m->ho, h, 0);
+        else
+            b->gemm_res_relu(b, na, h, h, m->a, h, wom, h, m->ho, h, m->ho, h);
         if (m->p > 0)
             b->relu_dropout(b, m->ho, m->ho, (size_t)na * h, m->p, key + 100);
     } else {
-        b->gemm(b, 0, 0, na, h, h, 1.0, m->a, h, GS_AT(b, wo, (size_t)fa * h), h, 1.0, m->ho, h);
+        b->gemm(b, 0, 0, na, h, h, 1.0, m->a, h, wom, h, 1.0, m->ho, h);
         b->relu_dropout(b, m->ho, m->ho, (size_t)na * h, m->p, key + 100);
     }
     b->pool(b, m->x0, h, g->mol_atom, m->ho, nm, h, MP_AGG_MEAN, 100.0);
@@ -347,30 +389,57 @@ static void gs_backward(gs_model *m, const gs_dev_graph *g)
     b->gemm_batch(b, 2, g1);
     /* readout */
     b->pool_backward(b, m->dho, g->mol_atom, m->dx0, h, nm, h, MP_AGG_MEAN, 100.0);
-    b->relu_dropout_backward(b, m->dho, m->ho, m->dho, (size_t)na * h, m->p);
+    if (m->half)
+        b->relu_dropout_backward_bf16(b, m->dho, m->dhoh, m->ho, m->dho, (size_t)na * h, m->p);
+    else
+        b->relu_dropout_backward(b, m->dho, m->ho, m->dho, (size_t)na * h, m->p);
     b->col_sum(b, GS_G(m->off_bo), m->dho, h, na, h);
+    void *dz_o = m->half ? m->dhoh : m->dho, *wom = m->half ? m->woh : GS_AT(b, wo, (size_t)fa * h);
     mp_gemm go[2] = {
-        { 1, 0, h, h, na, 1.0, 1.0, m->a, m->dho, GS_AT(b, GS_G(m->off_wo), (size_t)fa * h), h, h, h },
-        { 0, 1, na, h, h, 1.0, 0.0, m->dho, GS_AT(b, wo, (size_t)fa * h), m->da, h, h, h },
+        { 1, 0, h, h, na, 1.0, 1.0, m->a, dz_o, GS_AT(b, GS_G(m->off_wo), (size_t)fa * h), h, h,
+          h },
+        { 0, 1, na, h, h, 1.0, 0.0, dz_o, wom, m->da, h, h, h },
     };
-    b->gemm_batch(b, 2, go);
+    if (m->half)
+        b->gemm_batch_bf16(b, 2, go, 0);
+    else
+        b->gemm_batch(b, 2, go);
     b->atom_embed_backward(b, GS_G(m->off_wo), g->atom_hot, g->atom_mass, m->dho, na, h, fa - 1);
-    b->atom_sum_backward(b, m->dm, g->edge_dst, m->da, ne, h);
+    if (m->half)   /* gather + first ReLU backward, as models/dmpnn.c */
+        b->atom_sum_backward_relu_bf16(b, m->dh0, m->dzh, g->edge_dst, m->da, m->m[m->depth - 1],
+                                       m->half_m, m->depth > 1 ? m->p : 0.0, ne, h);
+    else
+        b->atom_sum_backward(b, m->dm, g->edge_dst, m->da, ne, h);
     /* message steps, last first */
-    if (b->message_backward_relu && m->depth > 1) {   /* fused, as models/dmpnn.c */
-        b->relu_dropout_backward(b, m->dh0, m->m[m->depth - 1], m->dm, edge_elems, m->p);
-        void *dz = m->dh0;
+    if ((m->half || b->message_backward_relu) && m->depth > 1) {   /* fused, as models/dmpnn.c */
+        if (!m->half)
+            b->relu_dropout_backward(b, m->dh0, m->m[m->depth - 1], m->dm, edge_elems, m->p);
+        void *dz = m->half ? m->dzh : m->dh0, *whp = m->half ? m->whh : wh;
         for (int t = m->depth - 1; t >= 1; t--) {
             mp_gemm gh[2] = {
                 { 1, 0, h, h, ne, 1.0, 1.0, m->msg[t], dz, GS_G(m->off_wh), h, h, h },
-                { 0, 1, ne, h, h, 1.0, 0.0, dz, wh, m->dmsg, h, h, h },
+                { 0, 1, ne, h, h, 1.0, 0.0, dz, whp, m->dmsg, h, h, h },
             };
+            double pt = t - 1 >= 1 ? m->p : 0.0;
+            if (m->half) {
+                b->gemm_batch_bf16(b, 2, gh, 2u);   /* dmsg in bf16 */
+                b->message_backward_relu_bf16(b, m->dzh, m->dh0, m->da, g->in_start, g->in_edge,
+                                              g->edge_dst, m->dmsg, m->m[t - 1], m->half_m, pt,
+                                              na, ne, h);
+                continue;
+            }
             b->gemm_batch(b, 2, gh);
             b->message_backward_relu(b, m->dm, m->dh0, m->da, g->in_start, g->in_edge,
-                                     g->edge_dst, m->dmsg, m->m[t - 1], t - 1 >= 1 ? m->p : 0.0,
-                                     na, ne, h);
+                                     g->edge_dst, m->dmsg, m->m[t - 1], pt, na, ne, h);
             dz = m->dm;
         }
+        b->edge_embed_backward(b, m->da, GS_AT(b, GS_G(m->off_wi), (size_t)fa * h), g->in_start,
+                               g->in_edge, g->bond_hot, m->dh0, na, ne, h);
+        b->atom_embed_backward(b, GS_G(m->off_wi), g->atom_hot, g->atom_mass, m->da, na, h,
+                               fa - 1);
+        return;
+    }
+    if (m->half) {   /* depth 1: dh0 holds dZ_0 (the gather above) */
         b->edge_embed_backward(b, m->da, GS_AT(b, GS_G(m->off_wi), (size_t)fa * h), g->in_start,
                                g->in_edge, g->bond_hot, m->dh0, na, ne, h);
         b->atom_embed_backward(b, GS_G(m->off_wi), g->atom_hot, g->atom_mass, m->da, na, h,

@@ -205,6 +205,16 @@ __device__ __forceinline__ bool d_keep(uint64_t key, uint64_t index, uint32_t th
 /* The context of a cuda backend, or NULL when b is not one (ops_cuda.cu). */
 gpu_ctx *mp_cu_ctx(const mp_backend *b);
 
+/* ops_cuda_bf16.cu: c = ReLU(r + a w) as one cuBLASLt product (a, w of type
+ * ab, r, c of type cd: CUDA_R_32F or CUDA_R_16BF; compute type ct).  0 when
+ * Lt offers no algorithm (compose the unfused ops), 1 when queued or
+ * failed with the failure kept. */
+int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasComputeType_t ct,
+                      int m, int n, int k, const void *a, int lda, const void *w, int ldw,
+                      const void *r, int ldr, void *cm, int ldc);
+/* ops_cuda_bf16.cu: gives a cuda backend opened at bf16 the bf16-storage ops
+ * of ops.h (half_acts = 1); does nothing at fp32 / tf32. */
+void mp_cu_bf16_ops(mp_backend *b);
 /* Sets the device-keyed dropout ops of a cuda backend (ops_cuda_keyed.cu). */
 void mp_cu_keyed_ops(mp_backend *b);
 /* Registration of the ops kept outside ops_cuda.cu, called by

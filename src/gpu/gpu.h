@@ -13,13 +13,19 @@
  *   if (b->sync(b) != MP_OK) ... the first failure since open, with file:line ...
  *   mp_backend_close(b);
  *
- * Precision.  Only the dense products (b->gemm, through cuBLAS) depend on it:
- * fp32 (CUBLAS_COMPUTE_32F: exact fp32, Chemprop/PyTorch's default), tf32 or
- * bf16 (inputs rounded to TF32 / bfloat16 on the tensor cores, products
- * accumulated in fp32).  Every buffer stays fp32, so parameters, gradients and
- * the Adam moments are fp32 master copies whatever the precision; every other
- * op (gathers, segment sums, pooling, loss, Adam) computes in fp32 (the loss
- * sums in double).
+ * Precision.  fp32 (CUBLAS_COMPUTE_32F: exact fp32, Chemprop/PyTorch's
+ * default) and tf32 (inputs rounded to TF32 on the tensor cores, products
+ * accumulated in fp32) change only the dense products, on fp32 buffers.
+ * bf16 is real bf16 storage (ops_cuda_bf16.cu, ops.h half_acts): the D-MPNN's
+ * product operands (messages, dZ, the readout's input and its gradient, and
+ * per-forward copies of W_h and W_o's message rows) are written as bfloat16
+ * by the ops that make them, and cuBLAS / cuBLASLt multiply them as
+ * CUDA_R_16BF with fp32 accumulation into fp32 outputs; the remaining
+ * products (the FFN head's, tiny) run on fp32 buffers with
+ * CUBLAS_COMPUTE_32F_FAST_16BF.  At every precision parameters, gradients and
+ * the Adam moments are fp32 master copies, and every other op (gathers,
+ * segment sums, pooling, loss, Adam) computes in fp32 (the loss sums in
+ * double).
  *
  * Errors.  The ops are void in the seam, so the backend keeps the first
  * failure (a CUDA or cuBLAS status, with the file and line of the call) and

@@ -1,6 +1,7 @@
 /*
  * kernels_rows.cuh - the memory-bound kernels of the CUDA backend (included
- * once, by ops_cuda.cu): elementwise passes, row gathers, CSR segment sums
+ * by ops_cuda.cu and ops_cuda_bf16.cu; templates and static kernels only, so
+ * each file has its own copy): elementwise passes, row gathers, CSR segment sums
  * and pooling, with one thread per (row, V consecutive columns).
  *
  * V = 4 moves 16 bytes per access (float4) and is used when the row width is
@@ -350,7 +351,7 @@ __global__ void k_pool_backward(float *__restrict__ dx, const int32_t *__restric
 
 /* ---- a plain device copy in 16-byte units (cu_copy of aligned buffers) - */
 
-__global__ void k_copy16(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n16)
+static __global__ void k_copy16(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n16)
 {
     for (size_t t = gtid(); t < n16; t += gstride())
         dst[t] = src[t];

@@ -1,6 +1,7 @@
 /*
  * ops_cuda.cu - the cuda backend: every op of models/ops.h on an NVIDIA GPU
- * (built for Hopper, sm_90a), fp32 buffers, one stream.
+ * (built for Hopper, sm_90a), fp32 buffers, one stream.  At bf16,
+ * ops_cuda_bf16.cu adds the bf16-storage ops (ops.h half_acts).
  *
  *   dense products      cublasGemmEx, compute type by the backend's precision
  *                       (fp32 / tf32 / bf16 inputs, fp32 accumulation); the
@@ -817,96 +818,8 @@ static void cu_pool_backward(mp_backend *b, void *dx, const int32_t *mol_atom, c
 /* Fused ops (ops.h: gemm_res_relu, message_backward_relu)                */
 /* ===================================================================== */
 
-/*
- * c = ReLU(r + a w) as one cuBLASLt product with the residual as its C
- * operand (beta 1) and the ReLU epilogue: one pass over the output instead
- * of a copy, a product reading C, and a ReLU pass.  Row-major over
- * column-major as in gemm_on: C^T = W^T A^T + R^T, so Lt's A is w (n x k),
- * its B is a (k x m).  The algorithm is the heuristic's first for the shape
- * and the fixed workspace, so the same on every call (same bits).  When Lt
- * offers no algorithm (or refuses the layout), the unfused ops run instead.
- */
-/* The alignment of p in bytes, as Lt's preferences take it (at most 256). */
-static uint32_t align_of(const void *p)
-{
-    uint32_t al = 256;
-    while (al > 4 && ((uintptr_t)p & (al - 1)))
-        al >>= 1;
-    return al;
-}
-
-static int lt_res_relu(gpu_ctx *c, int m, int n, int k, const void *a, int lda, const void *w,
-                       int ldw, const void *r, int ldr, void *cm, int ldc)
-{
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL, ld = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
-    int done = 0;
-    const cublasOperation_t no = CUBLAS_OP_N;
-    const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_RELU;
-    const size_t ws = BLAS_WORKSPACE_BYTES;
-    /* Lt assumes 256-byte aligned operands unless told: a sub-block of the
-     * parameter block is not, so state what each pointer really has. */
-    const uint32_t al_a = align_of(w), al_b = align_of(a), al_c = align_of(r),
-                   al_d = align_of(cm);
-    const int key[LT_KEY] = { m, n, k, lda, ldw, ldr, ldc, (int)al_a, (int)al_b, (int)al_c,
-                              (int)al_d, (int)c->prec };
-    memset(&res, 0, sizeof res);
-    if (cublasLtMatmulDescCreate(&op, compute_type(c->prec), CUDA_R_32F) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &no, sizeof no) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof no) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, (uint64_t)n, (uint64_t)k, ldw) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, (uint64_t)k, (uint64_t)m, lda) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, ldr) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)n, (uint64_t)m, ldc) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                             sizeof ws) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                             &al_a, sizeof al_a) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                             &al_b, sizeof al_b) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                             &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                             &al_d, sizeof al_d) == CUBLAS_STATUS_SUCCESS &&
-        mp_cu_lt_heuristic(c, key, op, la, lb, lc, ld, pref, &res)) {
-        const float one = 1.0f;
-        cublasStatus_t st = cublasLtMatmul(c->lt, op, &one, w, la, a, lb, &one, r, lc, cm, ld,
-                                           &res.algo, c->blas_ws, ws, c->stream);
-        if (st != CUBLAS_STATUS_SUCCESS)
-            record(c, st == CUBLAS_STATUS_ALLOC_FAILED ? MP_ERR_NOMEM : MP_ERR_INTERNAL,
-                   __FILE__, __LINE__, "cuBLASLt error: %s (%s) in gemm_res_relu m=%d n=%d k=%d "
-                   "lda=%d ldw=%d ldr=%d ldc=%d, %s", cublasGetStatusString(st),
-                   cublasGetStatusName(st), m, n, k, lda, ldw, ldr, ldc,
-                   mp_precision_name(c->prec));
-        done = 1;
-    }
-    if (pref)
-        (void)cublasLtMatmulPreferenceDestroy(pref);
-    if (ld)
-        (void)cublasLtMatrixLayoutDestroy(ld);
-    if (lc)
-        (void)cublasLtMatrixLayoutDestroy(lc);
-    if (lb)
-        (void)cublasLtMatrixLayoutDestroy(lb);
-    if (la)
-        (void)cublasLtMatrixLayoutDestroy(la);
-    if (op)
-        (void)cublasLtMatmulDescDestroy(op);
-    return done;
-}
-
+/* gemm_res_relu's fused product (ReLU epilogue, residual as C) is
+ * mp_cu_lt_res_relu in ops_cuda_bf16.cu, shared with the bf16 variant. */
 static void cu_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, int lda,
                              const void *w, int ldw, const void *r, int ldr, void *cm, int ldc)
 {
@@ -919,7 +832,8 @@ static void cu_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, 
         return;
     }
     /* Lt needs k >= 1 (k == 0 is c = ReLU(r), composed below). */
-    if (k > 0 && lt_res_relu(c, m, n, k, a, lda, w, ldw, r, ldr, cm, ldc))
+    if (k > 0 && mp_cu_lt_res_relu(c, CUDA_R_32F, CUDA_R_32F, compute_type(c->prec), m, n, k, a,
+                                   lda, w, ldw, r, ldr, cm, ldc))
         return;
     mp_ops_gemm_res_relu_composed(b, m, n, k, a, lda, w, ldw, r, ldr, cm, ldc);
 }
@@ -1195,6 +1109,7 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     mp_cu_keyed_ops(b);
     mp_cu_infer_ops(b);
     mp_cu_stream_ops(b);
+    mp_cu_bf16_ops(b);                      /* bf16 storage ops (bf16 only) */
     *out = b;
     return MP_OK;
 }

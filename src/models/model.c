@@ -182,6 +182,13 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     m->cfg = *cfg;
     m->b = b;
     m->esize = b->esize;
+    m->half = b->half_acts && b->to_bf16 && b->gemm_batch_bf16 && b->gemm_res_relu_bf16 &&
+              b->message_bf16 && b->atom_sum_bf16 && b->relu_dropout_backward_bf16 &&
+              b->message_backward_relu_bf16 && b->atom_sum_backward_relu_bf16;
+    /* bf16 H0 and M_t too, but not with dropout: its layers go through
+     * dropout.c, whose device-keyed form has no bf16 twin (ops.h) */
+    m->half_m = m->half && b->edge_embed_relu_bf16 && b->relu_dropout_bf16 &&
+                !(cfg->dropout > 0);
     m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
     m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
     m->n_layers = cfg->ffn_layers;
@@ -249,19 +256,27 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
     size_t W = I > F ? I : F;
     W = W > T ? W : T;
     if (c->kind == MP_MODEL_DMPNN) {
-        a->h0 = TAKE(E * h * es);
+        /* product operands in bf16 when the backend stores them so (ops.h) */
+        size_t hs = m->half ? 2 : es, ms = m->half_m ? 2 : es;
+        a->h0 = TAKE(E * h * ms);
         for (int t = 0; t < c->depth; t++)
-            a->m[t] = TAKE(E * h * es);
+            a->m[t] = TAKE(E * h * ms);
         for (int t = 1; t < c->depth; t++)
-            a->msg[t] = TAKE(E * h * es);
+            a->msg[t] = TAKE(E * h * hs);
         a->dh0 = TAKE(E * h * es);
         a->dm = TAKE(E * h * es);
-        a->dmsg = TAKE(E * h * es);
+        a->dmsg = TAKE(E * h * hs);
         a->as = TAKE(A * h * es);
-        a->a = TAKE(A * h * es);
+        a->a = TAKE(A * h * hs);
         a->ho = TAKE(A * h * es);
         a->dho = TAKE(A * h * es);
         a->da = TAKE(A * h * es);
+        a->dzh = m->half ? TAKE(E * h * 2) : NULL;
+        a->dhoh = m->half ? TAKE(A * h * 2) : NULL;
+        /* W_h and W_o are consecutive in the parameter block: one bf16
+         * copy of both (whh), woh = its W_o message rows */
+        a->whh = m->half ? TAKE((2 * h + (size_t)c->atom_fdim) * h * 2) : NULL;
+        a->woh = a->whh ? (char *)a->whh + (h + (size_t)c->atom_fdim) * h * 2 : NULL;
         a->extra = TAKE(B * (size_t)c->extra_dim * es);
         a->g.atom_hot = TAKE(A * MP_ATOM_MAX_HOT * sizeof(int16_t));
         a->g.atom_mass = TAKE(A * sizeof(float));

@@ -36,6 +36,10 @@ typedef struct {
     void *a;                        /* incoming messages, input of W_o     */
     void *ho;                       /* atom hiddens after ReLU / dropout   */
     void *dho, *da;
+    /* bf16 storage (b->half_acts only; NULL otherwise): msg[t], a and dmsg
+     * are then bf16 too; dzh = dZ_t of each backward step, dhoh = dho rounded,
+     * whh / woh = W_h and W_o's message rows rounded at each forward */
+    void *dzh, *dhoh, *whh, *woh;
     /* head, molecules */
     void *x0;                       /* [B x I] readout ++ extra features   */
     void *xd0;                      /* [B x I] after the input dropout     */
@@ -53,6 +57,8 @@ struct mp_model {
     mp_model_config cfg;
     mp_backend *b;
     size_t esize;
+    int    half;                    /* b->half_acts: bf16 product operands  */
+    int    half_m;                  /* ... and bf16 H0 and messages M_t     */
     int    h, ffn_hidden, in_dim, n_layers;
 
     /* parameters: offsets in elements into each of the four blocks */

@@ -288,6 +288,72 @@ struct mp_backend {
     void      (*fence_record)(mp_backend *b, int lane, int f);
     void      (*fence_wait)(mp_backend *b, int lane, int f);
     mp_status (*fence_sync)(mp_backend *b, int f);
+
+    /* ---- bf16 operand storage (cuda at bf16 only; see below) ---------- */
+    /* half_acts = 1: the ops of this block exist, and the model stores the
+     * operands of its big products in bfloat16 (2 bytes an element, round to
+     * nearest even): the D-MPNN's msg[t], dZ_t and dMsg (W_h), a and dho
+     * (W_o), and a bf16 copy of W_h and of W_o's message rows made at the
+     * start of every forward.  Products read those with fp32 accumulation into fp32
+     * outputs; parameters, gradients, Adam moments and every other
+     * activation stay of the element type.  0 (cpu, ref, cuda fp32 / tf32):
+     * every pointer of the block is NULL.  A "bf16 buffer" below holds n
+     * bfloat16 values (n * 2 bytes, from b->alloc). */
+    int half_acts;
+    /* dst (bf16) = src rounded, n elements. */
+    void (*to_bf16)(mp_backend *b, void *dst, const void *src, size_t n);
+    /* gemm_batch whose products all read A and B as bf16 buffers, with
+     * fp32 accumulation; C is of the element type, except for product i
+     * when bit i of c_bf16 is set: then C is a bf16 buffer (the result
+     * rounded once, at the end). */
+    void (*gemm_batch_bf16)(mp_backend *b, int count, const mp_gemm *g, unsigned c_bf16);
+    /* gemm_res_relu with a and w bf16 buffers; r and c of the element type,
+     * or bf16 buffers when rc_bf16 (the residual read, the result rounded). */
+    void (*gemm_res_relu_bf16)(mp_backend *b, int m, int n, int k, const void *a, int lda,
+                               const void *w, int ldw, const void *r, int ldr, void *c,
+                               int ldc, int rc_bf16);
+    /* message, msg written as a bf16 buffer (s as in message); m is a bf16
+     * buffer when m_bf16, else of the element type. */
+    void (*message_bf16)(mp_backend *b, void *msg, void *s, const int32_t *in_start,
+                         const int32_t *in_edge, const int32_t *edge_src, const void *m,
+                         int m_bf16, int32_t n_atoms, int32_t n_edges, int h);
+    /* atom_sum, a written as a bf16 buffer; m as in message_bf16. */
+    void (*atom_sum_bf16)(mp_backend *b, void *a, const int32_t *in_start,
+                          const int32_t *in_edge, const void *m, int m_bf16, int32_t n_atoms,
+                          int h);
+    /* relu_dropout_backward (dx may alias dy), and dxh (bf16) = dx rounded. */
+    void (*relu_dropout_backward_bf16)(mp_backend *b, void *dx, void *dxh, const void *y,
+                                       const void *dy, size_t n, double p);
+    /* atom_sum_backward, then relu_dropout_backward_bf16 through y, in one
+     * pass (the gathered gradient is never stored):
+     * dx[e] = y[e] > 0 ? da[dst[e]] / (1 - p) : 0 (p == 0: da[dst[e]]),
+     * dxh (bf16) = dx rounded.  Overwrites dx and dxh.  y is a bf16 buffer
+     * when y_bf16. */
+    void (*atom_sum_backward_relu_bf16)(mp_backend *b, void *dx, void *dxh,
+                                        const int32_t *edge_dst, const void *da, const void *y,
+                                        int y_bf16, double p, int32_t n_edges, int h);
+    /* message_backward_relu with dmsg a bf16 buffer and dz written only as
+     * a bf16 buffer dzh; dh0 += the unrounded dz (ds stays of the element
+     * type); y is a bf16 buffer when y_bf16. */
+    void (*message_backward_relu_bf16)(mp_backend *b, void *dzh, void *dh0, void *ds,
+                                       const int32_t *in_start, const int32_t *in_edge,
+                                       const int32_t *edge_dst, const void *dmsg,
+                                       const void *y, int y_bf16, double p, int32_t n_atoms,
+                                       int32_t n_edges, int h);
+    /* Optional within half_acts (NULL: H0 and M_t stay of the element
+     * type).  With it, a model without dropout stores H0 and the messages
+     * M_t in bf16 as well (the *_bf16 flags above set), halving the bytes of
+     * every pass over them.  edge_embed, with h0 and m0 = ReLU(h0) both
+     * written as bf16 buffers (m0 from the unrounded sum): */
+    void (*edge_embed_relu_bf16)(mp_backend *b, void *h0, void *m0, const int32_t *edge_src,
+                                 const int8_t *bond_hot, const void *a, const void *wb,
+                                 int32_t n_edges, int h);
+    /* relu_dropout on bf16 buffers (y may alias x).  Not used by the model
+     * yet: its dropout layers go through dropout.c, whose device-keyed form
+     * (resident graph replay) has no bf16 twin, so a model with dropout
+     * keeps M_t in fp32. */
+    void (*relu_dropout_bf16)(mp_backend *b, void *y, const void *x, size_t n, double p,
+                              uint64_t key);
 };
 
 #define MP_FENCES 8
