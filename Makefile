@@ -131,6 +131,11 @@ $(BUILD)/gpu_ops: $(BUILD)/bench/gpu_ops.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
 $(BUILD)/gpu_infer: $(BUILD)/bench/gpu_infer.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
+# The cuBLASLt configuration search (bench/lt_search.cu): standalone.
+$(BUILD)/lt_search: bench/lt_search.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o $@ $< -lcublasLt
+
 $(BUILD)/gpu_predict: $(BUILD)/bench/gpu_predict.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
 ifeq ($(CUDA),1)

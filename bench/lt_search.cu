@@ -1,0 +1,121 @@
+/*
+ * lt_search.cu - how fast can cuBLASLt run the D-MPNN's product shapes?  For
+ * each shape and type combination: every algorithm id cuBLASLt lists, every
+ * tile and stage count it reports, nine cluster shapes, each configuration
+ * checked with cublasLtMatmulAlgoCheck and timed (median of 3), the 8 fastest
+ * printed beside the heuristic's first choice.  A measurement tool, not
+ * product code (bench/RESULTS.md, "Why the products stop there").
+ *   make build/lt_search && build/lt_search [E=228172]
+ */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <vector>
+#include <algorithm>
+#include <string>
+#define CK(x) do { auto e_ = (x); if ((int)e_ != 0) { printf("ERR %s:%d %d\n", __FILE__, __LINE__, (int)e_); exit(1);} } while (0)
+static cublasLtHandle_t lt; static void *ws; static size_t WS = 32u << 20; static cudaStream_t st;
+struct R { float us; std::string cfg; };
+static float timeit(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                    const void *A, const void *B, void *C, float beta, const cublasLtMatmulAlgo_t *algo, int reps)
+{
+    float alpha = 1; cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    std::vector<float> t;
+    for (int r = 0; r < reps; r++) {
+        cudaEventRecord(e0, st);
+        cublasStatus_t x = cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, C, lc, C, lc, algo, ws, WS, st);
+        cudaEventRecord(e1, st); cudaEventSynchronize(e1);
+        if (x || cudaGetLastError()) { cudaEventDestroy(e0); cudaEventDestroy(e1); return -1; }
+        float ms; cudaEventElapsedTime(&ms, e0, e1); t.push_back(ms * 1000);
+    }
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    std::sort(t.begin(), t.end()); return t[t.size() / 2];
+}
+static void search(const char *name, int ta, int tb, int M, int N, int K, cudaDataType tab, int lda, int ldb,
+                   cudaDataType tc, int ldc, cublasComputeType_t ct, int relu, float beta)
+{
+    size_t ea = tab == CUDA_R_32F ? 4 : 2, ec = tc == CUDA_R_32F ? 4 : 2;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    void *A, *B, *C; CK(cudaMalloc(&A, na * ea)); CK(cudaMalloc(&B, nb * ea)); CK(cudaMalloc(&C, nc * ec));
+    CK(cudaMemset(A, 0, na * ea)); CK(cudaMemset(B, 0, nb * ea)); CK(cudaMemset(C, 0, nc * ec));
+    cublasLtMatmulDesc_t op; CK(cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F));
+    cublasOperation_t oa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, ob = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob));
+    cublasLtEpilogue_t ep = relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    cublasLtMatrixLayout_t la, lb, lc;
+    CK(cublasLtMatrixLayoutCreate(&la, tab, tb ? K : N, tb ? N : K, ldb));
+    CK(cublasLtMatrixLayoutCreate(&lb, tab, ta ? M : K, ta ? K : M, lda));
+    CK(cublasLtMatrixLayoutCreate(&lc, tc, N, M, ldc));
+    // heuristic #0 for reference
+    cublasLtMatmulPreference_t pref; CK(cublasLtMatmulPreferenceCreate(&pref));
+    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WS, sizeof WS));
+    cublasLtMatmulHeuristicResult_t h0; int got = 0;
+    cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h0, &got);
+    float href = got ? timeit(op, la, lb, lc, A, B, C, beta, &h0.algo, 9) : -1;
+    int ids[128], nid = 0;
+    CK(cublasLtMatmulAlgoGetIds(lt, ct, CUDA_R_32F, tab, tab, tc, tc, 128, ids, &nid));
+    std::vector<R> all; int tried = 0, valid = 0;
+    for (int ii = 0; ii < nid; ii++) {
+        cublasLtMatmulAlgo_t algo;
+        if (cublasLtMatmulAlgoInit(lt, ct, CUDA_R_32F, tab, tab, tc, tc, ids[ii], &algo)) continue;
+        size_t sz = 0;
+        int tiles[256], ntile = 0, stages[256], nstage = 0;
+        sz = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, sizeof tiles, &sz)) sz = 0;
+        ntile = (int)(sz / sizeof(int)); if (ntile > 256) ntile = 256;
+        if (!ntile) { tiles[0] = 0; ntile = 1; }
+        sz = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, sizeof stages, &sz)) sz = 0;
+        nstage = (int)(sz / sizeof(int)); if (nstage > 256) nstage = 256;
+        if (!nstage) { stages[0] = 0; nstage = 1; }
+        printf("  [%s] id %d: %d tiles, %d stages\n", name, ids[ii], ntile, nstage); fflush(stdout);
+        int clusters[] = {0, 2, 3, 4, 5, 6, 8, 11, 12};
+        int ncl = sizeof clusters / sizeof clusters[0];
+        int has_cluster = 0;
+        { uint16_t c0; size_t w; has_cluster = cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c0, sizeof c0, &w) == 0; }
+        for (int ti = 0; ti < ntile; ti++) for (int si = 0; si < nstage; si++) for (int ci = 0; ci < (has_cluster ? ncl : 1); ci++) {
+            cublasLtMatmulAlgo_t a = algo;
+            cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tiles[ti], sizeof(int));
+            cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages[si], sizeof(int));
+            if (has_cluster) { uint16_t c = (uint16_t)clusters[ci]; cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c, sizeof c); }
+            cublasLtMatmulHeuristicResult_t chk;
+            tried++;
+            if (cublasLtMatmulAlgoCheck(lt, op, la, lb, lc, lc, &a, &chk)) continue;
+            if (chk.workspaceSize > WS) continue;
+            valid++;
+            float us = timeit(op, la, lb, lc, A, B, C, beta, &a, 3);
+            if (us < 0) continue;
+            char buf[160]; snprintf(buf, sizeof buf, "id %d tile %d stages %d cluster %d", ids[ii], tiles[ti], stages[si], has_cluster ? clusters[ci] : -1);
+            all.push_back({us, buf});
+        }
+    }
+    std::sort(all.begin(), all.end(), [](const R &x, const R &y) { return x.us < y.us; });
+    printf("%-40s heuristic#0 %.1f us; tried %d, valid %d, timed %zu; fastest (re-timed, 9 reps):\n", name, href, tried, valid, all.size());
+    // re-time the top 8
+    double flop = 2.0 * M * N * K;
+    for (size_t i = 0; i < all.size() && i < 8; i++) printf("   %8.1f us (3-rep %.1f) %6.1f TF  %s\n", all[i].us, all[i].us, flop / all[i].us * 1e-6, all[i].cfg.c_str());
+    fflush(stdout);
+    cudaFree(A); cudaFree(B); cudaFree(C);
+}
+int main(int argc, char **argv)
+{
+    int E = argc > 1 ? atoi(argv[1]) : 228172;
+    setvbuf(stdout, NULL, _IONBF, 0);
+    printf("start\n");
+    CK(cublasLtCreate(&lt)); CK(cudaMalloc(&ws, WS)); CK(cudaStreamCreate(&st));
+    auto BF = CUDA_R_16BF; auto F = CUDA_R_32F; auto C32 = CUBLAS_COMPUTE_32F, CT = CUBLAS_COMPUTE_32F_FAST_TF32;
+    search("W_h bf16 ops, fp32 C/D, relu", 0, 0, E, 300, 300, BF, 304, 304, F, 300, C32, 1, 1);
+    search("W_h bf16 ops, bf16 C/D, relu", 0, 0, E, 300, 300, BF, 304, 304, BF, 304, C32, 1, 1);
+    search("W_h tf32, relu", 0, 0, E, 300, 300, F, 300, 300, F, 300, CT, 1, 1);
+    search("dMsg bf16 -> bf16", 0, 1, E, 300, 300, BF, 304, 304, BF, 304, C32, 0, 0);
+    search("dMsg bf16 -> fp32", 0, 1, E, 300, 300, BF, 304, 304, F, 300, C32, 0, 0);
+    search("dMsg tf32", 0, 1, E, 300, 300, F, 300, 300, F, 300, CT, 0, 0);
+    search("dW_h bf16", 1, 0, 300, 300, E, BF, 304, 304, F, 300, C32, 0, 1);
+    search("dW_h tf32", 1, 0, 300, 300, E, F, 300, 300, F, 300, CT, 0, 1);
+    search("W_h tf32 relu E=2502", 0, 0, 2502, 300, 300, F, 300, 300, F, 300, CT, 1, 1);
+    search("W_h bf16 relu E=2502", 0, 0, 2502, 300, 300, BF, 304, 304, F, 300, C32, 1, 1);
+    return 0;
+}
