@@ -140,6 +140,12 @@ static void w_edge_embed(void *x)
     b->edge_embed(b, m->h0, g->edge_src, g->bond_hot, m->as,
                   AT(m->params, m->off_wi + (size_t)m->fa * m->h), g->n_edges, m->h);
 }
+static void w_edge_embed_relu(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->edge_embed_relu(b, m->h0, m->m[0], g->edge_src, g->bond_hot, m->as,
+                       AT(m->params, m->off_wi + (size_t)m->fa * m->h), g->n_edges, m->h);
+}
 static void w_relu_edges(void *x)
 {
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b;
@@ -160,6 +166,12 @@ static void w_message(void *x)
     bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
     b->message(b, m->msg[1], m->as, g->in_start, g->in_edge, g->edge_src, m->m[0], g->n_atoms,
                g->n_edges, m->h);
+}
+static void w_message_direct(void *x)
+{
+    bench_ctx *c = x; gs_model *m = c->m; mp_backend *b = m->b; gs_dev_graph *g = c->g;
+    b->message_direct(b, m->msg[1], g->in_start, g->in_edge, g->edge_src, m->m[0], 0,
+                      g->n_atoms, g->n_edges, m->h);
 }
 static void w_copy_edges(void *x)
 {
@@ -510,14 +522,23 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     /* bf16 storage (cuda at bf16): the ops that replace them, per row below;
      * hm: the message steps, hr: the readout */
     const int hr = m.half, hm = m.half && depth > 1, hh = m.half_m;
+    /* the fp32 / tf32 training path's fused forward ops (ops.h, wt-inf):
+     * H0 and M_0 in one pass, the message without its scratch pass */
+    const int ee = !hh && b->edge_embed_relu, md = !hm && b->message_direct;
     const double S = 2.0;   /* bytes of a bf16 element */
     const double MS = hh ? S : F;   /* bytes of an element of H0, M_t */
     op_row rows[] = {
         /* forward */
         { "atom_embed (W_i atom part)", w_atom_embed, 1, A * H * F + A * 20, 0 },
-        { "edge_embed (H0)", w_edge_embed, hh ? 0 : 1, 2 * E * H * F + E * 12, 0 },
-        { "relu_dropout p=0 (edges)", w_relu_edges, hh ? 0 : fu ? 1 : depth, 2 * E * H * F, 0 },
-        { "message (S, S[src]-M[rev])", w_message, hm ? 0 : d1, (3 * E + A) * H * F + E * 8, 0 },
+        { "edge_embed (H0)", w_edge_embed, hh || ee ? 0 : 1, 2 * E * H * F + E * 12, 0 },
+        { "edge_embed_relu (H0, M_0)", b->edge_embed_relu ? w_edge_embed_relu : NULL, ee,
+          3 * E * H * F + E * 12, 0 },
+        { "relu_dropout p=0 (edges)", w_relu_edges, hh ? 0 : (fu ? 1 : depth) - ee,
+          2 * E * H * F, 0 },
+        { "message (S, S[src]-M[rev])", w_message, hm || md ? 0 : d1,
+          (3 * E + A) * H * F + E * 8, 0 },
+        { "message_direct (no scratch)", b->message_direct ? w_message_direct : NULL,
+          md ? d1 : 0, 2 * E * H * F + E * 8, 0 },
         { "copy (residual H0)", w_copy_edges, fu ? 0 : d1, 2 * E * H * F, 0 },
         { "gemm E x h x h (W_h)", w_gemm_wh, fu ? 0 : d1, (3 * E * H + H * H) * F, 2 * E * H * H },
         { "gemm_res_relu E x h x h (W_h fused)", w_gemm_res_relu_wh, fu && !hm ? d1 : 0,

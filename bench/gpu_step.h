@@ -305,6 +305,9 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
     if (m->half_m) {   /* bf16 H0 and M_0, as models/dmpnn.c */
         b->edge_embed_relu_bf16(b, m->h0, m->m[0], g->edge_src, g->bond_hot, m->as,
                                 GS_AT(b, wi, (size_t)fa * h), ne, h);
+    } else if (b->edge_embed_relu) {   /* fused, as models/dmpnn.c (training) */
+        b->edge_embed_relu(b, m->h0, m->m[0], g->edge_src, g->bond_hot, m->as,
+                           GS_AT(b, wi, (size_t)fa * h), ne, h);
     } else {
         b->edge_embed(b, m->h0, g->edge_src, g->bond_hot, m->as, GS_AT(b, wi, (size_t)fa * h),
                       ne, h);
@@ -317,6 +320,9 @@ static void gs_forward(gs_model *m, const gs_dev_graph *g, uint64_t key)
         if (m->half)
             b->message_bf16(b, m->msg[t], m->as, g->in_start, g->in_edge, g->edge_src,
                             m->m[t - 1], m->half_m, na, ne, h);
+        else if (b->message_direct)   /* fused, as models/dmpnn.c */
+            b->message_direct(b, m->msg[t], g->in_start, g->in_edge, g->edge_src, m->m[t - 1],
+                              0, na, ne, h);
         else
             b->message(b, m->msg[t], m->as, g->in_start, g->in_edge, g->edge_src, m->m[t - 1],
                        na, ne, h);
