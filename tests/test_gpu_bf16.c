@@ -24,6 +24,7 @@
  * fail under MOLPROP_REQUIRE_GPU=1.
  */
 #include "test.h"
+#include "gpu_test.h"
 
 #include "data/dataset.h"
 #include "gpu/gpu.h"
@@ -42,18 +43,6 @@
 static const double TOL_BF16 = 2e-2;     /* a bf16 output, or a product of bf16 operands */
 static const double TOL_F32 = 1e-5;      /* an fp32 output computed in fp32              */
 static const double TOL_SAME_OPS = 1e-4; /* a product against ref64 on the same bf16 operands */
-
-static int require_gpu(void)
-{
-    const char *s = getenv("MOLPROP_REQUIRE_GPU");
-    return s && *s && strcmp(s, "0") != 0;
-}
-
-static int verbose(void)
-{
-    const char *s = getenv("MOLPROP_TEST_VERBOSE");
-    return s && *s && strcmp(s, "0") != 0;
-}
 
 /* ===================================================================== */
 /* Fixture                                                                */
@@ -92,7 +81,7 @@ static int fx_open(fx *f, int emulated, mp_precision prec, uint64_t seed, char *
         st = emu_open(&f->g);
     } else {
         if (!mp_backend_cuda_available(why, n)) {
-            *skip = !require_gpu();
+            *skip = !mp_test_env_flag("MOLPROP_REQUIRE_GPU");
             return 1;
         }
         st = mp_backend_cuda_open(&f->g, prec);
@@ -276,7 +265,7 @@ static int compare(fx *f, const char *what, const buf *p, double tol, void **raw
         r2 += rv[i] * rv[i];
     }
     double rel = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-    if (ok && verbose())
+    if (ok && mp_test_env_flag("MOLPROP_TEST_VERBOSE"))
         printf("    %-88s rel %.3g (bound %.3g)\n", what, rel, tol);
     if (ok && !(rel <= tol))
         ok = fail(f, "%s: relative error %.3g > %.3g over %zu elements", what, rel, tol, n);
@@ -1059,7 +1048,7 @@ static int host_rel(fx *f, const char *what, const float *g, const float *r, siz
         r2 += (double)r[i] * r[i];
     }
     double rel = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-    if (verbose())
+    if (mp_test_env_flag("MOLPROP_TEST_VERBOSE"))
         printf("    %-88s rel %.3g (bound %.3g)\n", what, rel, tol);
     return rel <= tol ? 1 : fail(f, "%s: relative error %.3g > %.3g over %zu values", what, rel,
                                  tol, n);
@@ -1173,17 +1162,7 @@ MP_TEST(gpu_bf16_model)
 static mp_dataset  *g_esol;
 static mp_features *g_feat;
 
-static mp_status esol_load(void)
-{
-    if (g_feat)
-        return MP_OK;
-    mp_status st = mp_dataset_load(&g_esol, mp_test_shared("datasets/esol.csv.gz"), NULL);
-    if (st)
-        return st;
-    mp_featurize_opts fo = { .layout = MP_ATOM_V1 };
-    return mp_featurize(&g_feat, (const char *const *)g_esol->smiles, (int32_t)g_esol->n_rows,
-                        &fo);
-}
+static mp_status esol_load(void) { return mp_test_esol(&g_esol, &g_feat); }
 
 #define BS 50
 
@@ -1298,7 +1277,7 @@ MP_TEST(gpu_bf16_esol_50_steps)
 {
     char why[256];
     if (!mp_backend_cuda_available(why, sizeof why)) {
-        if (require_gpu())
+        if (mp_test_env_flag("MOLPROP_REQUIRE_GPU"))
             MP_FAIL("no usable GPU (MOLPROP_REQUIRE_GPU=1): %s", why);
         MP_SKIP(why);
     }

@@ -18,6 +18,7 @@
  * skip into a failure.  The tests of the no-GPU answers themselves always run.
  */
 #include "test.h"
+#include "gpu_test.h"
 
 #include "gpu/gpu.h"
 #include "models/model.h"
@@ -36,12 +37,6 @@
 static const double TOL_FP32 = 1e-5;
 static const double TOL_PREC[3] = { 1e-5, 2e-3, 2e-2 };   /* gemm: fp32, tf32, bf16 */
 
-static int require_gpu(void)
-{
-    const char *s = getenv("MOLPROP_REQUIRE_GPU");
-    return s && *s && strcmp(s, "0") != 0;
-}
-
 /* MOLPROP_GPU_TESTS_ON=cpu (or ref) runs the op checks on that float
  * backend instead of the GPU: a check of the checks themselves on a machine
  * without a GPU. */
@@ -49,13 +44,6 @@ static const char *on_cpu(void)
 {
     const char *s = getenv("MOLPROP_GPU_TESTS_ON");
     return s && (strcmp(s, "cpu") == 0 || strcmp(s, "ref") == 0) ? s : NULL;
-}
-
-/* MOLPROP_TEST_VERBOSE=1 prints every comparison's relative error. */
-static int verbose(void)
-{
-    const char *s = getenv("MOLPROP_TEST_VERBOSE");
-    return s && *s && strcmp(s, "0") != 0;
 }
 
 #define MAX_BUFS 64
@@ -78,7 +66,7 @@ typedef struct {
         if (on_cpu()) {                                                              \
             CHECK_OK(mp_backend_open(&(f).g, on_cpu()));                             \
         } else if (!mp_backend_cuda_available(why_, sizeof why_)) {                  \
-            if (require_gpu())                                                       \
+            if (mp_test_env_flag("MOLPROP_REQUIRE_GPU"))                             \
                 MP_FAIL("no GPU (MOLPROP_REQUIRE_GPU=1): %s", why_);                 \
             snprintf(msg_, sizeof msg_, "no GPU: %s", why_);                         \
             MP_SKIP(msg_);                                                           \
@@ -270,7 +258,7 @@ static int compare_ex(fx *f, const char *what, const pair *p, double tol, int ex
         r2 += rv[i] * rv[i];
     }
     double rel = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-    if (verbose())
+    if (mp_test_env_flag("MOLPROP_TEST_VERBOSE"))
         printf("    %-90s rel %.3g (bound %.3g)\n", what, rel, tol);
     if (!(rel <= tol)) {
         size_t worst = 0;
@@ -1564,7 +1552,7 @@ MP_TEST(gpu_graph_capture)
         if (ok && (b->sync(b) != MP_OK || b->download(b, r1, mg.grads, gbytes) != MP_OK))
             ok = fail(&f, "replay: %s", mp_error_message());
         ok = ok && host_compare(&f, "replayed gradients vs eager", r1, eager, mg.n_params, TOL_FP32);
-        if (ok && verbose())
+        if (ok && mp_test_env_flag("MOLPROP_TEST_VERBOSE"))
             printf("    replay %s the eager run bitwise\n",
                    memcmp(r1, eager, gbytes) ? "differs from" : "equals");
         ok = ok && gpu_poison(&f, mg.grads, mg.n_params);
@@ -1638,7 +1626,7 @@ static int host_compare(fx *f, const char *what, const float *g, const float *r,
         r2 += (double)r[i] * r[i];
     }
     double rel = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-    if (verbose())
+    if (mp_test_env_flag("MOLPROP_TEST_VERBOSE"))
         printf("    %-90s rel %.3g (bound %.3g)\n", what, rel, tol);
     return rel <= tol ? 1 : fail(f, "%s: relative error %.3g > %.3g over %zu values", what, rel,
                                  tol, n);

@@ -12,6 +12,7 @@
  * bitwise the same model twice, and graph replay equal to the eager step.
  */
 #include "test.h"
+#include "gpu_test.h"
 
 #include "data/dataset.h"
 #include "gpu/gpu.h"
@@ -22,37 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int require_gpu(void)
-{
-    const char *s = getenv("MOLPROP_REQUIRE_GPU");
-    return s && *s && strcmp(s, "0") != 0;
-}
-
-#define NEED_GPU()                                                              \
-    do {                                                                        \
-        char why_[256];                                                         \
-        if (!mp_backend_cuda_available(why_, sizeof why_)) {                    \
-            if (require_gpu())                                                  \
-                MP_FAIL("no usable GPU (MOLPROP_REQUIRE_GPU=1): %s", why_);     \
-            MP_SKIP(why_);                                                      \
-        }                                                                       \
-    } while (0)
-
 /* ESOL, featurized once per process. */
 static mp_dataset  *g_esol;
 static mp_features *g_feat;
 
-static mp_status esol_load(void)
-{
-    if (g_feat)
-        return MP_OK;
-    mp_status st = mp_dataset_load(&g_esol, mp_test_shared("datasets/esol.csv.gz"), NULL);
-    if (st)
-        return st;
-    mp_featurize_opts fo = { .layout = MP_ATOM_V1 };
-    return mp_featurize(&g_feat, (const char *const *)g_esol->smiles, (int32_t)g_esol->n_rows,
-                        &fo);
-}
+static mp_status esol_load(void) { return mp_test_esol(&g_esol, &g_feat); }
 
 /* Batch s of the test sequence: 50 distinct molecules, targets roughly
  * standardized, one label missing per batch. */
@@ -263,7 +238,7 @@ MP_TEST(gpu_train_padded_equals_unpadded_cpu)
 
 MP_TEST(gpu_train_cuda_padded_equals_unpadded)
 {
-    NEED_GPU();
+    MP_NEED_GPU();
     padded_vs_unpadded(mp__r, "cuda:fp32", 1e-5, 0.0, MP_MODEL_DMPNN);
     padded_vs_unpadded(mp__r, "cuda:fp32", 1e-5, 0.25, MP_MODEL_DMPNN);
     padded_vs_unpadded(mp__r, "cuda:fp32", 1e-5, 0.0, MP_MODEL_FFN);
@@ -379,7 +354,7 @@ MP_TEST(gpu_train_adam_sched_equals_adam_cpu) { adam_sched_check(mp__r, "cpu"); 
 
 MP_TEST(gpu_train_cuda_adam_sched_equals_adam)
 {
-    NEED_GPU();
+    MP_NEED_GPU();
     adam_sched_check(mp__r, "cuda:fp32");
 }
 
@@ -415,7 +390,7 @@ MP_TEST(gpu_train_resident_follows_host_loop_cpu)
 
 MP_TEST(gpu_train_cuda_50_steps_match_cpu)
 {
-    NEED_GPU();
+    MP_NEED_GPU();
     enum { S = 50 };
     double lc[S], lg[S], le[S], lg2[S];
     float *pc = NULL, *pg = NULL, *pe = NULL, *pg2 = NULL;
@@ -476,7 +451,7 @@ MP_TEST(gpu_train_trainer_resident_matches_cpu)
 
 MP_TEST(gpu_train_cuda_trainer_matches_cpu)
 {
-    NEED_GPU();
+    MP_NEED_GPU();
     mp_train_result a, b, c, d;
     CHECK_OK(train_esol("cpu", 0, -1, 0.0, &a));
     CHECK_OK(train_esol("cuda:fp32", -1, -1, 0.0, &b));     /* resident, graph */

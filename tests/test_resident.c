@@ -15,6 +15,7 @@
  * classes, and both against the cpu host loop.
  */
 #include "test.h"
+#include "gpu_test.h"
 
 #include "data/dataset.h"
 #include "gpu/gpu.h"
@@ -27,37 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int require_gpu(void)
-{
-    const char *s = getenv("MOLPROP_REQUIRE_GPU");
-    return s && *s && strcmp(s, "0") != 0;
-}
-
-#define NEED_GPU()                                                              \
-    do {                                                                        \
-        char why_[256];                                                         \
-        if (!mp_backend_cuda_available(why_, sizeof why_)) {                    \
-            if (require_gpu())                                                  \
-                MP_FAIL("no usable GPU (MOLPROP_REQUIRE_GPU=1): %s", why_);     \
-            MP_SKIP(why_);                                                      \
-        }                                                                       \
-    } while (0)
-
 /* ESOL, featurized once per process. */
 static mp_dataset  *g_data;
 static mp_features *g_fs;
 
-static mp_status data_load(void)
-{
-    if (g_fs)
-        return MP_OK;
-    mp_status st = mp_dataset_load(&g_data, mp_test_shared("datasets/esol.csv.gz"), NULL);
-    if (st)
-        return st;
-    mp_featurize_opts fo = { .layout = MP_ATOM_V1 };
-    return mp_featurize(&g_fs, (const char *const *)g_data->smiles, (int32_t)g_data->n_rows,
-                        &fo);
-}
+static mp_status data_load(void) { return mp_test_esol(&g_data, &g_fs); }
 
 /* ===================================================================== */
 /* Keyed ops == plain ops                                                 */
@@ -162,7 +137,7 @@ MP_TEST(resident_keyed_ops_equal_plain)
 
 MP_TEST(gpu_resident_cuda_keyed_ops_equal_plain)
 {
-    NEED_GPU();
+    MP_NEED_GPU();
     keyed_check(mp__r, "cuda:fp32");
 }
 
@@ -681,7 +656,7 @@ static void gpu_graph_vs_eager(mp_test_result *mp__r, mp_model_kind kind, double
  * there; the first step's 1e-5 checks the masks.) */
 MP_TEST(gpu_resident_cuda_dropout_graph_equals_eager)
 {
-    NEED_GPU();
+    MP_NEED_GPU();
     gpu_graph_vs_eager(mp__r, MP_MODEL_DMPNN, 0.1, 1, 0.1);
     gpu_graph_vs_eager(mp__r, MP_MODEL_DMPNN, 0.1, 4, 0.1);
     gpu_graph_vs_eager(mp__r, MP_MODEL_FFN, 0.2, 1, 1e-3);
@@ -689,7 +664,7 @@ MP_TEST(gpu_resident_cuda_dropout_graph_equals_eager)
 
 MP_TEST(gpu_resident_cuda_classes_graph_equals_eager)
 {
-    NEED_GPU();
+    MP_NEED_GPU();
     gpu_graph_vs_eager(mp__r, MP_MODEL_DMPNN, 0.0, 4, 1e-4);
 }
 
@@ -711,7 +686,7 @@ static mp_status train_small(const char *backend, int resident, int graph, doubl
 
 MP_TEST(gpu_resident_cuda_trainer_dropout_graph_equals_eager)
 {
-    NEED_GPU();
+    MP_NEED_GPU();
     mp_train_result a, b, c;
     CHECK_OK(train_small("cpu", 0, -1, 0.1, &a));
     CHECK_OK(train_small("cuda:fp32", -1, 1, 0.1, &b));   /* resident, graph */
@@ -764,7 +739,7 @@ static void dropout_diag(mp_test_result *mp__r, int hidden, double dropout)
 
 MP_TEST(gpu_resident_cuda_dropout_drift)
 {
-    NEED_GPU();
+    MP_NEED_GPU();
     dropout_diag(mp__r, 300, 0.1);
     dropout_diag(mp__r, 32, 0.1);
     dropout_diag(mp__r, 300, 0.0);
