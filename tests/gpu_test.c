@@ -31,3 +31,19 @@ mp_status mp_test_esol(mp_dataset **d, mp_features **f)
     *f = esol_feat;
     return MP_OK;
 }
+
+mp_status mp_test_train_esol(const char *backend, int resident, int graph, double dropout,
+                             mp_train_result *r)
+{
+    mp_train_opts o = mp_train_opts_default();
+    o.data_path = mp_test_shared("datasets/esol.csv.gz");
+    o.epochs = 3;
+    o.hidden = 32;
+    o.dropout = dropout;
+    o.threads = 1;
+    o.quiet = 1;
+    o.backend = backend;
+    o.resident = resident;
+    o.graph = graph;
+    return mp_train(&o, r);
+}

@@ -31,4 +31,10 @@ int mp_test_env_flag(const char *name);
  * hand back the same two objects, which live until the process ends. */
 mp_status mp_test_esol(mp_dataset **d, mp_features **f);
 
+/* `molprop train` on the shared ESOL file through mp_train: 3 epochs, hidden
+ * 32, one thread, quiet, on `backend` with the given resident / graph
+ * switches and dropout (the trainer comparisons of GPU and CPU paths). */
+mp_status mp_test_train_esol(const char *backend, int resident, int graph, double dropout,
+                             mp_train_result *r);
+
 #endif /* MP_GPU_TEST_H */

@@ -419,29 +419,11 @@ MP_TEST(gpu_train_cuda_50_steps_match_cpu)
 /* The trainer                                                            */
 /* ===================================================================== */
 
-#include "models/trainer.h"
-
-static mp_status train_esol(const char *backend, int resident, int graph, double dropout,
-                            mp_train_result *r)
-{
-    mp_train_opts o = mp_train_opts_default();
-    o.data_path = mp_test_shared("datasets/esol.csv.gz");
-    o.epochs = 3;
-    o.hidden = 32;
-    o.dropout = dropout;
-    o.threads = 1;
-    o.quiet = 1;
-    o.backend = backend;
-    o.resident = resident;
-    o.graph = graph;
-    return mp_train(&o, r);
-}
-
 MP_TEST(gpu_train_trainer_resident_matches_cpu)
 {
     mp_train_result a, b;
-    CHECK_OK(train_esol("cpu", 0, -1, 0.1, &a));
-    CHECK_OK(train_esol("cpu", 1, -1, 0.1, &b));
+    CHECK_OK(mp_test_train_esol("cpu", 0, -1, 0.1, &a));
+    CHECK_OK(mp_test_train_esol("cpu", 1, -1, 0.1, &b));
     CHECK(isfinite(a.test_mean) && a.test_mean > 0);
     CHECK_NEAR(b.val_mean, a.val_mean, 0, 1e-4);
     CHECK_NEAR(b.test_mean, a.test_mean, 0, 1e-4);
@@ -453,10 +435,10 @@ MP_TEST(gpu_train_cuda_trainer_matches_cpu)
 {
     MP_NEED_GPU();
     mp_train_result a, b, c, d;
-    CHECK_OK(train_esol("cpu", 0, -1, 0.0, &a));
-    CHECK_OK(train_esol("cuda:fp32", -1, -1, 0.0, &b));     /* resident, graph */
-    CHECK_OK(train_esol("cuda:fp32", 0, -1, 0.0, &c));      /* the host loop   */
-    CHECK_OK(train_esol("cuda:fp32", -1, -1, 0.1, &d));     /* resident, eager */
+    CHECK_OK(mp_test_train_esol("cpu", 0, -1, 0.0, &a));
+    CHECK_OK(mp_test_train_esol("cuda:fp32", -1, -1, 0.0, &b));     /* resident, graph */
+    CHECK_OK(mp_test_train_esol("cuda:fp32", 0, -1, 0.0, &c));      /* the host loop   */
+    CHECK_OK(mp_test_train_esol("cuda:fp32", -1, -1, 0.1, &d));     /* resident, eager */
     printf("    esol 3 epochs test rmse: cpu %.6f, gpu resident %.6f, gpu host loop %.6f\n",
            a.test_mean, b.test_mean, c.test_mean);
     CHECK_NEAR(b.test_mean, a.test_mean, 0, 1e-3);

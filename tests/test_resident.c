@@ -668,29 +668,13 @@ MP_TEST(gpu_resident_cuda_classes_graph_equals_eager)
     gpu_graph_vs_eager(mp__r, MP_MODEL_DMPNN, 0.0, 4, 1e-4);
 }
 
-static mp_status train_small(const char *backend, int resident, int graph, double dropout,
-                             mp_train_result *r)
-{
-    mp_train_opts o = mp_train_opts_default();
-    o.data_path = mp_test_shared("datasets/esol.csv.gz");
-    o.epochs = 3;
-    o.hidden = 32;
-    o.dropout = dropout;
-    o.threads = 1;
-    o.quiet = 1;
-    o.backend = backend;
-    o.resident = resident;
-    o.graph = graph;
-    return mp_train(&o, r);
-}
-
 MP_TEST(gpu_resident_cuda_trainer_dropout_graph_equals_eager)
 {
     MP_NEED_GPU();
     mp_train_result a, b, c;
-    CHECK_OK(train_small("cpu", 0, -1, 0.1, &a));
-    CHECK_OK(train_small("cuda:fp32", -1, 1, 0.1, &b));   /* resident, graph */
-    CHECK_OK(train_small("cuda:fp32", -1, 0, 0.1, &c));   /* resident, eager */
+    CHECK_OK(mp_test_train_esol("cpu", 0, -1, 0.1, &a));
+    CHECK_OK(mp_test_train_esol("cuda:fp32", -1, 1, 0.1, &b));   /* resident, graph */
+    CHECK_OK(mp_test_train_esol("cuda:fp32", -1, 0, 0.1, &c));   /* resident, eager */
     printf("    esol 3 epochs, dropout 0.1, test rmse: cpu %.6f, gpu graph %.6f, gpu eager "
            "%.6f\n", a.test_mean, b.test_mean, c.test_mean);
     CHECK(b.test_mean == c.test_mean && b.val_mean == c.val_mean);
