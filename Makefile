@@ -51,7 +51,8 @@ NVCCFLAGS := -O2 -std=c++17 -Iinclude -Isrc -DMP_HAVE_CUDA=1 \
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 endif
 
-LIB_C    := $(wildcard src/core/*.c src/data/*.c src/featurize/*.c src/models/*.c)
+MODULES  := core data graph featurize backend models run
+LIB_C    := $(foreach m,$(MODULES),$(wildcard src/$(m)/*.c))
 LIB_CXX  := $(wildcard src/featurize/*.cpp)
 LIB_CU   := $(if $(filter 1,$(CUDA)),$(wildcard src/gpu/*.cu),)
 LIB_C    += $(if $(filter 1,$(CUDA)),,$(wildcard src/gpu/*_nocuda.c))
@@ -89,7 +90,7 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
 # The cpu kernels vectorize only without errno semantics (sqrtf in Adam) and
 # without trapping-math (selects like "y > 0 ? dy * s : 0" stay branches
 # otherwise, and mispredict on every other element).
-$(BUILD)/src/models/ops_cpu.o: CFLAGS += -fno-math-errno -fno-trapping-math
+$(BUILD)/src/backend/cpu.o: CFLAGS += -fno-math-errno -fno-trapping-math
 
 # Model microbenchmark (bench/train_step.c): D-MPNN training steps on the cpu.
 $(BUILD)/bench_train_step: $(BUILD)/bench/train_step.o $(BUILD)/libmolprop.a
@@ -166,7 +167,7 @@ $(BUILD)/bench/featurize_rate: bench/featurize_rate.c $(BUILD)/libmolprop.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-nocuda
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d $(BUILD)/bench/gpu_predict.d
 

@@ -27,7 +27,7 @@
  */
 #include "molprop.h"
 #include "gpu/gpu.h"
-#include "models/ensemble.h"
+#include "run/ensemble.h"
 #include "models/model.h"
 #include "../tests/randgraph.h"
 

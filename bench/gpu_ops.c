@@ -25,7 +25,7 @@
  *  --trials 15)
  */
 #include "gpu/gpu.h"
-#include "models/ops.h"
+#include "backend/ops.h"
 #include "gpu_step.h"
 #include "../tests/randgraph.h"
 

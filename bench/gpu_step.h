@@ -24,7 +24,7 @@
 
 #include "core/core.h"
 #include "featurize/featurize.h"
-#include "models/ops.h"
+#include "backend/ops.h"
 
 #include <math.h>
 #include <string.h>

@@ -34,10 +34,10 @@
 #include "data/metrics.h"
 #include "data/scaler.h"
 #include "models/schedule.h"
-#include "models/modelfile.h"
+#include "run/modelfile.h"
 #include "models/model.h"
-#include "models/ensemble.h"
-#include "models/trainer.h"
-#include "models/predict.h"
+#include "run/ensemble.h"
+#include "run/trainer.h"
+#include "run/predict.h"
 
 #endif /* MOLPROP_H */

@@ -12,7 +12,7 @@
 #define MP_TEST_BF16_EMU_H
 
 #include "core/core.h"
-#include "models/ops.h"
+#include "backend/ops.h"
 
 #include <stdint.h>
 #include <string.h>

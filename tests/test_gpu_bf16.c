@@ -29,7 +29,7 @@
 #include "data/dataset.h"
 #include "gpu/gpu.h"
 #include "models/model.h"
-#include "models/ops.h"
+#include "backend/ops.h"
 #include "../bench/gpu_step.h"
 #include "randgraph.h"
 #include "bf16_emu.h"

@@ -22,7 +22,7 @@
 
 #include "gpu/gpu.h"
 #include "models/model.h"
-#include "models/ops.h"
+#include "backend/ops.h"
 #include "../bench/gpu_step.h"
 #include "randgraph.h"
 

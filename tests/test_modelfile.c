@@ -5,7 +5,7 @@
  * version, shape checks, out-of-memory at every allocation.
  */
 #include "test.h"
-#include "models/modelfile.h"
+#include "run/modelfile.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  * op that has a backward.
  */
 #include "test.h"
-#include "models/ops.h"
+#include "backend/ops.h"
 #include "randgraph.h"
 
 #include <stdlib.h>

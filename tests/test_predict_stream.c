@@ -17,7 +17,7 @@
 #include "test.h"
 
 #include "gpu/gpu.h"
-#include "models/ensemble.h"
+#include "run/ensemble.h"
 #include "models/model.h"
 #include "randgraph.h"
 

@@ -21,8 +21,8 @@
 #include "gpu/gpu.h"
 #include "models/model.h"
 #include "models/model_impl.h"   /* the dropout stream's state */
-#include "models/resident.h"
-#include "models/trainer.h"
+#include "run/resident.h"
+#include "run/trainer.h"
 
 #include <math.h>
 #include <stdlib.h>

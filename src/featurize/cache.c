@@ -21,7 +21,7 @@
  * they imply, the checksum, then every structural invariant (mp_graphs_check
  * and the Morgan/string sections), and refuses with a message naming the file.
  */
-#include "featurize/internal.h"
+#include "featurize/featurize.h"
 
 #include <errno.h>
 #include <math.h>
@@ -378,6 +378,10 @@ mp_status mp_features_load(mp_features **out, const char *path)
         goto out;
     if (p != end) {
         st = BAD("%s: %zu unexplained bytes in the string section", path, (size_t)(end - p));
+        goto out;
+    }
+    if (g->atom_fdim != mp_atom_fdim(g->layout)) {
+        st = BAD("%s: atom layout %d with width %d", path, (int)g->layout, g->atom_fdim);
         goto out;
     }
     if ((st = mp_graphs_check(g))) {

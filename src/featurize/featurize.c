@@ -14,7 +14,7 @@
  *      are copied into place in parallel (edges, CSR built per molecule).
  */
 #include "featurize/featurize.h"
-#include "featurize/internal.h"
+#include "featurize/featurize.h"
 #include "featurize/rdkit_bridge.h"
 
 #include <limits.h>
@@ -306,63 +306,6 @@ void mp_features_free(mp_features *f)
     free_strings(f->scaffold, n);
     free_strings(f->error, n);
     mp_free(f);
-}
-
-/* The arrays of the store for the given sizes; MP_ERR_NOMEM on failure
- * (the caller frees what was allocated). */
-mp_status mp_graphs_alloc(mp_graphs *g, int32_t n_mols, int32_t n_atoms, int32_t n_edges)
-{
-    g->n_mols = n_mols;
-    g->n_atoms = n_atoms;
-    g->n_edges = n_edges;
-    int32_t n_bonds = n_edges / 2;
-    g->valid = mp_malloc((size_t)n_mols);
-    g->mol_atom = mp_malloc(((size_t)n_mols + 1) * sizeof(int32_t));
-    g->mol_edge = mp_malloc(((size_t)n_mols + 1) * sizeof(int32_t));
-    g->atom_hot = mp_malloc((size_t)n_atoms * MP_ATOM_MAX_HOT * sizeof(int16_t));
-    g->atom_mass = mp_malloc((size_t)n_atoms * sizeof(float));
-    g->bond_hot = mp_malloc((size_t)n_bonds * MP_BOND_MAX_HOT);
-    g->edge_src = mp_malloc((size_t)n_edges * sizeof(int32_t));
-    g->edge_dst = mp_malloc((size_t)n_edges * sizeof(int32_t));
-    g->in_start = mp_malloc(((size_t)n_atoms + 1) * sizeof(int32_t));
-    g->in_edge = mp_malloc((size_t)n_edges * sizeof(int32_t));
-    if (!g->valid || !g->mol_atom || !g->mol_edge || !g->atom_hot || !g->atom_mass ||
-        !g->bond_hot || !g->edge_src || !g->edge_dst || !g->in_start || !g->in_edge)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory for a graph store of %d molecules, "
-                            "%d atoms, %d edges", n_mols, n_atoms, n_edges);
-    g->cap_mols = n_mols;
-    g->cap_atoms = n_atoms;
-    g->cap_edges = n_edges;
-    return MP_OK;
-}
-
-/* Builds one molecule's edges and incoming-edge CSR from its sorted bond
- * pairs; A and E are the molecule's first atom and first edge. */
-void mp_graphs_build_edges(mp_graphs *g, int32_t A, int32_t na, int32_t E, int32_t nb,
-                           const int32_t *ba, const int32_t *bb)
-{
-    for (int32_t k = 0; k < nb; k++) {
-        int32_t u = A + ba[k], v = A + bb[k];
-        g->edge_src[E + 2 * k] = u;
-        g->edge_dst[E + 2 * k] = v;
-        g->edge_src[E + 2 * k + 1] = v;
-        g->edge_dst[E + 2 * k + 1] = u;
-    }
-    /* in_start[v] first counts, then the end of v's segment; filling from
-     * the last edge down leaves each segment ascending and in_start[v] at its
-     * start. */
-    int32_t *is = g->in_start + A;
-    for (int32_t v = 0; v < na; v++)
-        is[v] = 0;
-    for (int32_t e = E; e < E + 2 * nb; e++)
-        is[g->edge_dst[e] - A]++;
-    int32_t run = E;
-    for (int32_t v = 0; v < na; v++) {
-        run += is[v];
-        is[v] = run;
-    }
-    for (int32_t e = E + 2 * nb - 1; e >= E; e--)
-        g->in_edge[--is[g->edge_dst[e] - A]] = e;
 }
 
 mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,

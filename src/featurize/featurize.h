@@ -8,13 +8,15 @@
  *   + molecule vectors (Morgan bits/counts, RDKit 2D descriptors)
  *   + Bemis-Murcko scaffolds (only when asked: they cost as much as parsing).
  *
- * The store is what the models read: `featurize` and `models` meet only here.
+ * The graph store itself (mp_graphs) is graph/graph.h: `featurize` produces it,
+ * `models` consume it, and the two meet only there.
  * No RDKit type appears in this header; rdkit_bridge.cpp is the one C++ file.
  */
 #ifndef MP_FEATURIZE_H
 #define MP_FEATURIZE_H
 
 #include "core/core.h"
+#include "graph/graph.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,72 +26,11 @@ extern "C" {
 /* Feature layouts                                                        */
 /* ===================================================================== */
 
-typedef enum {
-    MP_ATOM_V1 = 0,     /* 133: Chemprop v1 (default)                       */
-    MP_ATOM_V2 = 1,     /*  72: Chemprop v2 default multi-hot featurizer    */
-    MP_ATOM_ORGANIC = 2 /*  44: Chemprop v2 "organic" featurizer            */
-} mp_atom_layout;
-
-#define MP_BOND_FDIM     14
-#define MP_ATOM_MAX_HOT  8    /* hot slots per atom: 6 one-hot blocks + aromatic (+1 spare) */
-#define MP_BOND_MAX_HOT  4    /* bond type, conjugated, in ring, stereo                     */
 
 /* Length of the atom vector, mass slot included (it is always the last). */
 int         mp_atom_fdim(mp_atom_layout layout);
 const char *mp_atom_layout_name(mp_atom_layout layout);       /* "v1", "v2", "organic" */
 mp_status   mp_atom_layout_parse(const char *name, mp_atom_layout *out);
-
-/* ===================================================================== */
-/* The graph store                                                        */
-/* ===================================================================== */
-
-/*
- * All molecules of a dataset, concatenated.  Indices are global (int32: a
- * store is at most 2^31-1 atoms/edges; prediction works in chunks).
- *
- * Edges: bond k of the store gives edge 2k (begin -> end, begin < end) and
- * edge 2k+1 (end -> begin), so the reverse of edge e is e ^ 1.  Bonds of a
- * molecule are ordered as Chemprop v1 builds them: by (begin, end) with
- * begin < end.  in_edge lists, for each atom, its incoming edges in
- * ascending edge order.  An invalid molecule has no atoms and no edges.
- */
-typedef struct {
-    mp_atom_layout layout;
-    int      atom_fdim;      /* mp_atom_fdim(layout)                          */
-    int32_t  n_mols, n_atoms, n_edges;
-    uint8_t *valid;          /* n_mols: 1 valid, 0 invalid                    */
-    int32_t *mol_atom;       /* n_mols+1: atoms of molecule m = [mol_atom[m], mol_atom[m+1]) */
-    int32_t *mol_edge;       /* n_mols+1: edges likewise                      */
-    int16_t *atom_hot;       /* n_atoms x MP_ATOM_MAX_HOT: hot slots ascending, -1 padded */
-    float   *atom_mass;      /* n_atoms: mass * 0.01, the value of slot atom_fdim-1 */
-    int8_t  *bond_hot;       /* (n_edges/2) x MP_BOND_MAX_HOT, ascending, -1 padded */
-    int32_t *edge_src;       /* n_edges: source atom                          */
-    int32_t *edge_dst;       /* n_edges: target atom                          */
-    int32_t *in_start;       /* n_atoms+1: incoming edges of atom v = in_edge[in_start[v] .. in_start[v+1]) */
-    int32_t *in_edge;        /* n_edges                                       */
-    /* Allocated sizes of the arrays above (mp_graphs_select reuses them). */
-    int32_t  cap_mols, cap_atoms, cap_edges;
-} mp_graphs;
-
-/*
- * Copies the molecules mols[0..n) (in that order, repeats allowed) into a
- * store with re-based indices: the batch a model trains on.  `out` reuses its
- * buffers when they are large enough (pass a zeroed struct first; free it with
- * mp_graphs_free).  MP_ERR_ARG for an index out of range, MP_ERR_NOMEM (out is
- * then empty).
- */
-mp_status mp_graphs_select(mp_graphs *out, const mp_graphs *g, const int32_t *mols, int32_t n);
-void      mp_graphs_free(mp_graphs *g);
-
-/*
- * Checks every structural invariant of a store: offsets start at 0, never
- * decrease and end at the totals; invalid molecules are empty; each edge stays
- * inside its molecule, edge e^1 reverses edge e and even edges run from the
- * lower atom index; in_edge lists, per atom, exactly its incoming edges in
- * ascending order; hot slots are in range, ascending, -1 padded.  MP_OK or
- * MP_ERR_FORMAT with a message naming the first violation.
- */
-mp_status mp_graphs_check(const mp_graphs *g);
 
 /* ===================================================================== */
 /* Featurization                                                          */

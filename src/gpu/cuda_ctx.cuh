@@ -217,6 +217,10 @@ int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasCo
 void mp_cu_bf16_ops(mp_backend *b);
 /* Sets the device-keyed dropout ops of a cuda backend (ops_cuda_keyed.cu). */
 void mp_cu_keyed_ops(mp_backend *b);
+/* The device-scheduled step ops adam_sched and step_end (train_cuda.cu). */
+void mp_cu_train_ops(mp_backend *b);
+/* The capture ops capture_begin/_end, replay and capture_free (graph_cuda.cu). */
+void mp_cu_capture_ops(mp_backend *b);
 /* Registration of the ops kept outside ops_cuda.cu, called by
  * mp_backend_cuda_open: the inference ops (ops_cuda_infer.cu:
  * edge_embed_relu) and the streaming ops (stream_cuda.cu: pinned host

@@ -48,7 +48,7 @@
 #define MP_GPU_H
 
 #include "core/core.h"
-#include "models/ops.h"
+#include "backend/ops.h"
 
 #include <stddef.h>
 
@@ -120,11 +120,6 @@ void *mp_backend_cuda_stream(mp_backend *b);
  * caller handled, e.g., a too-large gemm).  CUDA errors that break the
  * context (an illegal address) cannot be forgotten: later calls fail again. */
 void mp_backend_cuda_clear_error(mp_backend *b);
-
-/* Gives a cuda backend the device-scheduled training ops of ops.h
- * (adam_sched, step_end; train_cuda.cu).  mp_backend_cuda_open_name does it;
- * call it after mp_backend_cuda_open.  Does nothing for another backend. */
-void mp_backend_cuda_train_ops(mp_backend *b);
 
 /* The backend without the fused inference ops of ops_cuda_infer.cu
  * (edge_embed_relu, message_direct).  For benchmarks and tests that compare

@@ -1,6 +1,7 @@
 /*
  * gpu_host.c - the host-only part of the GPU backend's API, built with and
- * without CUDA: precision names and backend names ("cuda", "cuda:tf32", ...).
+ * without CUDA: precision names, backend names ("gpu", "cuda:tf32", ...) and
+ * the module's entry in the backend registry (backend/backend.c).
  */
 #include "gpu/gpu.h"
 
@@ -35,18 +36,27 @@ mp_status mp_precision_parse(const char *s, mp_precision *out)
                         s ? s : "(null)");
 }
 
+/* "gpu" or "cuda", optionally ":fp32", ":tf32" or ":bf16". */
 mp_status mp_backend_cuda_open_name(mp_backend **out, const char *name)
 {
     *out = NULL;
-    if (!name || strncmp(name, "cuda", 4) != 0 || (name[4] != '\0' && name[4] != ':'))
-        return mp_error_set(MP_ERR_ARG, "'%s' is not a cuda backend name (expected cuda, "
-                            "cuda:fp32, cuda:tf32 or cuda:bf16)", name ? name : "(null)");
+    size_t fam = !name ? 0 : strncmp(name, "cuda", 4) == 0 ? 4 : strncmp(name, "gpu", 3) == 0 ? 3 : 0;
+    if (!fam || (name[fam] != '\0' && name[fam] != ':'))
+        return mp_error_set(MP_ERR_ARG, "'%s' is not a GPU backend name (expected gpu or cuda, "
+                            "optionally with :fp32, :tf32 or :bf16)", name ? name : "(null)");
     mp_precision p = MP_PREC_FP32;
-    if (name[4] == ':' && mp_precision_parse(name + 5, &p) != MP_OK)
-        return mp_error_set(MP_ERR_ARG, "backend '%s': unknown precision '%s' (expected "
-                            "cuda, cuda:fp32, cuda:tf32 or cuda:bf16)", name, name + 5);
-    mp_status st = mp_backend_cuda_open(out, p);
-    if (st == MP_OK)
-        mp_backend_cuda_train_ops(*out);
-    return st;
+    if (name[fam] == ':' && mp_precision_parse(name + fam + 1, &p) != MP_OK)
+        return mp_error_set(MP_ERR_ARG, "backend '%s': unknown precision '%s' (expected fp32, "
+                            "tf32 or bf16)", name, name + fam + 1);
+    return mp_backend_cuda_open(out, p);
 }
+
+static int gpu_available(char *why, size_t n)
+{
+    return mp_backend_cuda_available(why, n);
+}
+
+const mp_backend_provider mp_backend_gpu_provider = {
+    "gpu, cuda", "gpu[:fp32|tf32|bf16]", "NVIDIA GPUs: CUDA, cuBLAS(Lt) and our kernels",
+    mp_backend_cuda_open_name, gpu_available,
+};

@@ -88,3 +88,29 @@ extern "C" void mp_cuda_graph_free(mp_cuda_graph *g)
     (void)cudaGetLastError();
     mp_free(g);
 }
+
+/* The seam's capture ops (ops.h) are these; an mp_capture is an
+ * mp_cuda_graph. */
+static mp_status cu_capture_end(mp_backend *b, mp_capture **out)
+{
+    return mp_cuda_graph_end(b, (mp_cuda_graph **)out);
+}
+
+static mp_status cu_replay(mp_backend *b, mp_capture *g)
+{
+    return mp_cuda_graph_launch(b, (mp_cuda_graph *)g);
+}
+
+static void cu_capture_free(mp_backend *b, mp_capture *g)
+{
+    (void)b;
+    mp_cuda_graph_free((mp_cuda_graph *)g);
+}
+
+void mp_cu_capture_ops(mp_backend *b)
+{
+    b->capture_begin = mp_cuda_graph_begin;
+    b->capture_end = cu_capture_end;
+    b->replay = cu_replay;
+    b->capture_free = cu_capture_free;
+}

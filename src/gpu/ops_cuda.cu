@@ -1110,6 +1110,8 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     mp_cu_infer_ops(b);
     mp_cu_stream_ops(b);
     mp_cu_bf16_ops(b);                      /* bf16 storage ops (bf16 only) */
+    mp_cu_train_ops(b);
+    mp_cu_capture_ops(b);
     *out = b;
     return MP_OK;
 }

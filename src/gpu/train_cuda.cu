@@ -6,7 +6,7 @@
  * backend's stream, so they can be captured in a graph with the rest of the
  * step (models/resident.c) and replayed with new values every time.
  */
-#include "gpu/gpu.h"
+#include "gpu/cuda_ctx.cuh"
 
 #include <cuda_runtime.h>
 
@@ -64,10 +64,8 @@ static void cu_step_end(mp_backend *b, int32_t *k_dev, void *losses, const void 
     k_step_end<<<1, 1, 0, stream_of(b)>>>(k_dev, (float *)losses, (const float *)loss);
 }
 
-extern "C" void mp_backend_cuda_train_ops(mp_backend *b)
+void mp_cu_train_ops(mp_backend *b)
 {
-    if (!b || !mp_backend_cuda_stream(b))
-        return;
     b->adam_sched = cu_adam_sched;
     b->step_end = cu_step_end;
 }

@@ -32,8 +32,8 @@
 #define MP_MODEL_H
 
 #include "core/core.h"
-#include "featurize/featurize.h"
-#include "models/ops.h"
+#include "backend/ops.h"
+#include "graph/graph.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -101,14 +101,6 @@ void      mp_model_free(mp_model *m);
  */
 mp_status mp_model_reserve(mp_model *m, int32_t max_mols, int32_t max_atoms,
                            int32_t max_edges);
-
-/*
- * Upper bounds for any batch of batch_size molecules drawn from mols[0..n)
- * of g (all of g when mols is NULL): the sums of the batch_size largest atom
- * and edge counts.  For mp_model_reserve.
- */
-void mp_graphs_batch_bounds(const mp_graphs *g, const int32_t *mols, int32_t n,
-                            int32_t batch_size, int32_t *max_atoms, int32_t *max_edges);
 
 /*
  * Forward pass over n_mols molecules.  batch: the graphs (dmpnn; must hold

@@ -6,7 +6,7 @@
 /* init + s * inc must round twice, as NumPy does, even with FMA targets. */
 #pragma GCC optimize("fp-contract=off")
 
-#include "schedule.h"
+#include "models/schedule.h"
 
 #include <math.h>
 #include <string.h>

@@ -2,10 +2,10 @@
  * ensemble.c - a set of trained models plus what turns their raw outputs into
  * predictions in the user's units (scalers, task names), and the model file.
  */
-#include "models/ensemble.h"
+#include "run/ensemble.h"
 
 #include "models/model_impl.h"
-#include "models/modelfile.h"
+#include "run/modelfile.h"
 
 #include <math.h>
 #include <string.h>

@@ -10,7 +10,7 @@
 #include "core/core.h"
 #include "data/dataset.h"
 #include "data/metrics.h"
-#include "models/ensemble.h"
+#include "run/ensemble.h"
 
 #ifdef __cplusplus
 extern "C" {

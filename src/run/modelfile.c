@@ -3,7 +3,7 @@
  * header store, the writer (atomic, CRC computed on the way out) and the
  * reader, which trusts no length it has not checked against the bytes.
  */
-#include "modelfile.h"
+#include "run/modelfile.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -11,7 +11,7 @@
 #include "data/dataset.h"
 #include "data/metrics.h"
 #include "data/split.h"
-#include "models/ensemble.h"
+#include "run/ensemble.h"
 
 #ifdef __cplusplus
 extern "C" {

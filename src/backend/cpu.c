@@ -25,7 +25,7 @@
  * points gotoblas_dynamic_quit/_init that its DYNAMIC_ARCH builds export
  * (looked up with dlsym, so a build without them simply keeps its choice).
  */
-#include "models/ops.h"
+#include "backend/ops.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -1044,28 +1044,23 @@ mp_status mp_backend_cpu_open(mp_backend **out)
     return MP_OK;
 }
 
-/* ===================================================================== */
-/* Backend registry                                                       */
-/* ===================================================================== */
-
-mp_status mp_backend_open(mp_backend **out, const char *name)
+/* "cpu" (or "cpu:fp32"): the CPU computes in fp32 only. */
+static mp_status cpu_open_name(mp_backend **out, const char *name)
 {
     *out = NULL;
-    if (!name || !*name || strcmp(name, "cpu") == 0)
-        return mp_backend_cpu_open(out);
-    if (strcmp(name, "ref") == 0)
-        return mp_backend_ref_open(out, MP_F32);
-    if (strcmp(name, "ref64") == 0)
-        return mp_backend_ref_open(out, MP_F64);
-    if (strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':'))
-        return mp_backend_cuda_open_name(out, name);
-    return mp_error_set(MP_ERR_ARG, "unknown backend '%s' (expected cpu, cuda[:fp32|tf32|bf16], "
-                        "ref or ref64)",
-                        name);
+    const char *prec = strchr(name, ':');
+    if (prec && strcmp(prec + 1, "fp32") != 0)
+        return mp_error_set(MP_ERR_ARG, "the cpu backend computes in fp32 (got precision '%s'; "
+                            "tf32 and bf16 need the GPU)", prec + 1);
+    return mp_backend_cpu_open(out);
 }
 
-void mp_backend_close(mp_backend *b)
+static int cpu_available(char *why, size_t n)
 {
-    if (b)
-        b->close(b);
+    (void)why; (void)n;
+    return 1;
 }
+
+const mp_backend_provider mp_backend_cpu_provider = {
+    "cpu", "cpu", "OpenBLAS + OpenMP, fp32", cpu_open_name, cpu_available,
+};

@@ -43,7 +43,7 @@
 #define MP_OPS_H
 
 #include "core/core.h"
-#include "featurize/featurize.h"
+#include "graph/graph.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -64,6 +64,9 @@ typedef enum { MP_AGG_MEAN = 0, MP_AGG_SUM = 1, MP_AGG_NORM = 2 } mp_aggregation
 typedef enum { MP_LOSS_MSE = 0, MP_LOSS_BCE = 1 } mp_loss_kind;
 
 typedef struct mp_backend mp_backend;
+
+/* A recorded sequence of ops that can be replayed (capture_* below). */
+typedef struct mp_capture mp_capture;
 
 /* The arguments of one gemm (see mp_backend.gemm), for gemm_batch. */
 typedef struct {
@@ -233,6 +236,20 @@ struct mp_backend {
      * losses and loss are of the backend's element type. */
     void (*step_end)(mp_backend *b, int32_t *k_dev, void *losses, const void *loss);
 
+    /* ---- capture (optional: NULL where ops cannot be recorded) -------- */
+    /* Between capture_begin and capture_end the ops issued are recorded,
+     * not run; replay runs the recording again (cuda: a CUDA graph).  Every
+     * pointer, size and scalar argument is fixed at capture: data changes
+     * only through the device buffers (upload before replay, or scalars
+     * read from device memory: adam_sched, the keyed dropout ops).  While
+     * recording, only ops that stay on the device may run (upload,
+     * download, sync, alloc and free fail the capture; capture_end then
+     * reports it).  *out is NULL on failure.  capture_free(NULL) is fine. */
+    mp_status (*capture_begin)(mp_backend *b);
+    mp_status (*capture_end)(mp_backend *b, mp_capture **out);
+    mp_status (*replay)(mp_backend *b, mp_capture *c);
+    void      (*capture_free)(mp_backend *b, mp_capture *c);
+
     /* ---- device-keyed dropout (optional; resident.c) ------------------ */
     /* relu_dropout, dropout and dropout_backward with the key read from
      * device memory at the device step index: key = keys[k_dev[0] * stride]
@@ -390,25 +407,50 @@ static inline void mp_adam_sched_entry(double lr, double beta1, double beta2, lo
 }
 
 /*
- * Opens a backend by name: "cpu" (OpenBLAS + OpenMP, float), "ref" (plain
- * loops, float) or "ref64" (plain loops, double: the gradient-check oracle).
- * "cuda" answers MP_ERR_NODEVICE until the GPU backend is linked in.  Close
- * with mp_backend_close.  The cpu backend uses mp_threads_get() threads and
- * sets OpenBLAS to one thread (it splits the products itself).  Its first
- * open may re-select OpenBLAS's kernels (ops_cpu.c), which briefly sets an
- * environment variable: open it before starting threads that read the
- * environment.
+ * Opens a backend by name (backend.c's registry): "cpu" (OpenBLAS + OpenMP,
+ * float), "ref" (plain loops, float), "ref64" (plain loops, double: the
+ * gradient-check oracle), "gpu" / "gpu:fp32|tf32|bf16" (src/gpu; "cuda" is
+ * the same; without a usable GPU, or in a CUDA=0 build, MP_ERR_NODEVICE with
+ * the reason).  NULL or "" is "cpu".  MP_ERR_ARG names the known backends
+ * for an unknown name.  Close with mp_backend_close.  The cpu backend uses
+ * mp_threads_get() threads and sets OpenBLAS to one thread (it splits the
+ * products itself).  Its first open may re-select OpenBLAS's kernels
+ * (cpu.c), which briefly sets an environment variable: open it before
+ * starting threads that read the environment.
  */
 mp_status mp_backend_open(mp_backend **out, const char *name);
 void      mp_backend_close(mp_backend *b);
 
-/* The backends themselves (mp_backend_open dispatches to these). */
+/* 1 when backend `name` can be opened here; 0 with the reason in why[0..n)
+ * (e.g. "cudaGetDeviceCount: CUDA driver version is insufficient for CUDA
+ * runtime version", "molprop was built without CUDA", "unknown backend"). */
+int mp_backend_available(const char *name, char *why, size_t n);
+
+/*
+ * What a backend module exports to the registry (backend.c lists the linked
+ * modules).  names: the names it answers to, comma-separated (each may also
+ * be followed by ":variant"); usage: the same for messages and help texts;
+ * open: opens the backend `name` (one of its names); available: as
+ * mp_backend_available.
+ */
+typedef struct {
+    const char *names;
+    const char *usage;
+    const char *about;
+    mp_status (*open)(mp_backend **out, const char *name);
+    int       (*available)(char *why, size_t n);
+} mp_backend_provider;
+
+extern const mp_backend_provider mp_backend_cpu_provider;   /* cpu.c    */
+extern const mp_backend_provider mp_backend_ref_provider;   /* ref.c    */
+extern const mp_backend_provider mp_backend_gpu_provider;   /* src/gpu  */
+
+/* The provider answering to `name`, or NULL. */
+const mp_backend_provider *mp_backend_find(const char *name);
+
+/* The cpu and ref backends, opened directly (tests). */
 mp_status mp_backend_cpu_open(mp_backend **out);
 mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype);
-/* The CUDA backend ("cuda", "cuda:fp32", "cuda:tf32", "cuda:bf16"), provided
- * by src/gpu (its CUDA=0 stand-in answers MP_ERR_NODEVICE).  Declared here so
- * mp_backend_open can dispatch by name; defined in src/gpu/gpu.h's module. */
-mp_status mp_backend_cuda_open_name(mp_backend **out, const char *name);
 
 /* One line for logs: the BLAS core the cpu backend runs on, e.g.
  * "OpenBLAS core SkylakeX (OpenBLAS chose Prescott for this CPU)". */

@@ -4,9 +4,8 @@
  * back, one upload per epoch, and one step per slot replayed from the
  * class's captured CUDA graph where the backend can.
  */
-#include "models/resident.h"
+#include "run/resident.h"
 
-#include "gpu/gpu.h"
 #include "models/model_impl.h"
 
 #include <math.h>
@@ -26,7 +25,7 @@ typedef struct {
     int32_t      cm, ca, ce;           /* padded molecules, atoms, edges      */
     slot_layout  L;
     mp_dev_batch bt;                   /* the class's view of dev_step        */
-    mp_cuda_graph *graph;
+    mp_capture  *graph;
     void        *graph_arena;          /* the arena the graph was captured on, */
     int32_t      graph_caps[3];        /* with these capacities                */
 } slot_class;
@@ -160,7 +159,8 @@ void mp_resident_free(mp_resident *r)
     r->m->drop_keys = NULL;
     mp_model_unbind(r->m);
     for (int k = 0; k < r->n_cls; k++)
-        mp_cuda_graph_free(r->cls[k].graph);
+        if (r->cls[k].graph)
+            r->b->capture_free(r->b, r->cls[k].graph);
     b->free(b, r->dev_epoch);
     b->free(b, r->dev_step);
     b->free(b, r->dev_sched);
@@ -188,16 +188,15 @@ mp_status mp_resident_create(mp_resident **out, mp_model *m, const mp_resident_o
                             "%d atoms, %d edges, %d classes)", (int)o->batch_size,
                             (int)o->max_batches, (int)o->cap_atoms, (int)o->cap_edges,
                             (int)o->n_classes);
-    if (!b->adam_sched && strncmp(b->name, "cuda", 4) == 0)
-        mp_backend_cuda_train_ops(b);
     if (!b->adam_sched || !b->step_end)
         return mp_error_set(MP_ERR_ARG, "resident training: backend '%s' lacks the "
                             "device-scheduled step ops", b->name);
     int keyed_ops = b->relu_dropout_keyed && b->dropout_keyed && b->dropout_backward_keyed;
-    if (o->use_graph && (b->host_memory || (c->dropout > 0 && !keyed_ops)))
-        return mp_error_set(MP_ERR_ARG, "resident training: a CUDA graph needs the cuda backend "
-                            "and, for a model with dropout, the keyed dropout ops (its keys "
-                            "would be replayed)");
+    if (o->use_graph && (!b->capture_begin || (c->dropout > 0 && !keyed_ops)))
+        return mp_error_set(MP_ERR_ARG, "resident training: replaying a captured step needs a "
+                            "backend that can capture (backend '%s' cannot) and, for a model "
+                            "with dropout, the keyed dropout ops (its keys would be replayed)",
+                            b->name);
     mp_resident *r = mp_calloc(1, sizeof *r);
     if (!r)
         return mp_error_set(MP_ERR_NOMEM, "resident training: out of memory");
@@ -650,21 +649,21 @@ static mp_status one_step(mp_resident *r, int k, const float *sched_dev)
     }
     if (c->graph && (c->graph_arena != m->arena || c->graph_caps[0] != m->cap_mols ||
                      c->graph_caps[1] != m->cap_atoms || c->graph_caps[2] != m->cap_edges)) {
-        mp_cuda_graph_free(c->graph);
+        b->capture_free(b, c->graph);
         c->graph = NULL;
     }
     if (!c->graph) {
-        if ((st = bind_class(r, k)) != MP_OK || (st = mp_cuda_graph_begin(b)) != MP_OK)
+        if ((st = bind_class(r, k)) != MP_OK || (st = b->capture_begin(b)) != MP_OK)
             return st;
         mp_model_step_bound(m, sched_dev, r->dev_k, r->dev_losses);
-        if ((st = mp_cuda_graph_end(b, &c->graph)) != MP_OK)
+        if ((st = b->capture_end(b, &c->graph)) != MP_OK)
             return st;
         c->graph_arena = m->arena;
         c->graph_caps[0] = m->cap_mols;
         c->graph_caps[1] = m->cap_atoms;
         c->graph_caps[2] = m->cap_edges;
     }
-    return mp_cuda_graph_launch(b, c->graph);
+    return b->replay(b, c->graph);
 }
 
 mp_status mp_resident_launch(mp_resident *r, int32_t n_steps, const double *lrs)

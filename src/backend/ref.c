@@ -10,7 +10,7 @@
  * That costs a branch per element, which an oracle can afford, and keeps a
  * single copy of each definition.
  */
-#include "models/ops.h"
+#include "backend/ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -516,3 +516,26 @@ mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype)
     *out = b;
     return MP_OK;
 }
+
+/* "ref" (float) or "ref64" (double). */
+static mp_status ref_open_name(mp_backend **out, const char *name)
+{
+    *out = NULL;
+    if (strcmp(name, "ref") == 0 || strcmp(name, "ref:fp32") == 0)
+        return mp_backend_ref_open(out, MP_F32);
+    if (strcmp(name, "ref64") == 0 || strcmp(name, "ref:fp64") == 0)
+        return mp_backend_ref_open(out, MP_F64);
+    return mp_error_set(MP_ERR_ARG, "unknown reference backend '%s' (expected ref or ref64)",
+                        name);
+}
+
+static int ref_available(char *why, size_t n)
+{
+    (void)why; (void)n;
+    return 1;
+}
+
+const mp_backend_provider mp_backend_ref_provider = {
+    "ref, ref64", "ref, ref64", "plain loops in float or double: the test oracle", ref_open_name,
+    ref_available,
+};

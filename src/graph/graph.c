@@ -1,10 +1,12 @@
 /*
- * graphs.c - the graph store outside featurization: freeing it, copying a
- * batch of molecules out of it (mp_graphs_select) and checking every
- * invariant the models rely on (mp_graphs_check, also run on every loaded
- * cache file).
+ * graph.c - the graph store (graph.h): allocating and freeing it, building
+ * a molecule's edges, copying a batch of molecules out of it
+ * (mp_graphs_select), bounding a batch's size, and checking every invariant
+ * the models rely on (mp_graphs_check, also run on every loaded cache file).
  */
-#include "featurize/internal.h"
+#include "graph/graph.h"
+
+#include <stdlib.h>
 
 #include <math.h>
 #include <string.h>
@@ -108,7 +110,8 @@ mp_status mp_graphs_check(const mp_graphs *g)
     if (g->n_mols < 0 || g->n_atoms < 0 || g->n_edges < 0 || g->n_edges % 2)
         return BAD("bad store sizes: %d molecules, %d atoms, %d edges", (int)g->n_mols,
                    (int)g->n_atoms, (int)g->n_edges);
-    if ((int)g->layout < 0 || g->atom_fdim != mp_atom_fdim(g->layout))
+    /* (that the width is its layout's is featurization's to check: cache.c) */
+    if ((int)g->layout < 0 || g->atom_fdim < 2)
         return BAD("atom layout %d with width %d", (int)g->layout, g->atom_fdim);
     mp_status st;
     if ((st = check_offsets("molecule atom offsets", g->mol_atom, g->n_mols, g->n_atoms)) ||
@@ -171,4 +174,100 @@ mp_status mp_graphs_check(const mp_graphs *g)
         }
     }
     return MP_OK;
+}
+
+/* The arrays of the store for the given sizes; MP_ERR_NOMEM on failure
+ * (the caller frees what was allocated). */
+mp_status mp_graphs_alloc(mp_graphs *g, int32_t n_mols, int32_t n_atoms, int32_t n_edges)
+{
+    g->n_mols = n_mols;
+    g->n_atoms = n_atoms;
+    g->n_edges = n_edges;
+    int32_t n_bonds = n_edges / 2;
+    g->valid = mp_malloc((size_t)n_mols);
+    g->mol_atom = mp_malloc(((size_t)n_mols + 1) * sizeof(int32_t));
+    g->mol_edge = mp_malloc(((size_t)n_mols + 1) * sizeof(int32_t));
+    g->atom_hot = mp_malloc((size_t)n_atoms * MP_ATOM_MAX_HOT * sizeof(int16_t));
+    g->atom_mass = mp_malloc((size_t)n_atoms * sizeof(float));
+    g->bond_hot = mp_malloc((size_t)n_bonds * MP_BOND_MAX_HOT);
+    g->edge_src = mp_malloc((size_t)n_edges * sizeof(int32_t));
+    g->edge_dst = mp_malloc((size_t)n_edges * sizeof(int32_t));
+    g->in_start = mp_malloc(((size_t)n_atoms + 1) * sizeof(int32_t));
+    g->in_edge = mp_malloc((size_t)n_edges * sizeof(int32_t));
+    if (!g->valid || !g->mol_atom || !g->mol_edge || !g->atom_hot || !g->atom_mass ||
+        !g->bond_hot || !g->edge_src || !g->edge_dst || !g->in_start || !g->in_edge)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory for a graph store of %d molecules, "
+                            "%d atoms, %d edges", n_mols, n_atoms, n_edges);
+    g->cap_mols = n_mols;
+    g->cap_atoms = n_atoms;
+    g->cap_edges = n_edges;
+    return MP_OK;
+}
+
+/* Builds one molecule's edges and incoming-edge CSR from its sorted bond
+ * pairs; A and E are the molecule's first atom and first edge. */
+void mp_graphs_build_edges(mp_graphs *g, int32_t A, int32_t na, int32_t E, int32_t nb,
+                           const int32_t *ba, const int32_t *bb)
+{
+    for (int32_t k = 0; k < nb; k++) {
+        int32_t u = A + ba[k], v = A + bb[k];
+        g->edge_src[E + 2 * k] = u;
+        g->edge_dst[E + 2 * k] = v;
+        g->edge_src[E + 2 * k + 1] = v;
+        g->edge_dst[E + 2 * k + 1] = u;
+    }
+    /* in_start[v] first counts, then the end of v's segment; filling from
+     * the last edge down leaves each segment ascending and in_start[v] at its
+     * start. */
+    int32_t *is = g->in_start + A;
+    for (int32_t v = 0; v < na; v++)
+        is[v] = 0;
+    for (int32_t e = E; e < E + 2 * nb; e++)
+        is[g->edge_dst[e] - A]++;
+    int32_t run = E;
+    for (int32_t v = 0; v < na; v++) {
+        run += is[v];
+        is[v] = run;
+    }
+    for (int32_t e = E + 2 * nb - 1; e >= E; e--)
+        g->in_edge[--is[g->edge_dst[e] - A]] = e;
+}
+
+static int by_desc(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a < b) - (a > b);
+}
+
+static int32_t top_sum(int32_t *v, int32_t n, int32_t k)
+{
+    qsort(v, (size_t)n, sizeof *v, by_desc);
+    int64_t s = 0;
+    for (int32_t i = 0; i < n && i < k; i++)
+        s += v[i];
+    return s > INT32_MAX ? INT32_MAX : (int32_t)s;
+}
+
+void mp_graphs_batch_bounds(const mp_graphs *g, const int32_t *mols, int32_t n,
+                            int32_t batch_size, int32_t *max_atoms, int32_t *max_edges)
+{
+    if (!mols)
+        n = g->n_mols;
+    int32_t *na = mp_malloc((size_t)(n > 0 ? n : 1) * sizeof *na);
+    int32_t *ne = mp_malloc((size_t)(n > 0 ? n : 1) * sizeof *ne);
+    if (!na || !ne) {
+        /* No memory for the sort: the whole store is a safe bound. */
+        *max_atoms = g->n_atoms;
+        *max_edges = g->n_edges;
+    } else {
+        for (int32_t i = 0; i < n; i++) {
+            int32_t m = mols ? mols[i] : i;
+            na[i] = g->mol_atom[m + 1] - g->mol_atom[m];
+            ne[i] = g->mol_edge[m + 1] - g->mol_edge[m];
+        }
+        *max_atoms = top_sum(na, n, batch_size);
+        *max_edges = top_sum(ne, n, batch_size);
+    }
+    mp_free(na);
+    mp_free(ne);
 }

@@ -1,7 +1,7 @@
 /*
  * predict.c - streaming prediction and evaluation with a saved model.
  */
-#include "models/predict.h"
+#include "run/predict.h"
 
 #include "data/csv.h"
 

@@ -4,11 +4,11 @@
  * member at a time -> best validation epoch -> test metrics -> model.mpm and
  * metrics.json.  Chemprop v1's loop (REFERENCE.md 2.4-2.7, 3.6).
  */
-#include "models/trainer.h"
+#include "run/trainer.h"
 
 #include "core/progress.h"
 #include "data/registry.h"
-#include "models/resident.h"
+#include "run/resident.h"
 #include "models/schedule.h"
 
 #include <math.h>

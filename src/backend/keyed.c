@@ -5,7 +5,7 @@
  * own plain op with it: bitwise the plain op by construction.  The cuda
  * twins (src/gpu/ops_cuda_keyed.cu) read the key inside the kernel.
  */
-#include "models/ops.h"
+#include "backend/ops.h"
 
 static uint64_t host_key(const uint64_t *keys, const int32_t *k_dev, int stride)
 {
