@@ -42,6 +42,8 @@ typedef struct {
     int             graph;           /* -1 auto: replay a captured CUDA graph   *
                                       * (one per slot size) per step when       *
                                       * resident on the GPU; 0 off              */
+    const char     *registry;        /* dataset registry file for the task type *
+                                      * (NULL: data/datasets.tsv)               */
     const char     *save_dir;        /* NULL: nothing written                  */
     int             quiet;           /* 1: no progress output                  */
 } mp_train_opts;
