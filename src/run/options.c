@@ -728,6 +728,35 @@ mp_status mp_options_backend(const mp_options *o, char *buf, size_t n)
 /* ===================================================================== */
 
 #define HELP_COLUMN 27
+#define HELP_WIDTH 79
+
+/* Appends `text` word-wrapped into the help column (lines of at most
+ * HELP_WIDTH characters); *col is the current column, updated. */
+static mp_status help_words(mp_buf *b, const char *text, size_t *col)
+{
+    mp_status st = MP_OK;
+    const char *p = text;
+    while (*p && !st) {
+        while (*p == ' ' || *p == '\n')
+            p++;
+        size_t len = strcspn(p, " \n");
+        if (!len)
+            break;
+        if (*col > HELP_COLUMN && *col + 1 + len > HELP_WIDTH) {
+            st = mp_buf_printf(b, "\n%*s", HELP_COLUMN, "");
+            *col = HELP_COLUMN;
+        }
+        if (!st && *col > HELP_COLUMN) {
+            st = mp_buf_append(b, " ", 1);
+            (*col)++;
+        }
+        if (!st)
+            st = mp_buf_append(b, p, len);
+        *col += len;
+        p += len;
+    }
+    return st;
+}
 
 char *mp_options_help(const mp_options *o)
 {
@@ -747,23 +776,16 @@ char *mp_options_help(const mp_options *o)
             st = mp_buf_printf(&b, "\n%*s", HELP_COLUMN, "");
         else if (!st)
             st = mp_buf_printf(&b, "%*s", (int)(HELP_COLUMN - used), "");
-        /* The help text, continuation lines indented; the default after it. */
-        size_t line_start = b.len;
-        for (const char *p = d->help; *p && !st; p++) {
-            if (*p == '\n') {
-                st = mp_buf_printf(&b, "\n%*s", HELP_COLUMN, "");
-                line_start = b.len;
-            } else {
-                st = mp_buf_append(&b, p, 1);
-            }
-        }
-        if (!st && d->def && d->type != MP_OPT_BOOL) {
-            size_t line = HELP_COLUMN + (b.len - line_start) + strlen(d->def) + 11;
-            st = line > 79 ? mp_buf_printf(&b, "\n%*s(default %s)", HELP_COLUMN, "", d->def)
-                           : mp_buf_printf(&b, " (default %s)", d->def);
-        }
-        if (!st && (d->flags & MP_OPTF_REQUIRED))
-            st = mp_buf_printf(&b, " (required)");
+        size_t col = HELP_COLUMN;
+        char tail[256] = "";
+        if (d->def && d->type != MP_OPT_BOOL)
+            snprintf(tail, sizeof tail, "(default %s)", d->def);
+        if (d->flags & MP_OPTF_REQUIRED)
+            snprintf(tail, sizeof tail, "(required)");
+        if (!st)
+            st = help_words(&b, d->help, &col);
+        if (!st && *tail)
+            st = help_words(&b, tail, &col);
         if (!st)
             st = mp_buf_printf(&b, "\n");
     }
