@@ -619,3 +619,48 @@ MP_TEST(cli_data_fetch_and_verify)
     snprintf(args, sizeof args, "data verify all --dest '%s'", dest3);
     CHECK_EQ_INT(run_cli("", args, out, sizeof out), 0);
 }
+
+/* The library reads no environment; the command line takes its defaults
+ * from it ($MOLPROP_REGISTRY, $MOLPROP_DATA_MIRROR, $MOLPROP_DATA_URL), and
+ * --registry, --mirror, --url and a [data] section of --config override. */
+MP_TEST(cli_data_sources_from_environment_flags_and_config)
+{
+    const char *mirror = mirror_dir();
+    if (!getenv("MOLPROP_BIN"))
+        MP_SKIP("MOLPROP_BIN is not set (run through make test)");
+    if (!mirror)
+        MP_SKIP("MOLPROP_DATA_MIRROR is not a directory");
+    static char out[16384];
+    char env[1400], args[2800];
+    /* a registry named by the environment, then overridden by the flag */
+    snprintf(env, sizeof env, "MOLPROP_REGISTRY='%s'", tmp_path("env_registry.tsv"));
+    CHECK_EQ_INT(run_cli(env, "data list", out, sizeof out), 1);
+    CHECK_MSG(strstr(out, "molprop data: cannot open") && strstr(out, "env_registry.tsv"), "%s", out);
+    CHECK_EQ_INT(run_cli(env, "data list --registry data/datasets.tsv", out, sizeof out), 0);
+    CHECK(strstr(out, "toxcast") != NULL);
+    /* --mirror without the environment */
+    const char *dest = tmp_path("cli_flag_mirror");
+    snprintf(args, sizeof args, "data fetch esol --dest '%s' --mirror '%s'", dest, mirror);
+    CHECK_EQ_INT(run_cli("-u MOLPROP_DATA_URL -u MOLPROP_DATA_MIRROR", args, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "esol") && strstr(out, "copied from --mirror"), "%s", out);
+    CHECK_EQ_INT(count_entries(dest), 1);
+    /* the flag wins over the environment's (bad) mirror; a --url as file:// */
+    snprintf(env, sizeof env, "-u MOLPROP_DATA_URL MOLPROP_DATA_MIRROR='%s'", tmp_path("nowhere"));
+    snprintf(args, sizeof args, "data fetch freesolv --dest '%s' --mirror '' --url 'file://%s'",
+             dest, mirror);
+    CHECK_EQ_INT(run_cli(env, args, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "downloaded from --url"), "%s", out);
+    /* the same from a [data] section */
+    const char *ini = tmp_path("data.ini");
+    char text[1400];
+    snprintf(text, sizeof text, "[data]\ndest = %s\nmirror = %s\n", tmp_path("cli_ini_mirror"),
+             mirror);
+    write_bytes(ini, text, strlen(text));
+    snprintf(args, sizeof args, "data fetch bace --config '%s'", ini);
+    CHECK_EQ_INT(run_cli("-u MOLPROP_DATA_URL -u MOLPROP_DATA_MIRROR", args, out, sizeof out), 0);
+    CHECK_EQ_INT(count_entries(tmp_path("cli_ini_mirror")), 1);
+    snprintf(text, sizeof text, "[data]\nmirrors = %s\n", mirror);
+    write_bytes(ini, text, strlen(text));
+    CHECK_EQ_INT(run_cli("", args, out, sizeof out), 1);
+    CHECK(strstr(out, "data.ini:2: unknown key 'mirrors' in [data]") != NULL);
+}
