@@ -306,4 +306,11 @@ MP_TEST(cli_config_errors_and_help)
     CHECK(write_text(ini, text));
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --config '%s' --quiet", ini), 0);
     CHECK(access(tmp("cfg_pred.csv"), F_OK) == 0);
+    /* several files: read in order, a later one overriding */
+    const char *ini2 = tmp("second.ini");
+    snprintf(text, sizeof text, "[predict]\nout = %s\n", tmp("cfg_pred2.csv"));
+    CHECK(write_text(ini2, text));
+    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --config '%s' --config='%s' --quiet", ini,
+                             ini2), 0);
+    CHECK(access(tmp("cfg_pred2.csv"), F_OK) == 0);
 }

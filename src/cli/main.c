@@ -87,7 +87,8 @@ int cli_options(const char *verb, const char *text, int argc, char **argv, mp_op
     if (st)
         return cli_fail_status(verb, st);
     /* First pass: --help, --config, and the shape of every argument. */
-    const char *config = NULL;
+    const char *config[8];
+    int n_config = 0;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
@@ -122,8 +123,12 @@ int cli_options(const char *verb, const char *text, int argc, char **argv, mp_op
             }
             i++;
         }
+        if (is_config && n_config == (int)(sizeof config / sizeof config[0])) {
+            mp_options_free(o);
+            return cli_fail(verb, "more than %d --config files", n_config);
+        }
         if (is_config)
-            config = eq ? eq + 1 : argv[i];
+            config[n_config++] = eq ? eq + 1 : argv[i];
     }
     /* Then the layers, each overriding the one before. */
     for (size_t k = 0; k < sizeof env_defaults / sizeof env_defaults[0]; k++) {
@@ -135,8 +140,9 @@ int cli_options(const char *verb, const char *text, int argc, char **argv, mp_op
         if ((st = mp_options_set_from(o, env_defaults[k].key, v, origin)))
             goto fail;
     }
-    if (config && (st = mp_options_read_config(o, config)))
-        goto fail;
+    for (int k = 0; k < n_config; k++)   /* in order: a later file overrides */
+        if ((st = mp_options_read_config(o, config[k])))
+            goto fail;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (strncmp(s, "--", 2) != 0)
