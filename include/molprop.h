@@ -203,8 +203,9 @@ char *mp_options_json(const mp_options *o);
  * `molprop <verb>` does.  On success *out (when out is not NULL) receives a
  * summary of named numbers and texts, listed per verb below; free it with
  * mp_summary_free.  On failure *out is NULL and no output file is left.
- * Notes for the user (the task type chosen, invalid SMILES, progress) go to
- * stderr unless the verb's "quiet" option is set.
+ * train and predict write notes for the user (the task type chosen, invalid
+ * SMILES, progress) to stderr unless their "quiet" option is set; featurize
+ * and split print nothing and list the invalid rows in the summary.
  */
 typedef struct mp_summary mp_summary;
 
