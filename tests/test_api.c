@@ -314,3 +314,76 @@ MP_TEST(cli_config_errors_and_help)
                              ini2), 0);
     CHECK(access(tmp("cfg_pred2.csv"), F_OK) == 0);
 }
+
+/* ===================================================================== */
+/* On a GPU (make test-gpu)                                               */
+/* ===================================================================== */
+
+int mp_test_env_flag(const char *name);   /* tests/gpu_test.c */
+
+/* The GPU through the public API: the backend named by "device" and
+ * "precision" ("gpu:tf32"), a predictor on "gpu" agreeing with the CPU's,
+ * and a training run on "gpu:bf16" recording its device in metrics.json. */
+MP_TEST(gpu_api_device_options_and_predictor)
+{
+    char why[256];
+    if (!mp_backend_available("gpu", why, sizeof why)) {
+        if (mp_test_env_flag("MOLPROP_REQUIRE_GPU"))
+            MP_FAIL("no usable GPU (MOLPROP_REQUIRE_GPU=1): %s", why);
+        MP_SKIP(why);
+    }
+    const char *model = tiny_model();
+    CHECK(model != NULL);
+    static const char *const smiles[] = { "CCO", "c1ccccc1O", "xx", "CC(=O)Oc1ccccc1C(=O)O" };
+    double cpu[4], gpu[4];
+    mp_predictor *p;
+    CHECK_OK(mp_predictor_open(&p, model, "cpu"));
+    CHECK_OK(mp_predictor_predict(p, smiles, 4, cpu, NULL));
+    mp_predictor_free(p);
+    CHECK_OK(mp_predictor_open(&p, model, "gpu"));
+    CHECK_OK(mp_predictor_predict(p, smiles, 4, gpu, NULL));
+    mp_predictor_free(p);
+    for (int i = 0; i < 4; i++) {
+        if (i == 2) {
+            CHECK(isnan(cpu[i]) && isnan(gpu[i]));
+            continue;
+        }
+        CHECK_NEAR(gpu[i], cpu[i], 1e-5, 1e-4);
+    }
+
+    mp_options *o;
+    mp_summary *s;
+    CHECK_OK(mp_options_create(&o, "predict"));
+    CHECK_OK(mp_options_set(o, "model", model));
+    CHECK_OK(mp_options_set(o, "data", esol()));
+    CHECK_OK(mp_options_set(o, "out", tmp("gpu_pred.csv")));
+    CHECK_OK(mp_options_set(o, "device", "gpu"));
+    CHECK_OK(mp_options_set(o, "precision", "tf32"));
+    CHECK_OK(mp_options_set(o, "quiet", NULL));
+    CHECK_OK(mp_run_predict(o, &s));
+    CHECK(mp_summary_number(s, "n_rows") == 1128 && mp_summary_number(s, "n_invalid") == 0);
+    mp_summary_free(s);
+    mp_options_free(o);
+
+    const char *dir = tmp("gpu_train");
+    CHECK_OK(mp_options_create(&o, "train"));
+    CHECK_OK(mp_options_set(o, "data", esol()));
+    CHECK_OK(mp_options_set(o, "save-dir", dir));
+    CHECK_OK(mp_options_set(o, "epochs", "2"));
+    CHECK_OK(mp_options_set(o, "hidden", "64"));
+    CHECK_OK(mp_options_set(o, "device", "gpu"));
+    CHECK_OK(mp_options_set(o, "precision", "bf16"));
+    CHECK_OK(mp_options_set(o, "quiet", NULL));
+    mp_status st = mp_run_train(o, &s);
+    mp_options_free(o);
+    CHECK_OK(st);
+    double rmse = mp_summary_number(s, "test");
+    mp_summary_free(s);
+    CHECK_MSG(rmse > 0 && rmse < 5, "test rmse %g", rmse);
+    cJSON *root;
+    cJSON *cfg = metrics_config(dir, &root);
+    int ok = cfg && !strcmp(cJSON_GetObjectItemCaseSensitive(cfg, "device")->valuestring, "gpu") &&
+             !strcmp(cJSON_GetObjectItemCaseSensitive(cfg, "precision")->valuestring, "bf16");
+    cJSON_Delete(root);
+    CHECK(ok);
+}
