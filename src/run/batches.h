@@ -30,9 +30,14 @@
  * A source reports each step's loss to `progress` (when set) as soon as it
  * knows it: the host source after every step, the resident one at finish.
  * Every step draws its dropout masks from the model's own stream in step
- * order, whichever the source, so two sources given the same epochs train
- * the same model (bitwise on the ref backend, whose sums do not depend on
- * the padding; tests/test_batches.c).
+ * order, whichever the source, so two sources given the same epochs run the
+ * same batches with the same masks and rates.  Host and resident differ
+ * only where the arithmetic does: the resident Adam takes its step size
+ * from a float schedule (ops.h: adam_sched), and on the cpu backend the
+ * slots' padding moves the BLAS blocking; on ref (sums in order, padding
+ * exact) the first step's loss is bitwise the same, the models agree to
+ * ~1e-8 and the dropout stream ends in the same state
+ * (tests/test_batches.c).
  */
 #ifndef MP_BATCHES_H
 #define MP_BATCHES_H
@@ -41,6 +46,7 @@
 #include "data/scaler.h"
 #include "featurize/featurize.h"
 #include "models/model.h"
+#include "run/resident.h"
 
 #ifdef __cplusplus
 extern "C" {
