@@ -272,6 +272,31 @@ MP_TEST(cli_train_config_then_flags_and_repeat_from_metrics)
     CHECK(same_file(a, b));
 }
 
+/* The trainer's old environment knobs are the command line's defaults of
+ * --slot-classes and --profile now; a flag overrides them. */
+MP_TEST(cli_train_profile_from_environment_or_flag)
+{
+    const char *dir = tmp("profile");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "train --data '%s' --epochs 2 --hidden 8 --threads 1 --save-dir '%s'",
+             esol(), dir);
+    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "%s --profile", cmd), 0);
+    CHECK_MSG(strstr(out, "profile epoch 1: ") && strstr(out, "profile epoch 2: "), "%s", out);
+    CHECK(setenv("MOLPROP_GPU_PROFILE", "1", 1) == 0);
+    int rc_env = mp_test_cli(out, sizeof out, "%s", cmd);
+    int env_on = strstr(out, "profile epoch 1: ") != NULL;
+    int rc_off = mp_test_cli(out, sizeof out, "%s --profile=false", cmd);
+    int flag_off = strstr(out, "profile epoch") == NULL;
+    CHECK(setenv("MOLPROP_SLOT_CLASSES", "9", 1) == 0);
+    int rc_bad = mp_test_cli(out, sizeof out, "%s", cmd);
+    int named = strstr(out, "$MOLPROP_SLOT_CLASSES: slot-classes expects an integer in [1, 8]") != NULL;
+    unsetenv("MOLPROP_GPU_PROFILE");
+    unsetenv("MOLPROP_SLOT_CLASSES");
+    CHECK(rc_env == 0 && env_on);
+    CHECK(rc_off == 0 && flag_off);
+    CHECK_MSG(rc_bad == 1 && named, "%s", out);
+}
+
 MP_TEST(cli_config_errors_and_help)
 {
     const char *ini = tmp("bad.ini");

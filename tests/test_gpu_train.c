@@ -449,3 +449,36 @@ MP_TEST(gpu_train_cuda_trainer_matches_cpu)
     mp_train_result_free(&c);
     mp_train_result_free(&d);
 }
+
+/* The slot classes as an option (mp_train_opts.slot_classes, formerly
+ * MOLPROP_SLOT_CLASSES): resident on the GPU with graph replay, one class
+ * (every slot padded to the largest batch) and four both train near the cpu
+ * host loop, with and without dropout. */
+MP_TEST(gpu_train_cuda_slot_classes_option)
+{
+    MP_NEED_GPU();
+    for (int d = 0; d < 2; d++) {
+        mp_train_result cpu, gpu[2];
+        CHECK_OK(mp_test_train_esol("cpu", 0, -1, d ? 0.1 : 0.0, &cpu));
+        for (int q = 0; q < 2; q++) {
+            mp_train_opts o = mp_train_opts_default();
+            o.data_path = mp_test_shared("datasets/esol.csv.gz");
+            o.epochs = 3;
+            o.hidden = 32;
+            o.dropout = d ? 0.1 : 0.0;
+            o.threads = 1;
+            o.quiet = 1;
+            o.backend = "cuda:fp32";
+            o.slot_classes = q ? 4 : 1;
+            CHECK_OK(mp_train(&o, &gpu[q]));
+        }
+        printf("    esol 3 epochs, dropout %.1f, test rmse: cpu %.6f, gpu 1 class %.6f, "
+               "4 classes %.6f\n", d ? 0.1 : 0.0, cpu.test_mean, gpu[0].test_mean,
+               gpu[1].test_mean);
+        for (int q = 0; q < 2; q++) {
+            CHECK_NEAR(gpu[q].test_mean, cpu.test_mean, 0, 1e-3);
+            mp_train_result_free(&gpu[q]);
+        }
+        mp_train_result_free(&cpu);
+    }
+}

@@ -130,6 +130,8 @@ MP_TEST(options_defaults_equal_the_pipelines_defaults)
     CHECK_EQ_INT(t.threads, d.threads);
     CHECK_EQ_INT(t.resident, d.resident);
     CHECK_EQ_INT(t.graph, d.graph);
+    CHECK_EQ_INT(t.slot_classes, d.slot_classes);
+    CHECK_EQ_INT(t.profile, d.profile);
     CHECK_EQ_INT(t.quiet, 0);
     char backend[64];
     CHECK_OK(mp_options_backend(o, backend, sizeof backend));

@@ -1,17 +1,19 @@
 /*
- * test_predict_stream.c - the streamed prediction path (ensemble.c:
- * mp_ensemble_predict_stream: two batch slots, packed page-locked uploads,
- * asynchronous outputs) against the simple one (mp_ensemble_predict_simple:
- * select, synchronous forward per member), and the fused edge_embed_relu op
- * of the host backends against the ops it replaces.
+ * test_predict_stream.c - the prediction path (ensemble_predict.c:
+ * mp_ensemble_predict, two batch slots, packed page-locked uploads,
+ * asynchronous outputs) against an independent computation (per batch a
+ * select and a synchronous mp_model_forward per member, un-scaled and
+ * averaged here), and the fused edge_embed_relu op of the host backends
+ * against the ops it replaces.
  *
- * The two paths must give bitwise the same means and standard deviations
- * for every model kind the path packs differently (D-MPNN alone, D-MPNN with
+ * The two must give bitwise the same means and standard deviations for
+ * every model kind the path packs differently (D-MPNN alone, D-MPNN with
  * molecule features, features-only FFN), ensembles and member subsets,
  * invalid molecules, repeated and permuted molecule lists, and every batch
- * size from 1 to larger than the input.  On the cpu backend the stream path
- * runs with synchronous stand-ins for the copies (the same packing, slots and
- * bookkeeping); gpu_predict_stream runs the real thing on the cuda backend
+ * size from 1 to larger than the input.  On the cpu and ref backends the
+ * path runs with synchronous stand-ins for the copies (the same packing,
+ * slots and bookkeeping; ref64 also widens the features and narrows the
+ * outputs); gpu_predict_stream runs the real thing on the cuda backend
  * (skipped without a GPU; a failure under MOLPROP_REQUIRE_GPU=1).
  */
 #include "test.h"
@@ -21,6 +23,7 @@
 #include "models/model.h"
 #include "randgraph.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 /* ===================================================================== */
@@ -90,7 +93,72 @@ static mp_status make_ensemble(mp_ensemble **out, const char *name, mp_model_kin
     return MP_OK;
 }
 
-/* Runs both paths on mols[0..n) and compares mean and std bit for bit.
+/* The independent computation: per batch (the valid molecules among batch
+ * consecutive entries of mols) a select and mp_model_forward (training 0)
+ * for each member; outputs through the sigmoid (classification) or the
+ * target scaler; the members' mean, then their spread (ddof 0), in two
+ * passes.  Invalid molecules read NaN. */
+static mp_status reference_predict(mp_ensemble *e, const mp_features *f, const int32_t *mols,
+                                   int32_t n, int first, int count, int32_t batch, double *mean,
+                                   double *std)
+{
+    size_t t = e->n_tasks;
+    int lo = first, hi = count > 0 ? first + count : e->n_members, nu = hi - lo;
+    int dim = e->cfg.extra_dim;
+    int32_t *sel = mp_malloc(sizeof(int32_t) * (size_t)batch);
+    float *extra = mp_malloc(sizeof(float) * ((size_t)batch * (size_t)dim + 1));
+    float *out = mp_malloc(sizeof(float) * (size_t)batch * t);
+    double *vals = mp_malloc(sizeof(double) * (size_t)nu * (size_t)batch * t);
+    mp_graphs g;
+    memset(&g, 0, sizeof g);
+    mp_status st = sel && extra && out && vals ? MP_OK : MP_ERR_NOMEM;
+    for (int32_t b0 = 0; st == MP_OK && b0 < n; b0 += batch) {
+        int32_t span = n - b0 < batch ? n - b0 : batch, nb = 0;
+        for (int32_t i = 0; i < span; i++)
+            if (f->g.valid[mols[b0 + i]])
+                sel[nb++] = mols[b0 + i];
+        if (nb > 0 && e->cfg.kind == MP_MODEL_DMPNN)
+            st = mp_graphs_select(&g, &f->g, sel, nb);
+        if (nb > 0 && dim) {
+            mp_feature_set_fill(e->features, f, sel, nb, extra);
+            mp_scaler_transform_f32(&e->feature_scaler, extra, (size_t)nb);
+        }
+        for (int k = lo; st == MP_OK && nb > 0 && k < hi; k++) {
+            double *v = vals + (size_t)(k - lo) * (size_t)nb * t;
+            st = mp_model_forward(e->members[k], e->cfg.kind == MP_MODEL_DMPNN ? &g : NULL,
+                                  dim ? extra : NULL, nb, 0, out);
+            if (e->task == MP_TASK_CLASSIFICATION)
+                for (size_t i = 0; i < (size_t)nb * t; i++)
+                    v[i] = 1.0 / (1.0 + exp(-(double)out[i]));
+            else
+                mp_scaler_inverse_from_f32(&e->target_scaler, out, v, (size_t)nb);
+        }
+        for (int32_t i = 0, j = 0; st == MP_OK && i < span; i++) {
+            int valid = f->g.valid[mols[b0 + i]];
+            for (size_t c = 0; c < t; c++) {
+                double mu = 0, ss = 0;
+                for (int k = 0; valid && k < nu; k++)
+                    mu += vals[((size_t)k * (size_t)nb + (size_t)j) * t + c];
+                mu /= nu;
+                for (int k = 0; valid && k < nu; k++) {
+                    double dv = vals[((size_t)k * (size_t)nb + (size_t)j) * t + c] - mu;
+                    ss += dv * dv;
+                }
+                mean[(size_t)(b0 + i) * t + c] = valid ? mu : NAN;
+                std[(size_t)(b0 + i) * t + c] = valid ? sqrt(ss / nu) : NAN;
+            }
+            j += valid;
+        }
+    }
+    mp_graphs_free(&g);
+    mp_free(sel);
+    mp_free(extra);
+    mp_free(out);
+    mp_free(vals);
+    return st;
+}
+
+/* Runs both computations on mols[0..n) and compares mean and std bit for bit.
  * Returns 0 and fills why on a difference or a failure. */
 static int same_both_ways(mp_ensemble *e, const mp_features *f, const int32_t *mols, int32_t n,
                           int first, int count, int32_t batch, char *why, size_t wn)
@@ -107,7 +175,7 @@ static int same_both_ways(mp_ensemble *e, const mp_features *f, const int32_t *m
     memset(m2, 0xFF, cells * sizeof(double));
     memset(s2, 0xFF, cells * sizeof(double));
     mp_predict_stream_stats stats;
-    if (mp_ensemble_predict_simple(e, f, mols, n, first, count, batch, m1, s1) != MP_OK ||
+    if (reference_predict(e, f, mols, n, first, count, batch, m1, s1) != MP_OK ||
         mp_ensemble_predict_stream(e, f, mols, n, first, count, batch, m2, s2, &stats) != MP_OK) {
         snprintf(why, wn, "batch %d: %s", (int)batch, mp_error_message());
         goto out;
@@ -122,8 +190,8 @@ static int same_both_ways(mp_ensemble *e, const mp_features *f, const int32_t *m
     }
     for (size_t i = 0; i < (size_t)n * t; i++)
         if (memcmp(&m1[i], &m2[i], sizeof(double)) || memcmp(&s1[i], &s2[i], sizeof(double))) {
-            snprintf(why, wn, "batch %d, molecule %zu, task %zu: simple %.17g (std %.17g), "
-                     "stream %.17g (std %.17g)", (int)batch, i / t, i % t, m1[i], s1[i], m2[i],
+            snprintf(why, wn, "batch %d, molecule %zu, task %zu: mp_model_forward %.17g (std "
+                     "%.17g), prediction path %.17g (std %.17g)", (int)batch, i / t, i % t, m1[i], s1[i], m2[i],
                      s2[i]);
             goto out;
         }
@@ -204,13 +272,28 @@ static int all_cases(const char *name, const mp_features *f, const int32_t *batc
 /* Host backends                                                          */
 /* ===================================================================== */
 
-MP_TEST(predict_stream_matches_simple_cpu)
+MP_TEST(predict_matches_model_forward_cpu)
 {
     mp_features *f = make_features(157, 5, 30);
     CHECK(f);
     static const int32_t batches[] = { 1, 6, 50, 157, 400 };
     char why[800] = "";
     int ok = all_cases("cpu", f, batches, 5, why, sizeof why);
+    mp_features_free(f);
+    CHECK_MSG(ok, "%s", why);
+}
+
+/* The reference backends: ref in float, ref64 in double (the features
+ * widened in the packed block, the outputs narrowed as mp_model_forward
+ * narrows them). */
+MP_TEST(predict_matches_model_forward_ref)
+{
+    mp_features *f = make_features(61, 8, 20);
+    CHECK(f);
+    static const int32_t batches[] = { 1, 13, 100 };
+    char why[800] = "";
+    int ok = all_cases("ref", f, batches, 3, why, sizeof why) &&
+             all_cases("ref64", f, batches, 3, why, sizeof why);
     mp_features_free(f);
     CHECK_MSG(ok, "%s", why);
 }
@@ -236,15 +319,16 @@ MP_TEST(predict_stream_refusals)
     int32_t all[40];
     for (int i = 0; i < 40; i++)
         all[i] = i;
-    mp_status s1 = mp_ensemble_predict_stream(e, f, all, 40, 0, 0, 16, mean, sd, NULL);
-    int slot_ok1 = s1 == MP_ERR_FORMAT && strstr(mp_error_message(), "hot slot 500");
-    mp_status s2 = mp_ensemble_predict_simple(e, f, all, 40, 0, 0, 16, mean, sd);
-    int slot_ok2 = s2 == MP_ERR_FORMAT && strstr(mp_error_message(), "hot slot 500");
+    mp_status s1 = mp_ensemble_predict(e, f, all, 40, 0, 0, 16, mean, sd);
+    int slot_ok = s1 == MP_ERR_FORMAT && strstr(mp_error_message(), "hot slot 500");
+    /* members outside the ensemble */
+    mp_status s2 = mp_ensemble_predict(e, f, all, 4, 1, 1, 16, mean, sd);
+    mp_status s3 = mp_ensemble_predict(e, f, all, 4, -1, 0, 16, mean, sd);
     mp_ensemble_free(e);
     mp_features_free(f);
     CHECK_MSG(range_ok, "bad index: %s (%s)", mp_status_name(st), msg1);
-    CHECK_MSG(slot_ok1 && slot_ok2, "bad hot slot: stream %s, simple %s", mp_status_name(s1),
-              mp_status_name(s2));
+    CHECK_MSG(slot_ok, "bad hot slot: %s", mp_status_name(s1));
+    CHECK(s2 == MP_ERR_ARG && s3 == MP_ERR_ARG);
 }
 
 /* The composed edge_embed_relu of the host backends is edge_embed then ReLU. */

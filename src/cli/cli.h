@@ -26,8 +26,9 @@ int cli_fail_status(const char *verb, mp_status st);
 
 /*
  * The options of `verb` from argv[1..argc): the environment's defaults
- * (MOLPROP_REGISTRY, MOLPROP_DATA_MIRROR, MOLPROP_DATA_URL where the verb
- * has the option), then the [verb] section of each --config file in order,
+ * (MOLPROP_REGISTRY, MOLPROP_DATA_MIRROR, MOLPROP_DATA_URL,
+ * MOLPROP_SLOT_CLASSES, MOLPROP_GPU_PROFILE where the verb has the option),
+ * then the [verb] section of each --config file in order,
  * then every --key value, --key=value and --flag in order, so flags override
  * the file.  Other arguments go to pos[0..*n_pos) (argv's own strings) when
  * pos is not NULL, else they are an error.  --help or -h prints `usage`, the

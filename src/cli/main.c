@@ -61,6 +61,8 @@ static const struct {
     const char *verb, *key, *env;
 } env_defaults[] = {
     { "train", "registry", "MOLPROP_REGISTRY" },
+    { "train", "slot-classes", "MOLPROP_SLOT_CLASSES" },
+    { "train", "profile", "MOLPROP_GPU_PROFILE" },
     { "bench", "registry", "MOLPROP_REGISTRY" },
     { "data", "registry", "MOLPROP_REGISTRY" },
     { "data", "mirror", "MOLPROP_DATA_MIRROR" },

@@ -73,24 +73,26 @@ mp_featurize_opts mp_ensemble_featurize_opts(const mp_ensemble *e);
  * and task the mean over members (probabilities for classification) into
  * mean[i*n_tasks + t], and the member standard deviation (ddof 0) into std
  * (may be NULL).  Only members [first, first+count) are used when count > 0
- * (the trainer scores one member at a time).  Invalid molecules get NaN.
- * Works in batches of at most batch_size molecules.
+ * (the trainer scores one member at a time); MP_ERR_ARG for a range outside
+ * the ensemble.  Invalid molecules get NaN.  Works in batches of the valid
+ * molecules among consecutive runs of batch_size entries of mols: the
+ * outputs are bitwise those of mp_model_forward (training 0) on those
+ * batches (ensemble_predict.c).
+ *
+ * One path on every backend: two batch slots in flight, the host packing
+ * batch j + 1 into one (page-locked where the backend can) block and
+ * uploading it on a copy lane while the device runs batch j, outputs read
+ * back asynchronously (ops.h's streaming ops; on a backend without them,
+ * the cpu and ref backends, the same code with synchronous copies).  The
+ * slots' buffers are kept in e between calls (mp_ensemble_predict_release
+ * frees them; mp_ensemble_free does too).
  */
 mp_status mp_ensemble_predict(mp_ensemble *e, const mp_features *f, const int32_t *mols,
                               int32_t n, int first, int count, int32_t batch_size,
                               double *mean, double *std);
 
-/*
- * The two ways mp_ensemble_predict runs (same arguments, bitwise the same
- * results).  simple: per batch a select, a synchronous forward per member
- * (mp_model_forward: upload, compute, download); what host-memory backends
- * use.  stream: two batch slots in flight, the host packing batch j + 1
- * into page-locked memory and uploading it on a copy lane while the device
- * runs batch j, outputs read back asynchronously (ops.h's streaming ops;
- * on a backend without them the same code with synchronous copies); what
- * mp_ensemble_predict uses on a device backend that has them.  stats (may
- * be NULL) receives where the stream's host time went.
- */
+/* mp_ensemble_predict with stats (may be NULL): where the call's host time
+ * went.  The same results. */
 typedef struct {
     int    batches;
     double pack_s;        /* host: selecting, packing, checking batches     */
@@ -99,14 +101,14 @@ typedef struct {
     double upload_bytes;  /* packed bytes sent to the device                */
 } mp_predict_stream_stats;
 
-mp_status mp_ensemble_predict_simple(mp_ensemble *e, const mp_features *f, const int32_t *mols,
-                                     int32_t n, int first, int count, int32_t batch_size,
-                                     double *mean, double *std);
 mp_status mp_ensemble_predict_stream(mp_ensemble *e, const mp_features *f, const int32_t *mols,
                                      int32_t n, int first, int count, int32_t batch_size,
                                      double *mean, double *std, mp_predict_stream_stats *stats);
+void      mp_ensemble_predict_release(mp_ensemble *e);
 
-/* Model file (.mpm): written atomically; loading checks everything. */
+/* Model file (.mpm; modelio.c, in the format of modelfile.h): written
+ * atomically; loading checks everything against the header and opens
+ * backend `backend_name` for the members. */
 mp_status mp_ensemble_save(const mp_ensemble *e, const char *path);
 mp_status mp_ensemble_load(mp_ensemble **out, const char *path, const char *backend_name);
 

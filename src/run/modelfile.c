@@ -364,6 +364,63 @@ mp_status mp_kv_format(const mp_kv *kv, mp_buf *out)
     return st;
 }
 
+/* A value with its escapes undone, into a new string; NULL for a bad
+ * escape (or out of memory: *nomem set). */
+static char *unescape(const char *v, const char *vend, int *nomem)
+{
+    char *value = mp_malloc((size_t)(vend - v) + 1), *w = value;
+    *nomem = value == NULL;
+    if (!value)
+        return NULL;
+    for (; v < vend; v++) {
+        if (*v != '\\') {
+            *w++ = *v;
+            continue;
+        }
+        char c = v + 1 < vend ? v[1] : '\0';
+        if (c != '\\' && c != 'n' && c != 'r') {
+            mp_free(value);
+            return NULL;
+        }
+        *w++ = c == 'n' ? '\n' : c == 'r' ? '\r' : '\\';
+        v++;
+    }
+    *w = '\0';
+    return value;
+}
+
+/* Header line line_no, line[0..n) (no newline, not blank, not a comment),
+ * into kv. */
+static mp_status parse_line(mp_kv *kv, const char *line, size_t n, size_t line_no, const char *o)
+{
+    const char *eq = NULL;
+    for (size_t i = 0; i + 3 <= n; i++)
+        if (line[i] == ' ' && line[i + 1] == '=' && line[i + 2] == ' ') {
+            eq = line + i;
+            break;
+        }
+    if (!eq)
+        return mp_error_set(MP_ERR_FORMAT, "%s: header line %zu has no ' = '", o, line_no);
+    size_t klen = (size_t)(eq - line);
+    if (!key_ok(line, klen))
+        return mp_error_set(MP_ERR_FORMAT, "%s: header line %zu: invalid key '%.*s'", o,
+                            line_no, (int)(klen > 60 ? 60 : klen), line);
+    char key[KV_MAX_KEY + 1];
+    memcpy(key, line, klen);
+    key[klen] = '\0';
+    if (kv_find(kv, key) >= 0)
+        return mp_error_set(MP_ERR_FORMAT, "%s: header line %zu: key '%s' appears twice", o,
+                            line_no, key);
+    int nomem;
+    char *value = unescape(eq + 3, line + n, &nomem);
+    if (nomem)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", o);
+    if (!value)
+        return mp_error_set(MP_ERR_FORMAT, "%s: header line %zu: bad escape in the value of '%s'",
+                            o, line_no, key);
+    return kv_put_owned(kv, key, value);
+}
+
 mp_status mp_kv_parse(mp_kv **out, const char *text, size_t len, const char *origin)
 {
     *out = NULL;
@@ -382,7 +439,7 @@ mp_status mp_kv_parse(mp_kv **out, const char *text, size_t len, const char *ori
     }
     size_t line_no = 0;
     const char *p = text, *end = text + len;
-    while (p < end) {
+    while (st == MP_OK && p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         if (!nl) {
             st = mp_error_set(MP_ERR_FORMAT, "%s: header line %zu is not terminated", o,
@@ -393,60 +450,8 @@ mp_status mp_kv_parse(mp_kv **out, const char *text, size_t len, const char *ori
         const char *line = p;
         size_t n = (size_t)(nl - p);
         p = nl + 1;
-        if (n == 0 || line[0] == '#')
-            continue;
-        const char *eq = NULL;
-        for (size_t i = 0; i + 3 <= n; i++)
-            if (line[i] == ' ' && line[i + 1] == '=' && line[i + 2] == ' ') {
-                eq = line + i;
-                break;
-            }
-        if (!eq) {
-            st = mp_error_set(MP_ERR_FORMAT, "%s: header line %zu has no ' = '", o, line_no);
-            break;
-        }
-        size_t klen = (size_t)(eq - line);
-        if (!key_ok(line, klen)) {
-            st = mp_error_set(MP_ERR_FORMAT, "%s: header line %zu: invalid key '%.*s'", o,
-                              line_no, (int)(klen > 60 ? 60 : klen), line);
-            break;
-        }
-        char key[KV_MAX_KEY + 1];
-        memcpy(key, line, klen);
-        key[klen] = '\0';
-        if (kv_find(kv, key) >= 0) {
-            st = mp_error_set(MP_ERR_FORMAT, "%s: header line %zu: key '%s' appears twice", o,
-                              line_no, key);
-            break;
-        }
-        const char *v = eq + 3, *vend = line + n;
-        char *value = mp_malloc((size_t)(vend - v) + 1), *w = value;
-        if (!value) {
-            st = mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", o);
-            break;
-        }
-        for (; v < vend; v++) {
-            if (*v != '\\') {
-                *w++ = *v;
-                continue;
-            }
-            char c = v + 1 < vend ? v[1] : '\0';
-            if (c != '\\' && c != 'n' && c != 'r') {
-                mp_free(value);
-                value = NULL;
-                break;
-            }
-            *w++ = c == 'n' ? '\n' : c == 'r' ? '\r' : '\\';
-            v++;
-        }
-        if (!value) {
-            st = mp_error_set(MP_ERR_FORMAT, "%s: header line %zu: bad escape in the value of '%s'",
-                              o, line_no, key);
-            break;
-        }
-        *w = '\0';
-        if ((st = kv_put_owned(kv, key, value)))
-            break;
+        if (n > 0 && line[0] != '#')
+            st = parse_line(kv, line, n, line_no, o);
     }
     if (st) {
         mp_kv_free(kv);
@@ -606,12 +611,11 @@ static void cw_put(crc_writer *w, const void *p, size_t n)
     fwrite(p, 1, n, w->fp);
 }
 
-mp_status mp_modelfile_write(const char *path, const mp_kv *header,
-                             const mp_tensor *tensors, size_t n_tensors)
+/* Checks every tensor (name, ndim, size, data, no repeats) and adds their
+ * record sizes to *total. */
+static mp_status check_tensors(const char *path, const mp_tensor *tensors, size_t n_tensors,
+                               uint64_t *total)
 {
-    if (n_tensors > UINT32_MAX)
-        return mp_error_set(MP_ERR_ARG, "%s: too many tensors (%zu)", path, n_tensors);
-    uint64_t total = FIXED_SIZE + 4;
     for (size_t i = 0; i < n_tensors; i++) {
         const mp_tensor *t = &tensors[i];
         size_t nl = t->name ? strlen(t->name) : 0;
@@ -622,7 +626,7 @@ mp_status mp_modelfile_write(const char *path, const mp_kv *header,
             return mp_error_set(MP_ERR_ARG, "%s: tensor %s: ndim %u is not in 1..%d", path,
                                 t->name, t->ndim, MP_TENSOR_MAX_DIMS);
         uint64_t rs = record_size(t, nl);
-        if (rs == 0 || total > UINT64_MAX / 2 - rs)
+        if (rs == 0 || *total > UINT64_MAX / 2 - rs)
             return mp_error_set(MP_ERR_ARG, "%s: tensor %s is too large", path, t->name);
         if (!t->data && mp_tensor_numel(t) > 0)
             return mp_error_set(MP_ERR_ARG, "%s: tensor %s has no data", path, t->name);
@@ -630,10 +634,51 @@ mp_status mp_modelfile_write(const char *path, const mp_kv *header,
             if (tensors[j].block == t->block && strcmp(tensors[j].name, t->name) == 0)
                 return mp_error_set(MP_ERR_ARG, "%s: tensor %s of member %u given twice", path,
                                     t->name, t->block);
-        total += rs;
+        *total += rs;
     }
+    return MP_OK;
+}
+
+/* One tensor record: name, block, shape, values little-endian. */
+static void write_record(crc_writer *w, const mp_tensor *t)
+{
+    unsigned char rec[12 + 8 * MP_TENSOR_MAX_DIMS];
+    uint32_t nl = (uint32_t)strlen(t->name);
+    put_u32(rec, nl);
+    cw_put(w, rec, 4);
+    cw_put(w, t->name, nl);
+    put_u32(rec, t->block);
+    put_u32(rec + 4, t->ndim);
+    for (uint32_t d = 0; d < t->ndim; d++)
+        put_u64(rec + 8 + 8 * d, t->shape[d]);
+    cw_put(w, rec, 8 + 8 * (size_t)t->ndim);
+    uint64_t n = mp_tensor_numel(t);
+    if (host_is_le()) {
+        cw_put(w, t->data, (size_t)n * 4);
+        return;
+    }
+    uint32_t chunk[1024];
+    for (uint64_t k = 0; k < n;) {
+        size_t m = n - k < 1024 ? (size_t)(n - k) : 1024;
+        memcpy(chunk, t->data + k, m * 4);
+        for (size_t j = 0; j < m; j++)
+            chunk[j] = bswap32(chunk[j]);
+        cw_put(w, chunk, m * 4);
+        k += m;
+    }
+}
+
+mp_status mp_modelfile_write(const char *path, const mp_kv *header,
+                             const mp_tensor *tensors, size_t n_tensors)
+{
+    if (n_tensors > UINT32_MAX)
+        return mp_error_set(MP_ERR_ARG, "%s: too many tensors (%zu)", path, n_tensors);
+    uint64_t total = FIXED_SIZE + 4;
+    mp_status st = check_tensors(path, tensors, n_tensors, &total);
+    if (st)
+        return st;
     mp_buf text = { 0 };
-    mp_status st = mp_buf_reserve(&text, 0);
+    st = mp_buf_reserve(&text, 0);
     if (st == MP_OK && header)
         st = mp_kv_format(header, &text);
     if (st) {
@@ -657,35 +702,8 @@ mp_status mp_modelfile_write(const char *path, const mp_kv *header,
     cw_put(&w, fixed, sizeof fixed);
     cw_put(&w, text.data, text.len);
     mp_buf_free(&text);
-
-    int le = host_is_le();
-    for (size_t i = 0; i < n_tensors; i++) {
-        const mp_tensor *t = &tensors[i];
-        unsigned char rec[12 + 8 * MP_TENSOR_MAX_DIMS];
-        uint32_t nl = (uint32_t)strlen(t->name);
-        put_u32(rec, nl);
-        cw_put(&w, rec, 4);
-        cw_put(&w, t->name, nl);
-        put_u32(rec, t->block);
-        put_u32(rec + 4, t->ndim);
-        for (uint32_t d = 0; d < t->ndim; d++)
-            put_u64(rec + 8 + 8 * d, t->shape[d]);
-        cw_put(&w, rec, 8 + 8 * (size_t)t->ndim);
-        uint64_t n = mp_tensor_numel(t);
-        if (le) {
-            cw_put(&w, t->data, (size_t)n * 4);
-        } else {
-            uint32_t chunk[1024];
-            for (uint64_t k = 0; k < n;) {
-                size_t m = n - k < 1024 ? (size_t)(n - k) : 1024;
-                memcpy(chunk, t->data + k, m * 4);
-                for (size_t j = 0; j < m; j++)
-                    chunk[j] = bswap32(chunk[j]);
-                cw_put(&w, chunk, m * 4);
-                k += m;
-            }
-        }
-    }
+    for (size_t i = 0; i < n_tensors; i++)
+        write_record(&w, &tensors[i]);
     unsigned char crc[4];
     put_u32(crc, w.crc);
     fwrite(crc, 1, 4, f.fp);
@@ -722,6 +740,41 @@ static int cur_take(cursor *c, uint64_t n, const unsigned char **p)
     return 1;
 }
 
+/* Pass 2 of walk_tensors: tensor i from its checked record, its name at
+ * names_ + names and its values at data_ + floats. */
+static mp_status store_tensor(mp_modelfile *mf, uint32_t i, const unsigned char *name,
+                              uint32_t nl, uint32_t block, uint32_t ndim, const uint64_t *shape,
+                              const unsigned char *data, uint64_t numel, uint64_t floats,
+                              uint64_t names, const char *origin)
+{
+    mp_tensor *t = &mf->tensors[i];
+    char *nm = mf->names_ + names;
+    memcpy(nm, name, nl);
+    nm[nl] = '\0';
+    float *dst = mf->data_ + floats;
+    memcpy(dst, data, (size_t)numel * 4);
+    if (!host_is_le())
+        for (uint64_t k = 0; k < numel; k++) {
+            uint32_t u;
+            memcpy(&u, dst + k, 4);
+            u = bswap32(u);
+            memcpy(dst + k, &u, 4);
+        }
+    t->name = nm;
+    t->block = block;
+    t->ndim = ndim;
+    memset(t->shape, 0, sizeof t->shape);
+    memcpy(t->shape, shape, ndim * sizeof *shape);
+    t->data = dst;
+    if (block + 1 > mf->n_blocks)
+        mf->n_blocks = block + 1;
+    for (uint32_t j = 0; j < i; j++)
+        if (mf->tensors[j].block == block && strcmp(mf->tensors[j].name, nm) == 0)
+            return mp_error_set(MP_ERR_FORMAT, "%s: tensor %s of member %u appears twice",
+                                origin, nm, block);
+    return MP_OK;
+}
+
 /*
  * Walks the tensor records.  Pass 1 (mf->tensors NULL) checks every field
  * against the bytes left and sums the floats and name bytes; pass 2 fills
@@ -731,7 +784,7 @@ static mp_status walk_tensors(mp_modelfile *mf, cursor c, uint32_t n, const char
                               uint64_t *n_floats, uint64_t *n_name_bytes)
 {
     uint64_t floats = 0, names = 0;
-    int le = host_is_le();
+    mp_status st;
     for (uint32_t i = 0; i < n; i++) {
         const unsigned char *p;
         uint64_t at = c.pos;
@@ -774,33 +827,9 @@ static mp_status walk_tensors(mp_modelfile *mf, cursor c, uint32_t n, const char
         if (too_big || !cur_take(&c, 4 * numel, &data))
             return mp_error_set(MP_ERR_FORMAT, "%s: tensor %.*s: its values run past the end "
                                 "of the file", origin, (int)nl, name);
-        if (mf->tensors) {
-            mp_tensor *t = &mf->tensors[i];
-            char *nm = mf->names_ + names;
-            memcpy(nm, name, nl);
-            nm[nl] = '\0';
-            float *dst = mf->data_ + floats;
-            memcpy(dst, data, (size_t)numel * 4);
-            if (!le)
-                for (uint64_t k = 0; k < numel; k++) {
-                    uint32_t u;
-                    memcpy(&u, dst + k, 4);
-                    u = bswap32(u);
-                    memcpy(dst + k, &u, 4);
-                }
-            t->name = nm;
-            t->block = block;
-            t->ndim = ndim;
-            memset(t->shape, 0, sizeof t->shape);
-            memcpy(t->shape, shape, ndim * sizeof *shape);
-            t->data = dst;
-            if (block + 1 > mf->n_blocks)
-                mf->n_blocks = block + 1;
-            for (uint32_t j = 0; j < i; j++)
-                if (mf->tensors[j].block == block && strcmp(mf->tensors[j].name, nm) == 0)
-                    return mp_error_set(MP_ERR_FORMAT, "%s: tensor %s of member %u appears twice",
-                                        origin, nm, block);
-        }
+        if (mf->tensors && (st = store_tensor(mf, i, name, nl, block, ndim, shape, data,
+                                              numel, floats, names, origin)))
+            return st;
         floats += numel;
         names += nl + 1;
     }

@@ -12,6 +12,7 @@
 #include "data/registry.h"
 #include "run/ensemble.h"
 #include "run/predict.h"
+#include "run/resident.h"
 #include "run/trainer.h"
 
 #include <errno.h>
@@ -197,6 +198,12 @@ static const mp_option_def train_table[] = {
     { "graph", MP_OPT_CHOICE, "auto", .choices = "auto|on|off", .values = tristate_values,
       .offset = AT(mp_train_opts, graph), .arg = "on|off",
       .help = "replay a captured CUDA graph per step; auto: on\nwhen resident on the GPU" },
+    { "slot-classes", MP_OPT_INT, "4", 1, MP_RESIDENT_MAX_CLASSES,
+      .offset = AT(mp_train_opts, slot_classes), .arg = "N",
+      .help = "resident slot size classes at most (D-MPNN); 1: every slot padded to the "
+              "largest batch" },
+    { "profile", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, profile),
+      .help = "where each epoch's time goes: a 'profile epoch' line per epoch on stderr" },
     HEADING("output:"),
     { "save-dir", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, save_dir), .arg = "D",
       .help = "where model.mpm and metrics.json go", .flags = MP_OPTF_REQUIRED },

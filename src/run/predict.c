@@ -56,135 +56,168 @@ static void write_number(FILE *fp, double v)
         fprintf(fp, "%.9g", v);
 }
 
+/* One prediction run: the model, the input, the output and one chunk. */
+typedef struct {
+    const mp_predict_opts *o;
+    mp_predict_stats      *stats;
+    mp_ensemble           *e;
+    mp_csv_reader         *r;
+    mp_afile               out;
+    int                    out_open;
+    size_t                 n_header, smiles_col;
+    chunk                  c;
+    double                *mean, *std;    /* cap x n_tasks        */
+    int32_t               *idx;           /* cap                  */
+} predict_run;
+
+/* The output's header: the SMILES column's name, the tasks, their _std. */
+static void write_header(predict_run *p, const char *smiles_name)
+{
+    FILE *fp = p->out.fp;
+    const mp_ensemble *e = p->e;
+    mp_csv_write_field(fp, smiles_name);
+    for (size_t k = 0; k < e->n_tasks; k++) {
+        fputc(',', fp);
+        mp_csv_write_field(fp, e->task_names[k]);
+    }
+    for (size_t k = 0; p->o->uncertainty && k < e->n_tasks; k++) {
+        char name[1024];
+        snprintf(name, sizeof name, "%s_std", e->task_names[k]);
+        fputc(',', fp);
+        mp_csv_write_field(fp, name);
+    }
+    fputc('\n', fp);
+}
+
+/* The model, the input's header row, the chunk buffers and the output
+ * file with its header. */
+static mp_status predict_open(predict_run *p)
+{
+    const mp_predict_opts *o = p->o;
+    int32_t cap = o->chunk_rows;
+    mp_status st;
+    if ((st = mp_ensemble_load(&p->e, o->model_path, o->backend)))
+        return st;
+    if (cap <= 0)
+        cap = p->e->backend->host_memory ? DEFAULT_CHUNK : DEFAULT_CHUNK_GPU;
+    char **fields;
+    size_t nf, line;
+    if ((st = mp_csv_open(&p->r, o->data_path)) || (st = mp_csv_next(p->r, &fields, &nf, &line)))
+        return st;
+    if (nf == 0)
+        return mp_error_set(MP_ERR_FORMAT, "%s: empty file (no header row)", o->data_path);
+    p->n_header = nf;
+    mp_column_spec spec = o->columns;
+    spec.no_targets = 1;
+    if ((st = mp_columns_resolve(o->data_path, fields, nf, &spec, &p->smiles_col, NULL, NULL)))
+        return st;
+    size_t t = p->e->n_tasks;
+    p->c.smiles = mp_malloc(sizeof(char *) * (size_t)cap);
+    p->c.line = mp_malloc(sizeof(size_t) * (size_t)cap);
+    p->mean = mp_malloc(sizeof(double) * (size_t)cap * t);
+    p->std = mp_malloc(sizeof(double) * (size_t)cap * t);
+    p->idx = mp_malloc(sizeof(int32_t) * (size_t)cap);
+    if (!p->c.smiles || !p->c.line || !p->mean || !p->std || !p->idx)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory (chunk of %d rows)", cap);
+    p->c.cap = cap;
+    if ((st = mp_afile_open(&p->out, o->out_path)))
+        return st;
+    p->out_open = 1;
+    write_header(p, fields[p->smiles_col]);
+    return MP_OK;
+}
+
+/* The chunk's predictions, one output row per input row, in order; an
+ * invalid row keeps its place with empty fields and is reported. */
+static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
+{
+    const mp_predict_opts *o = p->o;
+    FILE *fp = p->out.fp;
+    size_t t = p->e->n_tasks;
+    mp_status st = predict_chunk(p->e, &p->c, fo, p->idx, p->mean, p->std);
+    if (st)
+        return st;
+    for (int32_t i = 0; i < p->c.n; i++) {
+        mp_csv_write_field(fp, p->c.smiles[i]);
+        if (isnan(p->mean[(size_t)i * t])) {
+            if (!o->quiet && p->stats->n_invalid < MAX_REPORTED_INVALID)
+                fprintf(stderr, "%s:%zu: invalid SMILES '%s': no prediction\n", o->data_path,
+                        p->c.line[i], p->c.smiles[i]);
+            p->stats->n_invalid++;
+        }
+        for (size_t k = 0; k < t; k++) {
+            fputc(',', fp);
+            write_number(fp, p->mean[(size_t)i * t + k]);
+        }
+        for (size_t k = 0; o->uncertainty && k < t; k++) {
+            fputc(',', fp);
+            write_number(fp, p->std[(size_t)i * t + k]);
+        }
+        fputc('\n', fp);
+    }
+    p->stats->n_rows += (size_t)p->c.n;
+    chunk_clear(&p->c);
+    return MP_OK;
+}
+
+/* Reads the rows a chunk at a time and predicts each full chunk (and the
+ * last). */
+static mp_status predict_rows(predict_run *p)
+{
+    const mp_predict_opts *o = p->o;
+    mp_featurize_opts fo = mp_ensemble_featurize_opts(p->e);
+    fo.n_threads = o->threads;
+    for (;;) {
+        char **fields;
+        size_t nf, line;
+        mp_status st = mp_csv_next(p->r, &fields, &nf, &line);
+        if (st)
+            return st;
+        int eof = nf == 0;
+        if (!eof) {
+            if (nf != p->n_header)
+                return mp_error_set(MP_ERR_FORMAT, "%s:%zu: expected %zu fields like the "
+                                    "header, found %zu", o->data_path, line, p->n_header, nf);
+            if (!(p->c.smiles[p->c.n] = mp_strdup(fields[p->smiles_col])))
+                return mp_error_set(MP_ERR_NOMEM, "out of memory");
+            p->c.line[p->c.n++] = line;
+        }
+        if ((p->c.n == p->c.cap || (eof && p->c.n > 0)) && (st = predict_flush(p, &fo)))
+            return st;
+        if (eof)
+            return MP_OK;
+    }
+}
+
 mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
 {
     memset(stats, 0, sizeof *stats);
     if (o->threads > 0)
         mp_threads_set(o->threads);
-    int32_t cap = o->chunk_rows;
-    mp_ensemble *e = NULL;
-    mp_csv_reader *r = NULL;
-    mp_afile out;
-    int out_open = 0;
-    chunk c;
-    memset(&c, 0, sizeof c);
-    double *mean = NULL, *std = NULL;
-    int32_t *idx = NULL;
-    mp_status st;
+    predict_run p;
+    memset(&p, 0, sizeof p);
+    p.o = o;
+    p.stats = stats;
     double t0 = mp_time_now();
-
-    if ((st = mp_ensemble_load(&e, o->model_path, o->backend)))
-        goto done;
-    if (cap <= 0)
-        cap = e->backend->host_memory ? DEFAULT_CHUNK : DEFAULT_CHUNK_GPU;
-    if ((st = mp_csv_open(&r, o->data_path)))
-        goto done;
-    char **fields;
-    size_t nf, line, smiles_col;
-    if ((st = mp_csv_next(r, &fields, &nf, &line)))
-        goto done;
-    if (nf == 0) {
-        st = mp_error_set(MP_ERR_FORMAT, "%s: empty file (no header row)", o->data_path);
-        goto done;
+    mp_status st = predict_open(&p);
+    if (st == MP_OK)
+        st = predict_rows(&p);
+    if (st == MP_OK) {
+        if (!o->quiet && stats->n_invalid > MAX_REPORTED_INVALID)
+            fprintf(stderr, "... %zu invalid SMILES in all\n", stats->n_invalid);
+        st = mp_afile_commit(&p.out);
+        p.out_open = 0;
+        stats->seconds = mp_time_now() - t0;
+        stats->mols_per_second = stats->n_rows / (stats->seconds > 0 ? stats->seconds : 1e-9);
     }
-    size_t n_header = nf;
-    mp_column_spec spec = o->columns;
-    spec.no_targets = 1;
-    if ((st = mp_columns_resolve(o->data_path, fields, nf, &spec, &smiles_col, NULL, NULL)))
-        goto done;
-
-    size_t t = e->n_tasks;
-    c.smiles = mp_malloc(sizeof(char *) * (size_t)cap);
-    c.line = mp_malloc(sizeof(size_t) * (size_t)cap);
-    mean = mp_malloc(sizeof(double) * (size_t)cap * t);
-    std = mp_malloc(sizeof(double) * (size_t)cap * t);
-    idx = mp_malloc(sizeof(int32_t) * (size_t)cap);
-    if (!c.smiles || !c.line || !mean || !std || !idx) {
-        st = mp_error_set(MP_ERR_NOMEM, "out of memory (chunk of %d rows)", cap);
-        goto done;
-    }
-    c.cap = cap;
-
-    if ((st = mp_afile_open(&out, o->out_path)))
-        goto done;
-    out_open = 1;
-    mp_csv_write_field(out.fp, fields[smiles_col]);
-    for (size_t k = 0; k < t; k++) {
-        fputc(',', out.fp);
-        mp_csv_write_field(out.fp, e->task_names[k]);
-    }
-    if (o->uncertainty)
-        for (size_t k = 0; k < t; k++) {
-            char name[1024];
-            snprintf(name, sizeof name, "%s_std", e->task_names[k]);
-            fputc(',', out.fp);
-            mp_csv_write_field(out.fp, name);
-        }
-    fputc('\n', out.fp);
-
-    mp_featurize_opts fo = mp_ensemble_featurize_opts(e);
-    fo.n_threads = o->threads;
-    for (;;) {
-        if ((st = mp_csv_next(r, &fields, &nf, &line)))
-            goto done;
-        int eof = nf == 0;
-        if (!eof) {
-            if (nf != n_header) {
-                st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: expected %zu fields like the header, "
-                                  "found %zu", o->data_path, line, n_header, nf);
-                goto done;
-            }
-            if (!(c.smiles[c.n] = mp_strdup(fields[smiles_col]))) {
-                st = mp_error_set(MP_ERR_NOMEM, "out of memory");
-                goto done;
-            }
-            c.line[c.n++] = line;
-        }
-        if (c.n == c.cap || (eof && c.n > 0)) {
-            if ((st = predict_chunk(e, &c, &fo, idx, mean, std)))
-                goto done;
-            for (int32_t i = 0; i < c.n; i++) {
-                mp_csv_write_field(out.fp, c.smiles[i]);
-                int bad = isnan(mean[(size_t)i * t]);
-                if (bad) {
-                    if (!o->quiet && stats->n_invalid < MAX_REPORTED_INVALID)
-                        fprintf(stderr, "%s:%zu: invalid SMILES '%s': no prediction\n",
-                                o->data_path, c.line[i], c.smiles[i]);
-                    stats->n_invalid++;
-                }
-                for (size_t k = 0; k < t; k++) {
-                    fputc(',', out.fp);
-                    write_number(out.fp, mean[(size_t)i * t + k]);
-                }
-                if (o->uncertainty)
-                    for (size_t k = 0; k < t; k++) {
-                        fputc(',', out.fp);
-                        write_number(out.fp, std[(size_t)i * t + k]);
-                    }
-                fputc('\n', out.fp);
-            }
-            stats->n_rows += (size_t)c.n;
-            chunk_clear(&c);
-        }
-        if (eof)
-            break;
-    }
-    if (!o->quiet && stats->n_invalid > MAX_REPORTED_INVALID)
-        fprintf(stderr, "... %zu invalid SMILES in all\n", stats->n_invalid);
-    st = mp_afile_commit(&out);
-    out_open = 0;
-    stats->seconds = mp_time_now() - t0;
-    stats->mols_per_second = stats->n_rows / (stats->seconds > 0 ? stats->seconds : 1e-9);
-
-done:
-    if (out_open)
-        mp_afile_abort(&out);
-    chunk_free(&c);
-    mp_free(mean);
-    mp_free(std);
-    mp_free(idx);
-    mp_csv_close(r);
-    mp_ensemble_free(e);
+    if (p.out_open)
+        mp_afile_abort(&p.out);
+    chunk_free(&p.c);
+    mp_free(p.mean);
+    mp_free(p.std);
+    mp_free(p.idx);
+    mp_csv_close(p.r);
+    mp_ensemble_free(p.e);
     return st;
 }
 
@@ -198,80 +231,57 @@ void mp_eval_result_free(mp_eval_result *r)
     memset(r, 0, sizeof *r);
 }
 
-mp_status mp_eval_file(const char *model_path, const char *data_path,
-                       const mp_column_spec *columns, const char *metric,
-                       const char *backend, int threads, mp_eval_result *res)
+/* For each of the model's tasks, the column of d that holds its labels. */
+static mp_status match_columns(const mp_ensemble *e, const mp_dataset *d, const char *data_path,
+                               size_t *col)
 {
-    memset(res, 0, sizeof *res);
-    if (threads > 0)
-        mp_threads_set(threads);
-    mp_ensemble *e = NULL;
-    mp_dataset *d = NULL;
-    mp_features *f = NULL;
-    int32_t *idx = NULL;
-    size_t *col = NULL;
-    double *pred = NULL, *target = NULL;
-    mp_score_status *why = NULL;
-    mp_status st;
-
-    if ((st = mp_ensemble_load(&e, model_path, backend)))
-        goto done;
-    mp_column_spec spec;
-    memset(&spec, 0, sizeof spec);
-    if (columns)
-        spec.smiles_column = columns->smiles_column;
-    if ((st = mp_dataset_load(&d, data_path, &spec)))
-        goto done;
-    size_t t = e->n_tasks;
-    col = mp_malloc(sizeof(size_t) * t);
-    if (!col) {
-        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    for (size_t k = 0; k < t; k++) {
+    for (size_t k = 0; k < e->n_tasks; k++) {
         size_t j;
         for (j = 0; j < d->n_tasks; j++)
             if (!strcmp(d->task_names[j], e->task_names[k]))
                 break;
-        if (j == d->n_tasks) {
-            st = mp_error_set(MP_ERR_FORMAT, "%s: no column '%s' (the model predicts it)",
-                              data_path, e->task_names[k]);
-            goto done;
-        }
+        if (j == d->n_tasks)
+            return mp_error_set(MP_ERR_FORMAT, "%s: no column '%s' (the model predicts it)",
+                                data_path, e->task_names[k]);
         col[k] = j;
     }
+    return MP_OK;
+}
+
+/* The metric asked for (it must fit the model's task type), else every
+ * metric of that type. */
+static mp_status choose_metrics(const mp_ensemble *e, const char *metric, mp_eval_result *res)
+{
     int is_cls = e->task == MP_TASK_CLASSIFICATION;
     if (metric) {
-        if ((st = mp_metric_parse(metric, &res->metrics[0])))
-            goto done;
-        if (mp_metric_is_classification(res->metrics[0]) != is_cls) {
-            st = mp_error_set(MP_ERR_ARG, "metric %s does not fit this %s model", metric,
-                              mp_task_type_name(e->task));
-            goto done;
-        }
+        mp_status st = mp_metric_parse(metric, &res->metrics[0]);
+        if (st)
+            return st;
+        if (mp_metric_is_classification(res->metrics[0]) != is_cls)
+            return mp_error_set(MP_ERR_ARG, "metric %s does not fit this %s model", metric,
+                                mp_task_type_name(e->task));
         res->n_metrics = 1;
-    } else if (is_cls) {
-        res->metrics[0] = MP_METRIC_AUC;
-        res->metrics[1] = MP_METRIC_PRC_AUC;
-        res->metrics[2] = MP_METRIC_ACCURACY;
-        res->n_metrics = 3;
-    } else {
-        res->metrics[0] = MP_METRIC_RMSE;
-        res->metrics[1] = MP_METRIC_MAE;
-        res->metrics[2] = MP_METRIC_R2;
-        res->n_metrics = 3;
+        return MP_OK;
     }
+    static const mp_metric cls[3] = { MP_METRIC_AUC, MP_METRIC_PRC_AUC, MP_METRIC_ACCURACY };
+    static const mp_metric reg[3] = { MP_METRIC_RMSE, MP_METRIC_MAE, MP_METRIC_R2 };
+    memcpy(res->metrics, is_cls ? cls : reg, sizeof cls);
+    res->n_metrics = 3;
+    return MP_OK;
+}
 
-    mp_featurize_opts fo = mp_ensemble_featurize_opts(e);
-    fo.n_threads = threads;
-    if ((st = mp_featurize(&f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo)))
-        goto done;
-    size_t n = d->n_rows, nv = 0;
-    idx = mp_malloc(sizeof(int32_t) * (n ? n : 1));
-    pred = mp_malloc(sizeof(double) * (n ? n : 1) * t);
-    target = mp_malloc(sizeof(double) * (n ? n : 1) * t);
-    why = mp_malloc(sizeof(mp_score_status) * t);
+/* Predicts the valid rows of d (featurized in f) and scores them with every
+ * metric of res. */
+static mp_status eval_rows(mp_ensemble *e, const mp_dataset *d, const mp_features *f,
+                           const size_t *col, mp_eval_result *res)
+{
+    size_t n = d->n_rows, nv = 0, t = e->n_tasks;
+    int32_t *idx = mp_malloc(sizeof(int32_t) * (n ? n : 1));
+    double *pred = mp_malloc(sizeof(double) * (n ? n : 1) * t);
+    double *target = mp_malloc(sizeof(double) * (n ? n : 1) * t);
+    mp_score_status *why = mp_malloc(sizeof(mp_score_status) * t);
     res->per_task = mp_malloc(sizeof(double) * (size_t)res->n_metrics * t);
+    mp_status st = MP_OK;
     if (!idx || !pred || !target || !why || !res->per_task) {
         st = mp_error_set(MP_ERR_NOMEM, "out of memory");
         goto done;
@@ -292,16 +302,51 @@ mp_status mp_eval_file(const char *model_path, const char *data_path,
         goto done;
     for (int m = 0; m < res->n_metrics; m++) {
         size_t skipped;
-        if ((st = mp_metric_tasks(res->metrics[m], is_cls, pred, target, nv, t,
-                                  res->per_task + (size_t)m * t, why, &res->mean[m], &skipped)))
+        if ((st = mp_metric_tasks(res->metrics[m], e->task == MP_TASK_CLASSIFICATION, pred,
+                                  target, nv, t, res->per_task + (size_t)m * t, why,
+                                  &res->mean[m], &skipped)))
             goto done;
     }
 done:
-    mp_free(col);
     mp_free(idx);
     mp_free(pred);
     mp_free(target);
     mp_free(why);
+    return st;
+}
+
+mp_status mp_eval_file(const char *model_path, const char *data_path,
+                       const mp_column_spec *columns, const char *metric,
+                       const char *backend, int threads, mp_eval_result *res)
+{
+    memset(res, 0, sizeof *res);
+    if (threads > 0)
+        mp_threads_set(threads);
+    mp_ensemble *e = NULL;
+    mp_dataset *d = NULL;
+    mp_features *f = NULL;
+    size_t *col = NULL;
+    mp_column_spec spec;
+    memset(&spec, 0, sizeof spec);
+    if (columns)
+        spec.smiles_column = columns->smiles_column;
+    mp_status st;
+    if ((st = mp_ensemble_load(&e, model_path, backend)) ||
+        (st = mp_dataset_load(&d, data_path, &spec)))
+        goto done;
+    if (!(col = mp_malloc(sizeof(size_t) * e->n_tasks))) {
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if ((st = match_columns(e, d, data_path, col)) || (st = choose_metrics(e, metric, res)))
+        goto done;
+    mp_featurize_opts fo = mp_ensemble_featurize_opts(e);
+    fo.n_threads = threads;
+    if ((st = mp_featurize(&f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo)))
+        goto done;
+    st = eval_rows(e, d, f, col, res);
+done:
+    mp_free(col);
     mp_features_free(f);
     mp_dataset_free(d);
     mp_ensemble_free(e);

@@ -176,6 +176,36 @@ void mp_resident_free(mp_resident *r)
     mp_free(r);
 }
 
+/* The host staging and the device buffers for max_batches slots of the
+ * largest class (cls[0] when called), the schedule, losses and keys. */
+static mp_status alloc_buffers(mp_resident *r)
+{
+    mp_backend *b = r->b;
+    const slot_class *top = &r->cls[0];
+    size_t nb = (size_t)r->o.max_batches, total = nb * top->L.bytes;
+    size_t nk = r->keyed ? nb * (size_t)r->n_keys : 0;
+    r->host = mp_calloc(nb, top->L.bytes);
+    r->sched = mp_malloc(sizeof(float) * 2 * nb);
+    r->losses = mp_malloc(r->es * nb);
+    r->slot_cls = mp_malloc(nb);
+    r->slot_off = mp_malloc(sizeof(size_t) * (nb + 1));
+    r->keys = nk ? mp_malloc(sizeof(uint64_t) * nk) : NULL;
+    if (!r->host || !r->sched || !r->losses || !r->slot_cls || !r->slot_off || (nk && !r->keys))
+        return mp_error_set(MP_ERR_NOMEM, "resident training: out of host memory (%zu MiB for "
+                            "%zu batches)", total >> 20, nb);
+    r->dev_epoch = b->alloc(b, total);
+    r->dev_step = b->alloc(b, top->L.bytes);
+    r->dev_sched = b->alloc(b, sizeof(float) * 2 * nb);
+    r->dev_k = b->alloc(b, sizeof(int32_t));
+    r->dev_losses = b->alloc(b, r->es * nb);
+    r->dev_keys = nk ? b->alloc(b, sizeof(uint64_t) * nk) : NULL;
+    if (!r->dev_epoch || !r->dev_step || !r->dev_sched || !r->dev_k || !r->dev_losses ||
+        (nk && !r->dev_keys))
+        return mp_error_set(MP_ERR_NOMEM, "resident training: out of device memory (%zu MiB "
+                            "for %zu batches of %zu KiB)", total >> 20, nb, top->L.bytes >> 10);
+    return MP_OK;
+}
+
 mp_status mp_resident_create(mp_resident **out, mp_model *m, const mp_resident_opts *o)
 {
     *out = NULL;
@@ -218,30 +248,9 @@ mp_status mp_resident_create(mp_resident **out, mp_model *m, const mp_resident_o
     r->n_keys = mp_model_drop_layers(m);
     r->keyed = r->n_keys > 0 && keyed_ops;
     const slot_class *top = &r->cls[0];
-    size_t nb = (size_t)o->max_batches, total = nb * top->L.bytes;
-    size_t nk = r->keyed ? nb * (size_t)r->n_keys : 0;
-    r->host = mp_calloc(nb, top->L.bytes);
-    r->sched = mp_malloc(sizeof(float) * 2 * nb);
-    r->losses = mp_malloc(r->es * nb);
-    r->slot_cls = mp_malloc(nb);
-    r->slot_off = mp_malloc(sizeof(size_t) * (nb + 1));
-    r->keys = nk ? mp_malloc(sizeof(uint64_t) * nk) : NULL;
-    if (!r->host || !r->sched || !r->losses || !r->slot_cls || !r->slot_off || (nk && !r->keys)) {
+    if ((st = alloc_buffers(r)) != MP_OK) {
         mp_resident_free(r);
-        return mp_error_set(MP_ERR_NOMEM, "resident training: out of host memory (%zu MiB for "
-                            "%zu batches)", total >> 20, nb);
-    }
-    r->dev_epoch = b->alloc(b, total);
-    r->dev_step = b->alloc(b, top->L.bytes);
-    r->dev_sched = b->alloc(b, sizeof(float) * 2 * nb);
-    r->dev_k = b->alloc(b, sizeof(int32_t));
-    r->dev_losses = b->alloc(b, r->es * nb);
-    r->dev_keys = nk ? b->alloc(b, sizeof(uint64_t) * nk) : NULL;
-    if (!r->dev_epoch || !r->dev_step || !r->dev_sched || !r->dev_k || !r->dev_losses ||
-        (nk && !r->dev_keys)) {
-        mp_resident_free(r);
-        return mp_error_set(MP_ERR_NOMEM, "resident training: out of device memory (%zu MiB "
-                            "for %zu batches of %zu KiB)", total >> 20, nb, top->L.bytes >> 10);
+        return st;
     }
     b->zero(b, r->dev_step, top->L.bytes);
     point_batch(r, &r->cls[0], r->dev_step);
@@ -305,32 +314,16 @@ static int cmp_i32(const void *a, const void *b)
 #define CLASS_EDGE_ROUND 64    /* class edge capacities: multiples of this */
 #define CLASS_ATOM_ROUND 32    /* atom capacities: multiples of this       */
 
-/*
- * The classes, from one epoch's batch sizes (the first plan): up to
- * n_classes - 1 edge capacities below the largest class's, chosen among the
- * observed batch edge counts to minimise the padded edges of that epoch
- * (every batch in the smallest class holding it), by dynamic programming
- * over at most CLASS_CANDIDATES quantiles.  Later epochs shuffle the same
- * molecules into batches of the same distribution.  Each class's edges are
- * rounded up to CLASS_EDGE_ROUND; its atoms are the most any batch of the
- * epoch with that many edges held, plus slack for the rounding.  Out of
- * memory here only means one class.
- */
-static void choose_classes(mp_resident *r, int32_t n, const int32_t *atoms,
-                           const int32_t *edges)
+/* The candidate capacities among n batch edge counts: at most
+ * CLASS_CANDIDATES quantiles, distinct values cv[j] ascending, with cc[j]
+ * batches of at most that many edges; their number, 0 when out of memory. */
+static int edge_candidates(const int32_t *edges, int32_t n, int32_t *cv, int64_t *cc)
 {
-    int K = r->o.n_classes;
-    slot_class top = r->cls[r->n_cls - 1];
-    if (K <= 1 || n < 1)
-        return;
     int32_t *x = mp_malloc(sizeof(int32_t) * (size_t)n);
     if (!x)
-        return;
+        return 0;
     memcpy(x, edges, sizeof(int32_t) * (size_t)n);
     qsort(x, (size_t)n, sizeof *x, cmp_i32);
-    /* candidates: value cv[j], items at most that large cc[j] */
-    int32_t cv[CLASS_CANDIDATES];
-    int64_t cc[CLASS_CANDIDATES];
     int C = 0;
     int64_t Q = n < CLASS_CANDIDATES ? n : CLASS_CANDIDATES;
     for (int64_t q = 1; q <= Q; q++) {
@@ -344,12 +337,22 @@ static void choose_classes(mp_resident *r, int32_t n, const int32_t *atoms,
         }
     }
     mp_free(x);
+    return C;
+}
+
+/* Up to K - 1 capacities among the C candidates minimising the padded
+ * edges of the n batches (each in the smallest class holding it, the rest
+ * in the top class of top_edges), by dynamic programming: ascending into
+ * caps; their number (0: the top class alone pads least). */
+static int best_caps(const int32_t *cv, const int64_t *cc, int C, int32_t n, int32_t top_edges,
+                     int K, int32_t *caps)
+{
     /* f[t][j]: least padded edges of the items <= cv[j] with t classes, the
      * last of capacity cv[j]; the rest go to the top class. */
     static const int64_t INF = INT64_MAX / 4;
     int64_t f[MP_RESIDENT_MAX_CLASSES][CLASS_CANDIDATES];
     int16_t from[MP_RESIDENT_MAX_CLASSES][CLASS_CANDIDATES];
-    int64_t best = (int64_t)n * top.fit_edges;
+    int64_t best = (int64_t)n * top_edges;
     int best_t = 0, best_j = -1;
     for (int t = 1; t < K; t++)
         for (int j = 0; j < C; j++) {
@@ -368,7 +371,7 @@ static void choose_classes(mp_resident *r, int32_t n, const int32_t *atoms,
                     }
             }
             if (f[t][j] < INF) {
-                int64_t tot = f[t][j] + ((int64_t)n - cc[j]) * top.fit_edges;
+                int64_t tot = f[t][j] + ((int64_t)n - cc[j]) * top_edges;
                 if (tot < best) {
                     best = tot;
                     best_t = t;
@@ -376,29 +379,61 @@ static void choose_classes(mp_resident *r, int32_t n, const int32_t *atoms,
                 }
             }
         }
-    int32_t caps[MP_RESIDENT_MAX_CLASSES];
-    int nc = 0;
     for (int t = best_t, j = best_j; t >= 1; j = from[t][j], t--)
         caps[t - 1] = cv[j];
-    nc = best_t;
-    /* capacities: edges rounded up, atoms the most seen under that many
-     * edges plus slack, both at most the top class's and non-decreasing */
-    int32_t fa[MP_RESIDENT_MAX_CLASSES], fe[MP_RESIDENT_MAX_CLASSES];
+    return best_t;
+}
+
+/* The real capacities of nc classes of edge capacities caps: edges rounded
+ * up, atoms the most seen under that many edges plus slack, both at most
+ * the top class's and non-decreasing. */
+static void class_fits(const int32_t *caps, int nc, int32_t n, const int32_t *atoms,
+                       const int32_t *edges, const slot_class *top, int32_t *fa, int32_t *fe)
+{
     for (int k = 0; k < nc; k++) {
         int64_t e = ((int64_t)caps[k] + CLASS_EDGE_ROUND - 1) / CLASS_EDGE_ROUND *
                     CLASS_EDGE_ROUND;
-        fe[k] = e < top.fit_edges ? (int32_t)e : top.fit_edges;
+        fe[k] = e < top->fit_edges ? (int32_t)e : top->fit_edges;
         int32_t most = 0;
         for (int32_t s = 0; s < n; s++)
             if (edges[s] <= caps[k] && atoms[s] > most)
                 most = atoms[s];
         int64_t a = (int64_t)most + 8 + (fe[k] - caps[k]) / 2;
         a = (a + CLASS_ATOM_ROUND - 1) / CLASS_ATOM_ROUND * CLASS_ATOM_ROUND;
-        fa[k] = a < top.fit_atoms ? (int32_t)a : top.fit_atoms;
+        fa[k] = a < top->fit_atoms ? (int32_t)a : top->fit_atoms;
     }
     for (int k = nc - 2; k >= 0; k--)
         if (fa[k] > fa[k + 1])
             fa[k] = fa[k + 1];
+}
+
+/*
+ * The classes, from one epoch's batch sizes (the first plan): up to
+ * n_classes - 1 edge capacities below the largest class's, chosen among the
+ * observed batch edge counts to minimise the padded edges of that epoch
+ * (every batch in the smallest class holding it), by dynamic programming
+ * over at most CLASS_CANDIDATES quantiles.  Later epochs shuffle the same
+ * molecules into batches of the same distribution.  Each class's edges are
+ * rounded up to CLASS_EDGE_ROUND; its atoms are the most any batch of the
+ * epoch with that many edges held, plus slack for the rounding.  Out of
+ * memory here only means one class.
+ */
+static void choose_classes(mp_resident *r, int32_t n, const int32_t *atoms,
+                           const int32_t *edges)
+{
+    int K = r->o.n_classes;
+    slot_class top = r->cls[r->n_cls - 1];
+    if (K <= 1 || n < 1)
+        return;
+    int32_t cv[CLASS_CANDIDATES];
+    int64_t cc[CLASS_CANDIDATES];
+    int C = edge_candidates(edges, n, cv, cc);
+    if (C == 0)
+        return;
+    int32_t caps[MP_RESIDENT_MAX_CLASSES], fa[MP_RESIDENT_MAX_CLASSES],
+        fe[MP_RESIDENT_MAX_CLASSES];
+    int nc = best_caps(cv, cc, C, n, top.fit_edges, K, caps);
+    class_fits(caps, nc, n, atoms, edges, &top, fa, fe);
     /* drop classes with no fewer edges than the next (or than the top) */
     int n_cls = 0;
     for (int k = 0; k < nc; k++) {
@@ -466,6 +501,42 @@ static void put_el(const mp_resident *r, void *base, size_t i, double v)
         ((float *)base)[i] = (float)v;
 }
 
+/* The padding of a slot whose n real molecules hold na atoms and ne edges:
+ * atoms na .. ca-1 without hot slots or mass, in molecules n, n+1, ... of
+ * PAD_ATOMS atoms each; edges ne .. ce-1 as pairs of self-loops, PAD_EDGES
+ * to an atom from atom na on.  Molecules after the last padding atom are
+ * empty. */
+static void pack_padding(const slot_class *c, char *s, int32_t n, int32_t na, int32_t ne)
+{
+    const slot_layout *L = &c->L;
+    int16_t *hot = (int16_t *)(s + L->hot);
+    float *mass = (float *)(s + L->mass);
+    int8_t *bond = (int8_t *)(s + L->bond);
+    int32_t *src = (int32_t *)(s + L->src), *dst = (int32_t *)(s + L->dst);
+    int32_t *in_start = (int32_t *)(s + L->in_start), *in_edge = (int32_t *)(s + L->in_edge);
+    int32_t *mol_atom = (int32_t *)(s + L->mol_atom), *mol_edge = (int32_t *)(s + L->mol_edge);
+    for (int32_t v = na; v < c->ca; v++) {
+        for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
+            hot[(size_t)v * MP_ATOM_MAX_HOT + q] = -1;
+        mass[v] = 0.0f;
+    }
+    memset(bond + (size_t)ne / 2 * MP_BOND_MAX_HOT, 0xff,
+           (size_t)(c->ce - ne) / 2 * MP_BOND_MAX_HOT);
+    for (int32_t e = ne; e < c->ce; e++) {
+        src[e] = dst[e] = na + (e - ne) / PAD_EDGES;
+        in_edge[e] = e;
+    }
+    for (int32_t v = na; v <= c->ca; v++) {
+        int64_t k = (int64_t)ne + (int64_t)(v - na) * PAD_EDGES;
+        in_start[v] = k < c->ce ? (int32_t)k : c->ce;
+    }
+    for (int32_t i = n + 1; i <= c->cm; i++) {
+        int64_t a = (int64_t)na + (int64_t)(i - n) * PAD_ATOMS;
+        mol_atom[i] = a < c->ca ? (int32_t)a : c->ca;
+        mol_edge[i] = in_start[mol_atom[i]];
+    }
+}
+
 /* The graph arrays of one slot: real molecules, then the padding. */
 static mp_status pack_graph(const slot_class *c, char *s, const mp_graphs *g,
                             const int32_t *mols, int32_t n)
@@ -514,30 +585,7 @@ static mp_status pack_graph(const slot_class *c, char *s, const mp_graphs *g,
         mol_atom[i + 1] = na;
         mol_edge[i + 1] = ne;
     }
-    /* The padding: atoms na .. ca-1 without hot slots or mass, in molecules
-     * n, n+1, ... of PAD_ATOMS atoms each; edges ne .. ce-1 as pairs of
-     * self-loops, PAD_EDGES to an atom from atom na on.  Molecules after
-     * the last padding atom are empty. */
-    for (int32_t v = na; v < c->ca; v++) {
-        for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
-            hot[(size_t)v * MP_ATOM_MAX_HOT + q] = -1;
-        mass[v] = 0.0f;
-    }
-    memset(bond + (size_t)ne / 2 * MP_BOND_MAX_HOT, 0xff,
-           (size_t)(c->ce - ne) / 2 * MP_BOND_MAX_HOT);
-    for (int32_t e = ne; e < c->ce; e++) {
-        src[e] = dst[e] = na + (e - ne) / PAD_EDGES;
-        in_edge[e] = e;
-    }
-    for (int32_t v = na; v <= c->ca; v++) {
-        int64_t k = (int64_t)ne + (int64_t)(v - na) * PAD_EDGES;
-        in_start[v] = k < c->ce ? (int32_t)k : c->ce;
-    }
-    for (int32_t i = n + 1; i <= c->cm; i++) {
-        int64_t a = (int64_t)na + (int64_t)(i - n) * PAD_ATOMS;
-        mol_atom[i] = a < c->ca ? (int32_t)a : c->ca;
-        mol_edge[i] = in_start[mol_atom[i]];
-    }
+    pack_padding(c, s, n, na, ne);
     return MP_OK;
 }
 

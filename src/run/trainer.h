@@ -1,8 +1,10 @@
 /*
  * trainer.h - the whole training run behind `molprop train`: read the CSV,
  * featurize, split, scale, train every ensemble member with Adam and the Noam
- * schedule (Chemprop v1's loop, REFERENCE.md 2.4-2.7), keep each member's best
+ * schedule (Chemprop v1's loop, REFERENCE.md 2.4-2.7; the epoch loop of
+ * fit.h over a batch source of batches.h), keep each member's best
  * validation epoch, score the test set, write model.mpm and metrics.json.
+ * Every knob is an option here: the library reads no environment variable.
  */
 #ifndef MP_TRAINER_H
 #define MP_TRAINER_H
@@ -42,6 +44,13 @@ typedef struct {
     int             graph;           /* -1 auto: replay a captured CUDA graph   *
                                       * (one per slot size) per step when       *
                                       * resident on the GPU; 0 off              */
+    int             slot_classes;    /* resident slot size classes at most      *
+                                      * (D-MPNN), 1..MP_RESIDENT_MAX_CLASSES (8); *
+                                      * 1: every slot padded to the largest      *
+                                      * batch; default 4                        */
+    int             profile;         /* 1: where each epoch's time goes, one    *
+                                      * "profile epoch" line per epoch on       *
+                                      * stderr (the batch source's part too)    */
     const char     *registry;        /* dataset registry file for the task type *
                                       * (NULL: data/datasets.tsv)               */
     const char     *save_dir;        /* NULL: nothing written                  */

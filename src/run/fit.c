@@ -1,0 +1,257 @@
+/*
+ * fit.c - one ensemble member's training (fit.h): the epoch loop over a
+ * batch source, Chemprop v1's loop (REFERENCE.md 2.4-2.7): shuffled batches,
+ * Adam on the Noam schedule, the best validation epoch kept.
+ */
+#include "run/fit.h"
+
+#include "models/schedule.h"
+
+#include <math.h>
+#include <string.h>
+
+#define MP_STREAM_SHUFFLE 201    /* mp_rng stream for the epoch order */
+
+/* ===================================================================== */
+/* Scoring                                                                */
+/* ===================================================================== */
+
+mp_status mp_fit_score(const mp_dataset *d, const int32_t *mols, int32_t n, const double *pred,
+                       mp_metric metric, int classification, double *per_task,
+                       mp_score_status *why, double *mean, size_t *n_skipped)
+{
+    size_t t = d->n_tasks;
+    double *target = mp_malloc(sizeof(double) * (size_t)(n > 0 ? n : 1) * t);
+    if (!target)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory scoring %d molecules", n);
+    for (int32_t i = 0; i < n; i++)
+        memcpy(target + (size_t)i * t, d->targets + (size_t)mols[i] * t, t * sizeof(double));
+    mp_status st = mp_metric_tasks(metric, classification, pred, target, (size_t)n, t,
+                                   per_task, why, mean, n_skipped);
+    mp_free(target);
+    return st;
+}
+
+static int better(mp_metric m, double now, double best)
+{
+    if (isnan(now))
+        return 0;
+    if (isnan(best))
+        return 1;
+    return mp_metric_higher_is_better(m) ? now > best : now < best;
+}
+
+/* ===================================================================== */
+/* Setting up                                                             */
+/* ===================================================================== */
+
+mp_status mp_fit_reserve(const mp_fit_ctx *c, int k)
+{
+    const mp_batch_data *b = &c->batches;
+    mp_model *m = c->e->members[k];
+    int32_t bs = b->batch_size, mm = bs > c->eval_batch ? bs : c->eval_batch;
+    if (!b->graphs)
+        return mp_model_reserve(m, mm, 0, 0);
+    int32_t ma, me, va = 0, ve = 0;
+    mp_graphs_batch_bounds(&b->f->g, b->train, b->n_train, bs, &ma, &me);
+    if (c->n_val > 0)
+        mp_graphs_batch_bounds(&b->f->g, c->val, c->n_val, c->eval_batch, &va, &ve);
+    return mp_model_reserve(m, mm, ma > va ? ma : va, me > ve ? me : ve);
+}
+
+mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out)
+{
+    const mp_train_opts *o = c->o;
+    mp_backend *dev = c->e->backend;
+    mp_model *m = c->e->members[k];
+    int resident = o->resident < 0 ? !dev->host_memory : o->resident;
+    if (!resident)
+        return mp_batch_source_host(out, m, &c->batches);
+    /* a graph replays dropout through the keyed ops (ops.h) */
+    mp_resident_source_opts ro = {
+        .use_graph = o->graph != 0 && !dev->host_memory &&
+                     (!(o->dropout > 0) || dev->relu_dropout_keyed),
+        .n_classes = o->slot_classes,
+    };
+    return mp_batch_source_resident(out, m, &c->batches, &ro);
+}
+
+/* ===================================================================== */
+/* The loop                                                               */
+/* ===================================================================== */
+
+/* One member's training state. */
+typedef struct {
+    const mp_fit_ctx *c;
+    int              k;
+    mp_model        *m;
+    mp_batch_source *src;
+    mp_rng           rng;        /* the epoch order's stream          */
+    mp_noam          noam;
+    size_t          *order;      /* n_train                           */
+    double          *lrs;        /* per step of the coming epoch      */
+    double          *losses;     /* per step of the finished epoch    */
+    float           *best;       /* the best epoch's parameters       */
+    double          *valpred;    /* n_val x n_tasks                   */
+    double          *per_task;
+    mp_score_status *why;
+    double           best_score;
+    int              best_epoch;
+} member;
+
+static void member_free(member *mb)
+{
+    mp_free(mb->order);
+    mp_free(mb->lrs);
+    mp_free(mb->losses);
+    mp_free(mb->best);
+    mp_free(mb->valpred);
+    mp_free(mb->per_task);
+    mp_free(mb->why);
+}
+
+static mp_status member_alloc(member *mb, const mp_fit_ctx *c, int k)
+{
+    const mp_batch_data *b = &c->batches;
+    size_t t = b->n_tasks, n_steps = (size_t)mp_batch_data_steps(b);
+    memset(mb, 0, sizeof *mb);
+    mb->c = c;
+    mb->k = k;
+    mb->m = c->e->members[k];
+    mb->order = mp_malloc(sizeof(size_t) * (size_t)b->n_train);
+    mb->lrs = mp_malloc(sizeof(double) * n_steps);
+    mb->losses = mp_malloc(sizeof(double) * n_steps);
+    mb->best = mp_malloc(sizeof(float) * mp_model_n_params(mb->m));
+    mb->valpred = mp_malloc(sizeof(double) * (size_t)(c->n_val > 0 ? c->n_val : 1) * t);
+    mb->per_task = mp_malloc(sizeof(double) * t);
+    mb->why = mp_malloc(sizeof(mp_score_status) * t);
+    if (!mb->order || !mb->lrs || !mb->losses || !mb->best || !mb->valpred || !mb->per_task ||
+        !mb->why)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
+    return MP_OK;
+}
+
+/* The member's streams and schedule at their start, the initial weights as
+ * the best so far, and the first epoch prepared. */
+static mp_status next_epoch(member *mb);
+
+static mp_status member_start(member *mb)
+{
+    const mp_train_opts *o = mb->c->o;
+    const mp_batch_data *b = &mb->c->batches;
+    mp_rng_seed(&mb->rng, o->seed + (uint64_t)mb->k, MP_STREAM_SHUFFLE);
+    mp_status st = mp_noam_init(&mb->noam, o->warmup_epochs, o->epochs, (size_t)b->n_train,
+                                (size_t)b->batch_size, o->init_lr, o->max_lr, o->final_lr);
+    if (st)
+        return st;
+    for (int32_t i = 0; i < b->n_train; i++)
+        mb->order[i] = (size_t)b->train[i];
+    /* As Chemprop saves the model before the first epoch: if no epoch ever
+     * scores (a NaN validation metric), the initial weights are kept. */
+    mb->best_score = NAN;
+    mb->best_epoch = 0;
+    if ((st = mp_model_get_params(mb->m, mb->best)))
+        return st;
+    mb->src->progress = mb->c->progress;
+    return next_epoch(mb);
+}
+
+/* The coming epoch: a new order from the member's stream, its steps' rates
+ * from the schedule, handed to the source. */
+static mp_status next_epoch(member *mb)
+{
+    mp_rng_shuffle(&mb->rng, mb->order, (size_t)mb->c->batches.n_train);
+    for (int32_t s = 0; s < mb->src->n_steps; s++) {
+        mb->lrs[s] = mb->noam.lr;
+        mp_noam_step(&mb->noam);
+    }
+    return mp_batch_source_prepare(mb->src, mb->order, mb->lrs);
+}
+
+/* Runs the prepared epoch and, while the source runs it, prepares the next
+ * (none after the last); *loss: the mean of its steps' losses.  t[0..2]:
+ * when the launch returned, when the next epoch was prepared, when the
+ * steps were done. */
+static mp_status run_epoch(member *mb, int epoch, double *loss, double *t)
+{
+    mp_status st = mp_batch_source_launch(mb->src);
+    if (st)
+        return st;
+    t[0] = mp_time_now();
+    if (epoch < mb->c->o->epochs && (st = next_epoch(mb))) {
+        mp_batch_source_finish(mb->src, mb->losses);   /* drain it, keep the first error */
+        return st;
+    }
+    t[1] = mp_time_now();
+    if ((st = mp_batch_source_finish(mb->src, mb->losses)))
+        return st;
+    t[2] = mp_time_now();
+    double sum = 0;
+    for (int32_t s = 0; s < mb->src->n_steps; s++)
+        sum += mb->losses[s];
+    *loss = mb->src->n_steps ? sum / mb->src->n_steps : NAN;
+    return MP_OK;
+}
+
+/* The member's validation score (NaN without a validation set). */
+static mp_status validate(member *mb, double *val_mean)
+{
+    const mp_fit_ctx *c = mb->c;
+    size_t skipped = 0;
+    *val_mean = NAN;
+    if (c->n_val <= 0)
+        return MP_OK;
+    mp_status st = mp_ensemble_predict(c->e, c->batches.f, c->val, c->n_val, mb->k, 1,
+                                       c->eval_batch, mb->valpred, NULL);
+    if (st)
+        return st;
+    return mp_fit_score(c->d, c->val, c->n_val, mb->valpred, c->metric, c->classification,
+                        mb->per_task, mb->why, val_mean, &skipped);
+}
+
+/* Where epoch `epoch`'s time went (t0: its start; t: as run_epoch's; tv:
+ * the validation's end), on stderr. */
+static void profile_line(const member *mb, int epoch, double t0, const double *t, double tv)
+{
+    fprintf(stderr, "profile epoch %d: train loop %.3f s (the next epoch's prepare %.3f s, "
+            "during the steps), validation %.3f s", epoch, t[2] - t0, t[1] - t[0], tv - t[2]);
+    mb->src->ops->profile(mb->src, epoch, stderr);
+}
+
+mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *best_epoch)
+{
+    const mp_train_opts *o = c->o;
+    member mb;
+    mp_status st = member_alloc(&mb, c, k);
+    mb.src = src;
+    if (st == MP_OK)
+        st = mp_fit_reserve(c, k);
+    if (st == MP_OK && !src)
+        st = mp_fit_open_source(c, k, &mb.src);
+    if (st == MP_OK)
+        st = member_start(&mb);
+    for (int epoch = 1; st == MP_OK && epoch <= o->epochs; epoch++) {
+        double loss, val_mean, t[3], t0 = mp_time_now();
+        if ((st = run_epoch(&mb, epoch, &loss, t)) || (st = validate(&mb, &val_mean)))
+            break;
+        if (o->profile)
+            profile_line(&mb, epoch, t0, t, mp_time_now());
+        if (better(c->metric, val_mean, mb.best_score) || (c->n_val == 0 && epoch == o->epochs)) {
+            mb.best_score = val_mean;
+            mb.best_epoch = epoch;
+            if ((st = mp_model_get_params(mb.m, mb.best)))
+                break;
+        }
+        if (c->progress)
+            mp_progress_epoch_end(c->progress, epoch - 1, loss, mp_metric_name(c->metric),
+                                  val_mean);
+    }
+    if (st == MP_OK) {
+        st = mp_model_set_params(mb.m, mb.best);
+        *best_epoch = mb.best_epoch;
+    }
+    if (mb.src != src)
+        mp_batch_source_free(mb.src);
+    member_free(&mb);
+    return st;
+}

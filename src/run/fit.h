@@ -1,0 +1,71 @@
+/*
+ * fit.h - one ensemble member's training: the epoch loop, written once over
+ * a batch source (batches.h).  Per member: activations reserved for the
+ * largest batch, the source opened (host or device-resident, as the options
+ * say), the shuffle stream seeded with seed + k; per epoch: the order
+ * shuffled, the Noam rates of its steps, the source's steps, the validation
+ * score, the best epoch's parameters kept (Chemprop v1, REFERENCE.md 2.6).
+ *
+ * The order of the RNG draws is fixed by this loop alone: the shuffle
+ * stream once per epoch, before the epoch's steps; the dropout stream by
+ * the steps, in step order, whichever source runs them.
+ */
+#ifndef MP_FIT_H
+#define MP_FIT_H
+
+#include "core/progress.h"
+#include "data/dataset.h"
+#include "data/metrics.h"
+#include "run/batches.h"
+#include "run/ensemble.h"
+#include "run/trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Everything a member's training reads; shared by the members of a run. */
+typedef struct {
+    const mp_train_opts *o;           /* epochs, schedule, seed, resident, graph,        *
+                                       * slot_classes, profile                           */
+    const mp_dataset    *d;           /* the targets of the validation rows              */
+    mp_ensemble         *e;           /* member k is the one trained                     */
+    mp_batch_data        batches;     /* the training set                                */
+    const int32_t       *val;         /* validation rows (of d and e's features)         */
+    int32_t              n_val;
+    mp_metric            metric;
+    int                  classification;
+    int32_t              eval_batch;  /* molecules per validation batch                  */
+    mp_progress         *progress;    /* per-step and per-epoch output (may be NULL)     */
+} mp_fit_ctx;
+
+/*
+ * Trains member k of c->e for o->epochs epochs and leaves it with the
+ * parameters of its best validation epoch (the last epoch without a
+ * validation set; the initial weights, epoch 0, if no epoch ever scores),
+ * whose number goes to *best_epoch.  src NULL: the source the options ask
+ * for (mp_fit_open_source), opened and freed here; otherwise the caller's,
+ * built for member k's model and c->batches, which stays the caller's.
+ */
+mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *best_epoch);
+
+/* The source o->resident asks for (-1: resident on a device backend, host on
+ * a host-memory one), for member k: resident with a captured graph per slot
+ * class when o->graph allows and the backend can replay the model's
+ * dropout, o->slot_classes classes. */
+mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out);
+
+/* The activations member k needs for the largest training and validation
+ * batches (mp_model_reserve), reserved once before its first step. */
+mp_status mp_fit_reserve(const mp_fit_ctx *c, int k);
+
+/* The metric of predictions pred [n x n_tasks] against the rows mols of d
+ * (mp_metric_tasks: per task into per_task and why, their mean). */
+mp_status mp_fit_score(const mp_dataset *d, const int32_t *mols, int32_t n, const double *pred,
+                       mp_metric metric, int classification, double *per_task,
+                       mp_score_status *why, double *mean, size_t *n_skipped);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_FIT_H */

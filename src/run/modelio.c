@@ -1,0 +1,274 @@
+/*
+ * modelio.c - an ensemble to and from its model file (.mpm): the header keys
+ * (architecture, featurizer, tasks, scalers) and one block of named
+ * parameter tensors per member, through the file format of modelfile.h.
+ * mp_ensemble_save and mp_ensemble_load are declared in ensemble.h.
+ */
+#include "run/ensemble.h"
+
+#include "run/modelfile.h"
+
+#include <string.h>
+
+static const char *agg_name(mp_aggregation a)
+{
+    return a == MP_AGG_SUM ? "sum" : a == MP_AGG_NORM ? "norm" : "mean";
+}
+
+/* ===================================================================== */
+/* Saving                                                                 */
+/* ===================================================================== */
+
+/* Every header key of e (the file format requires none of them; the
+ * loader below requires all). */
+static mp_status header_put(const mp_ensemble *e, mp_kv *kv)
+{
+    const mp_model_config *c = &e->cfg;
+    char feats[128];
+    mp_feature_set_name(e->features, feats, sizeof feats);
+    mp_status st;
+    if ((st = mp_kv_set(kv, "format", "molprop-model")) ||
+        (st = mp_kv_set(kv, "molprop_version", MP_VERSION)) ||
+        (st = mp_kv_set(kv, "rdkit_version", mp_rdkit_version())) ||
+        (st = mp_kv_set(kv, "model", c->kind == MP_MODEL_DMPNN ? "dmpnn" : "ffn")) ||
+        (st = mp_kv_set(kv, "task_type", mp_task_type_name(e->task))) ||
+        (st = mp_kv_set_int(kv, "n_tasks", (long long)e->n_tasks)) ||
+        (st = mp_kv_set_strs(kv, "tasks", (const char *const *)e->task_names, e->n_tasks)) ||
+        (st = mp_kv_set(kv, "smiles_column", e->smiles_name ? e->smiles_name : "smiles")) ||
+        (st = mp_kv_set(kv, "atom_layout", mp_atom_layout_name(e->layout))) ||
+        (st = mp_kv_set_int(kv, "atom_fdim", c->atom_fdim)) ||
+        (st = mp_kv_set(kv, "features", feats)) ||
+        (st = mp_kv_set_int(kv, "n_desc", e->n_desc)) ||
+        (st = mp_kv_set_int(kv, "extra_dim", c->extra_dim)) ||
+        (st = mp_kv_set_int(kv, "hidden", c->hidden)) ||
+        (st = mp_kv_set_int(kv, "depth", c->depth)) ||
+        (st = mp_kv_set_double(kv, "dropout", c->dropout)) ||
+        (st = mp_kv_set_int(kv, "ffn_layers", c->ffn_layers)) ||
+        (st = mp_kv_set_int(kv, "ffn_hidden", c->ffn_hidden)) ||
+        (st = mp_kv_set(kv, "aggregation", agg_name(c->aggregation))) ||
+        (st = mp_kv_set_double(kv, "aggregation_norm", c->agg_norm)) ||
+        (st = mp_kv_set_int(kv, "ensemble_size", e->n_members)) ||
+        (st = mp_kv_set_int(kv, "n_params", (long long)mp_model_n_params(e->members[0]))))
+        return st;
+    if (e->task == MP_TASK_REGRESSION &&
+        (st = mp_kv_set_scaler(kv, "target_scaler", &e->target_scaler)))
+        return st;
+    if (c->extra_dim > 0 && (st = mp_kv_set_scaler(kv, "feature_scaler", &e->feature_scaler)))
+        return st;
+    return MP_OK;
+}
+
+mp_status mp_ensemble_save(const mp_ensemble *e, const char *path)
+{
+    mp_kv *kv = NULL;
+    mp_tensor *tensors = NULL;
+    float *params = NULL;
+    int n_views = 0;
+    const mp_param_view *views = mp_model_views(e->members[0], &n_views);
+    size_t n_params = mp_model_n_params(e->members[0]);
+
+    mp_status st = mp_kv_new(&kv);
+    if (st)
+        return st;
+    if ((st = header_put(e, kv)))
+        goto done;
+    size_t n_tensors = (size_t)n_views * (size_t)e->n_members;
+    tensors = mp_calloc(n_tensors, sizeof *tensors);
+    params = mp_malloc(sizeof(float) * n_params * (size_t)e->n_members);
+    if (!tensors || !params) {
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory saving %s", path);
+        goto done;
+    }
+    for (int k = 0; k < e->n_members; k++) {
+        float *p = params + n_params * (size_t)k;
+        if ((st = mp_model_get_params(e->members[k], p)))
+            goto done;
+        for (int v = 0; v < n_views; v++) {
+            mp_tensor *t = &tensors[(size_t)k * (size_t)n_views + (size_t)v];
+            t->name = views[v].name;
+            t->block = (uint32_t)k;
+            t->ndim = 2;
+            t->shape[0] = (uint64_t)views[v].rows;
+            t->shape[1] = (uint64_t)views[v].cols;
+            t->data = p + views[v].offset;
+        }
+    }
+    st = mp_modelfile_write(path, kv, tensors, n_tensors);
+done:
+    mp_free(tensors);
+    mp_free(params);
+    mp_kv_free(kv);
+    return st;
+}
+
+/* ===================================================================== */
+/* Loading                                                                */
+/* ===================================================================== */
+
+static mp_status kv_int(const mp_kv *kv, const char *key, long long lo, long long hi, int *out)
+{
+    long long v;
+    mp_status st = mp_kv_get_int(kv, key, lo, hi, &v);
+    if (!st)
+        *out = (int)v;
+    return st;
+}
+
+/* What the header says, before an ensemble exists. */
+typedef struct {
+    mp_model_config c;
+    int             n_members, n_tasks, n_desc;
+    mp_task_type    task;
+    mp_atom_layout  layout;
+    unsigned        features;
+    char          **tasks;        /* one allocation (mp_kv_get_strs) */
+    size_t          n_task_names;
+} header_info;
+
+static mp_status header_model_kind(const mp_kv *kv, const char *path, mp_model_kind *kind)
+{
+    const char *s;
+    mp_status st;
+    if ((st = mp_kv_get_str(kv, "format", &s)))
+        return st;
+    if (strcmp(s, "molprop-model") != 0)
+        return mp_error_set(MP_ERR_FORMAT, "%s: not a molprop model (format '%s')", path, s);
+    if ((st = mp_kv_get_str(kv, "model", &s)))
+        return st;
+    if (!strcmp(s, "dmpnn"))
+        *kind = MP_MODEL_DMPNN;
+    else if (!strcmp(s, "ffn"))
+        *kind = MP_MODEL_FFN;
+    else
+        return mp_error_set(MP_ERR_FORMAT, "%s: unknown model kind '%s'", path, s);
+    return MP_OK;
+}
+
+/* Reads and cross-checks every header key the ensemble needs into h. */
+static mp_status header_get(const mp_kv *kv, const char *path, header_info *h)
+{
+    mp_model_config *c = &h->c;
+    const char *s;
+    *c = mp_model_config_default();
+    mp_status st = header_model_kind(kv, path, &c->kind);
+    if (st)
+        return st;
+    if ((st = mp_kv_get_str(kv, "task_type", &s)) || (st = mp_task_type_parse(s, &h->task)) ||
+        (st = kv_int(kv, "n_tasks", 1, 1000000, &h->n_tasks)) ||
+        (st = mp_kv_get_strs(kv, "tasks", &h->tasks, &h->n_task_names)) ||
+        (st = mp_kv_get_str(kv, "atom_layout", &s)) || (st = mp_atom_layout_parse(s, &h->layout)) ||
+        (st = kv_int(kv, "atom_fdim", 1, 100000, &c->atom_fdim)) ||
+        (st = mp_kv_get_str(kv, "features", &s)) || (st = mp_feature_set_parse(s, &h->features)) ||
+        (st = kv_int(kv, "n_desc", 0, 100000, &h->n_desc)) ||
+        (st = kv_int(kv, "extra_dim", 0, 10000000, &c->extra_dim)) ||
+        (st = kv_int(kv, "hidden", 1, 1000000, &c->hidden)) ||
+        (st = kv_int(kv, "depth", 1, 1000, &c->depth)) ||
+        (st = mp_kv_get_double(kv, "dropout", &c->dropout)) ||
+        (st = kv_int(kv, "ffn_layers", 1, 1000, &c->ffn_layers)) ||
+        (st = kv_int(kv, "ffn_hidden", 0, 1000000, &c->ffn_hidden)) ||
+        (st = mp_kv_get_str(kv, "aggregation", &s)) ||
+        (st = mp_kv_get_double(kv, "aggregation_norm", &c->agg_norm)) ||
+        (st = kv_int(kv, "ensemble_size", 1, 100000, &h->n_members)))
+        return st;
+    if (strcmp(s, "sum") && strcmp(s, "norm") && strcmp(s, "mean"))
+        return mp_error_set(MP_ERR_FORMAT, "%s: unknown aggregation '%s'", path, s);
+    c->aggregation = !strcmp(s, "sum") ? MP_AGG_SUM : !strcmp(s, "norm") ? MP_AGG_NORM
+                                                                            : MP_AGG_MEAN;
+    if ((size_t)h->n_tasks != h->n_task_names || c->atom_fdim != mp_atom_fdim(h->layout) ||
+        c->extra_dim != mp_feature_set_dim(h->features, h->n_desc))
+        return mp_error_set(MP_ERR_FORMAT, "%s: header does not add up (tasks %d vs %zu names, "
+                            "atom_fdim %d for layout %s, extra_dim %d for features)", path,
+                            h->n_tasks, h->n_task_names, c->atom_fdim,
+                            mp_atom_layout_name(h->layout), c->extra_dim);
+    c->n_tasks = h->n_tasks;
+    c->task = h->task == MP_TASK_CLASSIFICATION ? MP_MODEL_CLASSIFICATION : MP_MODEL_REGRESSION;
+    return MP_OK;
+}
+
+/* The ensemble's own copies of the header's names, featurizer and scalers. */
+static mp_status header_apply(mp_ensemble *e, const mp_kv *kv, const header_info *h)
+{
+    const char *s;
+    mp_status st;
+    e->task = h->task;
+    e->n_tasks = (size_t)h->n_tasks;
+    /* The kv getter returns one block; the ensemble owns each name. */
+    if (!(e->task_names = mp_calloc((size_t)h->n_tasks, sizeof(char *))))
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < h->n_tasks; k++)
+        if (!(e->task_names[k] = mp_strdup(h->tasks[k])))
+            return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    e->layout = h->layout;
+    e->features = h->features;
+    e->n_desc = h->n_desc;
+    if ((st = mp_kv_get_str(kv, "smiles_column", &s)))
+        return st;
+    if (!(e->smiles_name = mp_strdup(s)))
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    if (h->task == MP_TASK_REGRESSION &&
+        (st = mp_kv_get_scaler(kv, "target_scaler", (size_t)h->n_tasks, &e->target_scaler)))
+        return st;
+    if (h->c.extra_dim > 0 &&
+        (st = mp_kv_get_scaler(kv, "feature_scaler", (size_t)h->c.extra_dim,
+                               &e->feature_scaler)))
+        return st;
+    return MP_OK;
+}
+
+/* Every member's tensors, each checked against the model's views. */
+static mp_status params_get(mp_ensemble *e, const mp_modelfile *mf, const char *path)
+{
+    int n_views = 0;
+    const mp_param_view *views = mp_model_views(e->members[0], &n_views);
+    size_t n_params = mp_model_n_params(e->members[0]);
+    if ((size_t)n_views * (size_t)e->n_members != mf->n_tensors)
+        return mp_error_set(MP_ERR_FORMAT, "%s: %zu tensors, expected %d per member", path,
+                            mf->n_tensors, n_views);
+    float *params = mp_malloc(sizeof(float) * n_params);
+    if (!params)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory loading %s", path);
+    mp_status st = MP_OK;
+    for (int k = 0; st == MP_OK && k < e->n_members; k++) {
+        for (int v = 0; st == MP_OK && v < n_views; v++) {
+            uint64_t shape[2] = { (uint64_t)views[v].rows, (uint64_t)views[v].cols };
+            const float *data;
+            if ((st = mp_modelfile_get(mf, (uint32_t)k, views[v].name, 2, shape, &data)))
+                break;
+            memcpy(params + views[v].offset, data,
+                   sizeof(float) * (size_t)views[v].rows * (size_t)views[v].cols);
+        }
+        if (st == MP_OK)
+            st = mp_model_set_params(e->members[k], params);
+    }
+    mp_free(params);
+    return st;
+}
+
+mp_status mp_ensemble_load(mp_ensemble **out, const char *path, const char *backend_name)
+{
+    *out = NULL;
+    mp_modelfile *mf = NULL;
+    mp_ensemble *e = NULL;
+    header_info h;
+    memset(&h, 0, sizeof h);
+    mp_status st = mp_modelfile_read(&mf, path);
+    if (st)
+        return st;
+    if ((st = header_get(mf->header, path, &h)))
+        goto done;
+    if (mf->n_blocks != (uint32_t)h.n_members) {
+        st = mp_error_set(MP_ERR_FORMAT, "%s: header says %d ensemble members, file holds %u",
+                          path, h.n_members, mf->n_blocks);
+        goto done;
+    }
+    if ((st = mp_ensemble_create(&e, &h.c, h.n_members, 0, backend_name)) ||
+        (st = header_apply(e, mf->header, &h)) || (st = params_get(e, mf, path)))
+        goto done;
+    *out = e;
+    e = NULL;
+done:
+    mp_free(h.tasks);
+    mp_ensemble_free(e);
+    mp_modelfile_free(mf);
+    return st;
+}
