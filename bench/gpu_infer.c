@@ -26,7 +26,7 @@
  *   build/gpu_infer [--n N] [--prec fp32|tf32|bf16|all] [--ops 0|1] [batch ...]
  *   (default: --n 262144 --prec all --ops 1, batches 4096 16384 65536)
  */
-#include "molprop.h"
+#include "internal.h"   /* every module header */
 #include "gpu/gpu.h"
 #include "run/ensemble.h"
 #include "models/model.h"

@@ -17,7 +17,7 @@
  * as 1 thread then.  (libgomp reads the variable at load time, so the
  * program cannot set it for itself.)
  */
-#include "molprop.h"
+#include "internal.h"   /* every module header */
 #include "../tests/randgraph.h"
 
 #include <stdio.h>
