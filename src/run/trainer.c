@@ -357,8 +357,7 @@ static mp_status train_member(train_ctx *c, int k, int *best_epoch_out)
         int n_cls = cls_env && *cls_env ? atoi(cls_env) : SLOT_CLASSES;
         n_cls = n_cls < 1 ? 1 : n_cls > MP_RESIDENT_MAX_CLASSES ? MP_RESIDENT_MAX_CLASSES : n_cls;
         mp_resident_opts ro = { .batch_size = bs, .max_batches = n_steps,
-                                .use_graph = o->graph != 0 && !dev->host_memory &&
-                                             (!(o->dropout > 0) || dev->relu_dropout_keyed),
+                                .use_graph = o->graph != 0 && !dev->host_memory,
                                 .n_classes = n_cls };
         if (o->model == MP_MODEL_DMPNN)
             mp_graphs_batch_bounds(&c->f->g, c->train, c->n_train, bs, &ro.cap_atoms,
