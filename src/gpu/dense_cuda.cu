@@ -242,14 +242,10 @@ static int lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasC
     }
     if (pref)
         (void)cublasLtMatmulPreferenceDestroy(pref);
-    if (ld)
-        (void)cublasLtMatrixLayoutDestroy(ld);
-    if (lc)
-        (void)cublasLtMatrixLayoutDestroy(lc);
-    if (lb)
-        (void)cublasLtMatrixLayoutDestroy(lb);
-    if (la)
-        (void)cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayout_t layouts[4] = { ld, lc, lb, la };
+    for (int i = 0; i < 4; i++)
+        if (layouts[i])
+            (void)cublasLtMatrixLayoutDestroy(layouts[i]);
     if (op)
         (void)cublasLtMatmulDescDestroy(op);
     return done;

@@ -345,17 +345,23 @@ __global__ void k_gather_sub_rev(TO *__restrict__ out, float *__restrict__ dh0,
         const size_t o = (size_t)e * h + j;
         fv<V> a = ldv<V>(s + (size_t)idx[e] * h + j);
         fv<V> r = ldv<V>(x + (size_t)(e ^ 1) * h + j);
-        fv_relu<MODE == GS_RELU_IN, V>(r);
-#pragma unroll
-        for (int u = 0; u < V; u++)
-            a.v[u] -= r.v[u];
-        if constexpr (MODE == GS_BACKWARD)
-            fv_relu_bw<V>(a, ldv<V>(y + o), scale, scaled);
-        stv<V>(out + o, a);
         if constexpr (MODE == GS_BACKWARD) {
-            fv<V> acc = ldv<V>(dh0 + o);
-            fv_add<V>(acc, a);
+            fv<V> yv = ldv<V>(y + o), acc = ldv<V>(dh0 + o);
+#pragma unroll
+            for (int u = 0; u < V; u++) {
+                float g = a.v[u] - r.v[u];
+                g = yv.v[u] > 0.0f ? (scaled ? g * scale : g) : 0.0f;
+                a.v[u] = g;
+                acc.v[u] += g;
+            }
+            stv<V>(out + o, a);
             stv<V>(dh0 + o, acc);
+        } else {
+            fv_relu<MODE == GS_RELU_IN, V>(r);
+#pragma unroll
+            for (int u = 0; u < V; u++)
+                a.v[u] -= r.v[u];
+            stv<V>(out + o, a);
         }
     });
 }
@@ -392,6 +398,11 @@ __global__ void k_gather_rows(float *__restrict__ out, TO *__restrict__ outo,
  */
 #define MD_CACHE 6
 
+template <bool RELU> __device__ __forceinline__ float rl(float x)
+{
+    return RELU ? (x > 0.0f ? x : 0.0f) : x;
+}
+
 template <int V, bool RELU>
 __global__ void k_message_by_atom(float *__restrict__ msg, const int32_t *__restrict__ in_start,
                                   const int32_t *__restrict__ in_edge,
@@ -404,14 +415,18 @@ __global__ void k_message_by_atom(float *__restrict__ msg, const int32_t *__rest
         for (int q = 0; q < MD_CACHE; q++) {
             if (q < deg) {
                 keep[q] = ldv<V>(m + (size_t)in_edge[k0 + q] * h + j);
-                fv_relu<RELU, V>(keep[q]);
-                fv_add<V>(acc, keep[q]);
+#pragma unroll
+                for (int u = 0; u < V; u++) {
+                    keep[q].v[u] = rl<RELU>(keep[q].v[u]);
+                    acc.v[u] += keep[q].v[u];
+                }
             }
         }
         for (int32_t q = MD_CACHE; q < deg; q++) {
             fv<V> x = ldv<V>(m + (size_t)in_edge[k0 + q] * h + j);
-            fv_relu<RELU, V>(x);
-            fv_add<V>(acc, x);
+#pragma unroll
+            for (int u = 0; u < V; u++)
+                acc.v[u] += rl<RELU>(x.v[u]);
         }
 #pragma unroll
         for (int q = 0; q < MD_CACHE; q++) {
@@ -427,10 +442,9 @@ __global__ void k_message_by_atom(float *__restrict__ msg, const int32_t *__rest
         for (int32_t q = MD_CACHE; q < deg; q++) {
             const int32_t k = in_edge[k0 + q];
             fv<V> x = ldv<V>(m + (size_t)k * h + j), o;
-            fv_relu<RELU, V>(x);
 #pragma unroll
             for (int u = 0; u < V; u++)
-                o.v[u] = acc.v[u] - x.v[u];
+                o.v[u] = acc.v[u] - rl<RELU>(x.v[u]);
             stv<V>(msg + (size_t)(k ^ 1) * h + j, o);
         }
     });

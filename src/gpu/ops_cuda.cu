@@ -192,31 +192,29 @@ static void cu_close(mp_backend *b)
             (void)cudaGetLastError();
             c->capturing = 0;
         }
-        if (c->stream)
-            (void)cudaStreamSynchronize(c->stream);
-        if (c->side)
-            (void)cudaStreamSynchronize(c->side);
+        /* the two streams drained, then everything made at open released
+         * (cudaFree(NULL) is a no-op; the handles are checked) */
+        cudaStream_t streams[2] = { c->side, c->stream };
+        for (int i = 0; i < 2; i++)
+            if (streams[i])
+                (void)cudaStreamSynchronize(streams[i]);
         mp_cu_stream_close(c);
-        if (c->blas)
-            (void)cublasDestroy(c->blas);
-        if (c->blas2)
-            (void)cublasDestroy(c->blas2);
+        cublasHandle_t blas[2] = { c->blas, c->blas2 };
+        for (int i = 0; i < 2; i++)
+            if (blas[i])
+                (void)cublasDestroy(blas[i]);
         if (c->lt)
             (void)cublasLtDestroy(c->lt);
-        if (c->blas_ws)
-            (void)cudaFree(c->blas_ws);
-        if (c->blas_ws2)
-            (void)cudaFree(c->blas_ws2);
-        if (c->scratch)
-            (void)cudaFree(c->scratch);
-        if (c->ev_fork)
-            (void)cudaEventDestroy(c->ev_fork);
-        if (c->ev_join)
-            (void)cudaEventDestroy(c->ev_join);
-        if (c->side)
-            (void)cudaStreamDestroy(c->side);
-        if (c->stream)
-            (void)cudaStreamDestroy(c->stream);
+        void *dev[3] = { c->blas_ws, c->blas_ws2, c->scratch };
+        for (int i = 0; i < 3; i++)
+            (void)cudaFree(dev[i]);
+        cudaEvent_t ev[2] = { c->ev_fork, c->ev_join };
+        for (int i = 0; i < 2; i++)
+            if (ev[i])
+                (void)cudaEventDestroy(ev[i]);
+        for (int i = 0; i < 2; i++)
+            if (streams[i])
+                (void)cudaStreamDestroy(streams[i]);
         (void)cudaGetLastError();
         mp_free(c);
     }

@@ -239,6 +239,17 @@ __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot
 
 #define LOSS_THREADS 1024
 
+/* v[0] = the sum of v[0 .. LOSS_THREADS) by a fixed tree (every thread of
+ * the block calls it, t its index; v shared, written before). */
+template <typename T> __device__ __forceinline__ void tree_sum(T *v, int t)
+{
+    for (int w = LOSS_THREADS / 2; w > 0; w >>= 1) {
+        if (t < w)
+            v[t] += v[t + w];
+        __syncthreads();
+    }
+}
+
 __global__ void __launch_bounds__(LOSS_THREADS)
 k_loss(float *loss, float *dy, const float *y, const float *target, const uint8_t *mask,
        size_t total, int bce)
@@ -252,11 +263,7 @@ k_loss(float *loss, float *dy, const float *y, const float *target, const uint8_
         n += mask[i] != 0;
     cnt[t] = n;
     __syncthreads();
-    for (int w = LOSS_THREADS / 2; w > 0; w >>= 1) {
-        if (t < w)
-            cnt[t] += cnt[t + w];
-        __syncthreads();
-    }
+    tree_sum(cnt, t);
     const unsigned long long count = cnt[0];
     const float inv = count ? (float)(1.0 / (double)count) : 0.0f;
 
@@ -280,11 +287,7 @@ k_loss(float *loss, float *dy, const float *y, const float *target, const uint8_
     }
     sum[t] = s;
     __syncthreads();
-    for (int w = LOSS_THREADS / 2; w > 0; w >>= 1) {
-        if (t < w)
-            sum[t] += sum[t + w];
-        __syncthreads();
-    }
+    tree_sum(sum, t);
     if (t == 0)
         loss[0] = count ? (float)(sum[0] / (double)count) : 0.0f;
 }
@@ -457,8 +460,7 @@ void mp_cu_reduce_ops(mp_backend *b)
     b->col_sum = cu_col_sum;
     b->atom_embed_backward = cu_atom_embed_backward;
     b->loss = cu_loss;
-    b->adam = cu_adam;
-    b->adam_sched = cu_adam_sched;
+    b->adam = cu_adam, b->adam_sched = cu_adam_sched;   /* host / device scalars */
     b->step_end = cu_step_end;
 }
 
