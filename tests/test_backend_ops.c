@@ -14,7 +14,9 @@
  * ||tested - ref|| / ||ref|| within the bound of what it is (an fp32
  * result 1e-5; a product at tf32 2e-3, at bf16 on fp32 buffers 2e-2, of
  * bf16 operands 1e-4; anything stored in bf16 1e-2), and where an output is
- * a ReLU or dropout the two sides must zero the same elements.  A bf16
+ * a ReLU or dropout of the inputs themselves the two sides must zero the
+ * same elements (not where the ReLU acts on a computed sum: a sum within
+ * rounding of 0 may land on either side).  A bf16
  * operand holds the same bf16 values on both sides, so only the order and
  * precision of the sums differ.  Then the op runs again on the tested
  * backend (outputs reset; the cpu backend with 2 threads after 1) and must
@@ -849,8 +851,6 @@ static void graph_embed(bo *x, gr_arg *g, const char *tag)
             g->i2 = t_rand(x, "wb", MP_ST_ELEM, MP_BOND_FDIM * H, -1, 1);
             g->o1 = t_out(x, "h0", g->st, E * H, tol_st(g->st));
             g->o2 = t_out(x, "m0", g->st, E * H, tol_st(g->st));
-            if (g->o2)
-                g->o2->zeros = 1;
             snprintf(what, sizeof what, "edge_embed(%s %s%s)", tag, st_str(g->st),
                      m0 ? " with M_0" : "");
             bo_run(x, what, op_edge_embed, g, &g->o1, m0 ? 2 : 1);
@@ -906,8 +906,6 @@ static void graph_message(bo *x, gr_arg *g, const char *tag)
                 g->o1 = t_out(x, "dz", so, E * H, tol_st(so));
                 g->o2 = t_acc(t_rand(x, "dh0", MP_ST_ELEM, E * H, -1, 1), TOL_ELEM);
                 g->o3 = t_out(x, "ds", MP_ST_ELEM, A * H, TOL_ELEM);
-                if (g->o1)
-                    g->o1->zeros = v > 0;
                 snprintf(what, sizeof what, "message_backward(%s dz/dmsg %s%s%s p=%g)", tag,
                          st_str(so), v ? " fused, y " : "", v ? st_str(sm) : "", g->p);
                 tens *outs[3] = { g->o1, g->o3, g->o2 };
