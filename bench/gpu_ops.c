@@ -32,6 +32,7 @@
 #include "backend/ops.h"
 #include "models/model_impl.h"
 #include "../tests/randgraph.h"
+#include "../tests/dev_batch.h"
 
 #include <cuda_runtime.h>
 
@@ -124,8 +125,7 @@ static double time_ms(timer *t, work_fn fn, void *arg)
 typedef struct {
     mp_backend  *b, plain;      /* plain: the same backend on the unfused kernels */
     mp_model    *m;
-    mp_dev_batch bt;
-    void        *buf[10];
+    dev_batch    d;
     float       *sched;
     int32_t     *k;
     void        *losses;
@@ -148,33 +148,21 @@ static mp_status ctx_make(bench_ctx *c, mp_backend *b, const mp_graphs *g, int h
     mp_status st = mp_model_create(&c->m, &cfg, b, seed);
     if (st != MP_OK)
         return st;
-    size_t A = (size_t)g->n_atoms, E = (size_t)g->n_edges, M = (size_t)g->n_mols;
+    size_t M = (size_t)g->n_mols;
     float *tg = malloc((M + 1) * sizeof(float));
-    uint8_t *mask = malloc(M + 1);
     float *sched = malloc(sizeof(float) * 2 * SCHED_STEPS);
-    if (!tg || !mask || !sched) {
+    if (!tg || !sched) {
         free(tg);
-        free(mask);
         free(sched);
         return mp_error_set(MP_ERR_NOMEM, "out of host memory");
     }
     mp_rng r;
     mp_rng_seed(&r, seed, 9);
-    for (size_t i = 0; i < M; i++) {
-        mask[i] = mp_rng_uniform(&r) < 0.9;
-        tg[i] = mask[i] ? (float)mp_rng_normal(&r) : 0.0f;
-    }
+    for (size_t i = 0; i < M; i++)
+        tg[i] = mp_rng_uniform(&r) < 0.9 ? (float)mp_rng_normal(&r) : NAN;
     for (int t = 0; t < SCHED_STEPS; t++)
         mp_adam_sched_entry(1e-6, 0.9, 0.999, t + 1, sched + 2 * t);
-    const void *src[10] = { g->atom_hot, g->atom_mass, g->bond_hot, g->edge_src, g->edge_dst,
-                            g->in_start, g->in_edge, g->mol_atom, mask, tg };
-    size_t bytes[10] = { A * MP_ATOM_MAX_HOT * 2, A * 4, E / 2 * MP_BOND_MAX_HOT, E * 4, E * 4,
-                         (A + 1) * 4, E * 4, (M + 1) * 4, M, M * 4 };
-    for (int i = 0; i < 10 && st == MP_OK; i++) {
-        c->buf[i] = b->alloc(b, bytes[i] ? bytes[i] : 1);
-        st = !c->buf[i] ? MP_ERR_NOMEM : bytes[i] ? b->upload(b, c->buf[i], src[i], bytes[i])
-                                                  : MP_OK;
-    }
+    st = dev_batch_make(&c->d, b, g, tg, 1);
     c->sched = b->alloc(b, sizeof(float) * 2 * SCHED_STEPS);
     c->k = b->alloc(b, sizeof(int32_t));
     c->losses = b->alloc(b, sizeof(float) * SCHED_STEPS);
@@ -183,14 +171,8 @@ static mp_status ctx_make(bench_ctx *c, mp_backend *b, const mp_graphs *g, int h
     if (st == MP_OK)
         st = b->upload(b, c->sched, sched, sizeof(float) * 2 * SCHED_STEPS);
     free(tg);
-    free(mask);
     free(sched);
-    if (st != MP_OK)
-        return st;
-    c->bt = (mp_dev_batch){ g->n_mols, g->n_atoms, g->n_edges, c->buf[0], c->buf[1], c->buf[2],
-                            c->buf[3], c->buf[4], c->buf[5], c->buf[6], c->buf[7], NULL,
-                            c->buf[9], c->buf[8] };
-    return mp_model_bind(c->m, &c->bt);
+    return st != MP_OK ? st : mp_model_bind(c->m, &c->d.bt);
 }
 
 static void ctx_free(bench_ctx *c)
@@ -200,8 +182,7 @@ static void ctx_free(bench_ctx *c)
         return;
     b->capture_free(b, c->graph);
     mp_model_free(c->m);
-    for (int i = 0; i < 10; i++)
-        b->free(b, c->buf[i]);
+    dev_batch_free(&c->d);
     b->free(b, c->sched);
     b->free(b, c->k);
     b->free(b, c->losses);
@@ -578,7 +559,7 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     double up_ms = 0;
     {
         const int reps = 20;
-        const mp_dev_batch *d = &c.bt;
+        const mp_dev_batch *d = &c.d.bt;
         double t0 = mp_time_now();
         for (int r = 0; r < reps; r++) {
             size_t na = (size_t)g.n_atoms, ne = (size_t)g.n_edges;
