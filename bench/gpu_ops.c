@@ -481,8 +481,8 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "loss (masked MSE)", w_loss, 1, 4 * M * F, 0 },
         /* backward */
         { "pool_backward", w_pool_backward, 1, (A + M) * H * F, 0 },
-        { "relu_dropout_backward (atoms)", w_relu_backward_atoms, 1, A * H * (3 * F + (OS < F ? OS : 0)),
-          0 },
+        { "relu_dropout_backward (atoms)", w_relu_backward_atoms, 1,
+          A * H * (3 * F + (OS < F ? OS : 0)), 0 },
         { "col_sum (b_o grad)", w_col_sum_atoms, 1, A * H * F, 0 },
         { "gemm pair dW_o + dA", w_gemm_wo_pair, 1, A * H * (3 * OS + F) + H * H * (OS + 2 * F),
           4 * A * H * H },

@@ -313,8 +313,8 @@ static int fused_case(fx *f, const char *name, int h, uint64_t seed)
     void *o3 = b->alloc(b, E * H * es + 16), *o4 = b->alloc(b, E * H * es + 16);
     void *s = b->alloc(b, A * H * es + 16), *wb = b->alloc(b, MP_BOND_FDIM * H * es + 16);
     ok = ok && ha && src && dst && is && ie && bond && x && y && o1 && o2 && o3 && o4 && s && wb;
-    ok = ok && put_elems(b, x, ha, E * H) == MP_OK && put_elems(b, wb, ha, MP_BOND_FDIM * H) == MP_OK &&
-         put_elems(b, s, ha, A * H) == MP_OK;
+    ok = ok && put_elems(b, x, ha, E * H) == MP_OK &&
+         put_elems(b, wb, ha, MP_BOND_FDIM * H) == MP_OK && put_elems(b, s, ha, A * H) == MP_OK;
     if (!ok)
         fail(f, "%s: set-up: %s", name, mp_error_message());
     const int n_st = b->act_st == MP_ST_BF16 ? 2 : 1;

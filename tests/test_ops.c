@@ -265,7 +265,8 @@ MP_TEST(ops_gradcheck_graph_ops)
     /* edge_embed: d/da and d/dwb */
     memset(gw, 0, nw * sizeof *gw);
     double *wb = w + (size_t)fa * h;
-    b->edge_embed_backward(b, ga, gw + (size_t)fa * h, g.in_start, g.in_edge, g.bond_hot, re, g.n_atoms, g.n_edges, h);
+    b->edge_embed_backward(b, ga, gw + (size_t)fa * h, g.in_start, g.in_edge, g.bond_hot, re,
+                           g.n_atoms, g.n_edges, h);
     const mp_stype e = MP_ST_ELEM;
     FD_CHECK(atoms, na * h, ga, oe, ne * h, re,
              b->edge_embed(b, oe, NULL, e, g.edge_src, g.bond_hot, atoms, wb, g.n_edges, h),

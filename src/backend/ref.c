@@ -106,7 +106,8 @@ static void ref_gemm_one(mp_backend *b, const mp_gemm *g)
                 s += x * y;
             }
             size_t ci = (size_t)i * g->ldc + j;
-            STS(g->c, g->c_st, ci, g->alpha * s + (g->beta == 0 ? 0 : g->beta * LDS(g->c, g->c_st, ci)));
+            double c0 = g->beta == 0 ? 0 : g->beta * LDS(g->c, g->c_st, ci);
+            STS(g->c, g->c_st, ci, g->alpha * s + c0);
         }
 }
 
@@ -319,7 +320,8 @@ static void ref_message_backward(mp_backend *b, void *dz, mp_stype dz_st, void *
     for (int32_t e = 0; e < n_edges; e++)
         for (int j = 0; j < h; j++) {
             size_t o = (size_t)e * h + j;
-            double g = LD(ds, (size_t)edge_dst[e] * h + j) - LDS(dmsg, dmsg_st, (size_t)(e ^ 1) * h + j);
+            double g = LD(ds, (size_t)edge_dst[e] * h + j) -
+                       LDS(dmsg, dmsg_st, (size_t)(e ^ 1) * h + j);
             if (y)
                 g = LDS(y, y_st, o) > 0 ? g * scale : 0;
             STS(dz, dz_st, o, g);

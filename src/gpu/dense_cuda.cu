@@ -251,7 +251,6 @@ static int lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasC
     return done;
 }
 
-
 /* c = ReLU(r + a w): one Lt product; where Lt has no algorithm, the unfused
  * ops (copy the residual, the product with beta 1, the ReLU pass). */
 static void cu_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, int lda,

@@ -348,7 +348,6 @@ static void cu_col_sum(mp_backend *b, void *dst, const void *x, int ldx, int32_t
         sum_chunks(c, (float *)dst, nch, (size_t)n_cols);
 }
 
-
 /* The scatter of a one-hot gather into weight rows [0, n_hot) (+ the mass
  * row n_hot when mass != NULL), shared by both embed backwards. */
 template <typename HT, int NH>
@@ -384,7 +383,6 @@ static void cu_atom_embed_backward(mp_backend *b, void *dw, const int16_t *hot, 
     slot_scatter<int16_t, MP_ATOM_MAX_HOT>(c, (float *)dw, hot, 0, mass, (const float *)dout,
                                            n_atoms, h, mass_row, "launch of k_slot_sum_chunks (atoms)");
 }
-
 
 void mp_cu_bond_scatter(gpu_ctx *c, float *dwb, const int8_t *bond_hot, const float *dh0,
                         int32_t n_edges, int h)

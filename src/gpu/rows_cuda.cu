@@ -296,7 +296,10 @@ static void cu_atom_sum_backward(mp_backend *b, void *dm, void *dmo, mp_stype dm
     LAUNCHED(c, "k_gather_rows");
 }
 
-static int agg_code(mp_aggregation agg) { return agg == MP_AGG_MEAN ? 0 : agg == MP_AGG_NORM ? 2 : 1; }
+static int agg_code(mp_aggregation agg)
+{
+    return agg == MP_AGG_MEAN ? 0 : agg == MP_AGG_NORM ? 2 : 1;
+}
 
 static void cu_pool(mp_backend *b, void *out, int ldo, const int32_t *mol_atom, const void *x,
                     int32_t n_mols, int h, mp_aggregation agg, double norm)

@@ -7,8 +7,8 @@
  *
  * I = readout ++ extra features (dmpnn) or the feature vector (ffn).  Each
  * Linear is a bias row copied into every output row (copy2d, lds 0)
- * followed by one product with beta = 1; ReLU and the dropout after it are one op whose output is all the
- * backward pass needs.
+ * followed by one product with beta = 1; ReLU and the dropout after it are
+ * one op whose output is all the backward pass needs.
  */
 #include "models/model_impl.h"
 
