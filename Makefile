@@ -109,7 +109,7 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
 # The cpu kernels vectorize only without errno semantics (sqrtf in Adam) and
 # without trapping-math (selects like "y > 0 ? dy * s : 0" stay branches
 # otherwise, and mispredict on every other element).
-$(BUILD)/src/backend/cpu.o: CFLAGS += -fno-math-errno -fno-trapping-math
+$(BUILD)/src/backend/cpu.o $(BUILD)/src/backend/cpu_graph.o: CFLAGS += -fno-math-errno -fno-trapping-math
 
 # Model microbenchmark (bench/train_step.c): D-MPNN training steps on the cpu.
 $(BUILD)/bench_train_step: $(BUILD)/bench/train_step.o $(BUILD)/libmolprop.a
