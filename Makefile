@@ -38,8 +38,8 @@ CFLAGS   += -std=gnu11 $(OPT) $(WARN) -fopenmp $(SANFLAGS) -MMD -MP
 CXXFLAGS += -std=c++17 $(OPT) $(WARN) -fopenmp $(SANFLAGS) -MMD -MP \
             -Wno-deprecated-declarations
 
-RDKIT_LIBS := -lRDKitDescriptors -lRDKitFingerprints -lRDKitChemTransforms \
-              -lRDKitSubstructMatch -lRDKitSmilesParse -lRDKitGraphMol \
+RDKIT_LIBS := -lRDKitDescriptors -lRDKitPartialCharges -lRDKitFingerprints \
+              -lRDKitChemTransforms -lRDKitSubstructMatch -lRDKitSmilesParse -lRDKitGraphMol \
               -lRDKitDataStructs -lRDKitRDGeometryLib -lRDKitRDGeneral
 LDLIBS   := $(RDKIT_LIBS) -lopenblas -lcsv -lz -lcjson -lcrypto -lcurl -lm
 LDFLAGS  += -fopenmp $(SANFLAGS)
@@ -91,6 +91,9 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
 # without trapping-math (selects like "y > 0 ? dy * s : 0" stay branches
 # otherwise, and mispredict on every other element).
 $(BUILD)/src/backend/cpu.o: CFLAGS += -fno-math-errno -fno-trapping-math
+
+# The normalization table is embedded (.incbin) into this object.
+$(BUILD)/src/featurize/norm_table.o: data/rdkit2d_normalization.tsv
 
 # Model microbenchmark (bench/train_step.c): D-MPNN training steps on the cpu.
 $(BUILD)/bench_train_step: $(BUILD)/bench/train_step.o $(BUILD)/libmolprop.a

@@ -1,0 +1,434 @@
+/*
+ * desc2d.cpp - the driver of the RDKit 2D descriptor engine (desc2d.h): the
+ * names, the per-thread context, and the descriptors that are one RDKit C++
+ * call each or a few lines on top of one.
+ *
+ * What RDKit's Python functions are, and so what this file computes:
+ *   - 75 values come straight from RDKit C++ (rdMolDescriptors forwards
+ *     them): molecular weights, Lipinski counts, ring counts, LabuteASA,
+ *     TPSA, Crippen logP/MR, Chi0n-4n, Chi0v-4v (calcChi2v/calcChi2n: the C++
+ *     Properties registry hands out Chi3v/Chi3n under the names chi2v/chi2n),
+ *     HallKierAlpha, Kappa1-3 and the PEOE/SMR/SlogP VSA bins;
+ *   - Max/Min(Abs)PartialCharge: a running min/max over the Gasteiger charges
+ *     in atom order from 500 / -500, with Python's min/max rule for NaN (a NaN
+ *     charge makes the running value NaN; the next number replaces it);
+ *   - FpDensityMorgan1-3: distinct identifiers of the unfolded Morgan count
+ *     fingerprint of radius 1-3, per heavy atom (one radius-3 fingerprint: an
+ *     identifier belongs to radius r when an atom sets it at a layer <= r);
+ *   - NumValenceElectrons, NumRadicalElectrons, HeavyAtomCount;
+ *   - BCUT2D (descList only): RDKit's C++, NaN when it throws.
+ * desc2d_graph.cpp and desc2d_smarts.cpp compute the rest.
+ */
+#include "featurize/desc2d.h"
+
+#include <GraphMol/Descriptors/ConnectivityDescriptors.h>
+#include <GraphMol/Descriptors/Crippen.h>
+#include <GraphMol/Descriptors/Lipinski.h>
+#include <GraphMol/Descriptors/MolDescriptors.h>
+#include <GraphMol/Descriptors/MolSurf.h>
+#include <GraphMol/Fingerprints/MorganFingerprints.h>
+#include <GraphMol/GraphMol.h>
+#include <GraphMol/PartialCharges/GasteigerCharges.h>
+#include <GraphMol/PeriodicTable.h>
+#include <DataStructs/SparseIntVect.h>
+/* Debian's RDKit is built with Eigen (libRDKitDescriptors has BCUT2D); the
+ * header declares it only under this switch, which RDKit's build sets. */
+#ifndef RDK_HAS_EIGEN3
+#define RDK_HAS_EIGEN3
+#define MP_UNDEF_EIGEN3
+#endif
+#include <GraphMol/Descriptors/BCUT.h>
+#ifdef MP_UNDEF_EIGEN3
+#undef RDK_HAS_EIGEN3
+#endif
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+using RDKit::Atom;
+using RDKit::ROMol;
+namespace D = RDKit::Descriptors;
+
+/* ===================================================================== */
+/* Names                                                                  */
+/* ===================================================================== */
+
+/* The engine's order: descriptastorus' RDKit2D columns (ASCII order), then
+ * the BCUT2D values of RDKit's descList. */
+static const char *const engine_names[MP_D2_ALL] = {
+    "BalabanJ", "BertzCT", "Chi0", "Chi0n", "Chi0v", "Chi1", "Chi1n", "Chi1v", "Chi2n",
+    "Chi2v", "Chi3n", "Chi3v", "Chi4n", "Chi4v", "EState_VSA1", "EState_VSA10",
+    "EState_VSA11", "EState_VSA2", "EState_VSA3", "EState_VSA4", "EState_VSA5",
+    "EState_VSA6", "EState_VSA7", "EState_VSA8", "EState_VSA9", "ExactMolWt",
+    "FpDensityMorgan1", "FpDensityMorgan2", "FpDensityMorgan3", "FractionCSP3",
+    "HallKierAlpha", "HeavyAtomCount", "HeavyAtomMolWt", "Ipc", "Kappa1", "Kappa2", "Kappa3",
+    "LabuteASA", "MaxAbsEStateIndex", "MaxAbsPartialCharge", "MaxEStateIndex",
+    "MaxPartialCharge", "MinAbsEStateIndex", "MinAbsPartialCharge", "MinEStateIndex",
+    "MinPartialCharge", "MolLogP", "MolMR", "MolWt", "NHOHCount", "NOCount",
+    "NumAliphaticCarbocycles", "NumAliphaticHeterocycles", "NumAliphaticRings",
+    "NumAromaticCarbocycles", "NumAromaticHeterocycles", "NumAromaticRings", "NumHAcceptors",
+    "NumHDonors", "NumHeteroatoms", "NumRadicalElectrons", "NumRotatableBonds",
+    "NumSaturatedCarbocycles", "NumSaturatedHeterocycles", "NumSaturatedRings",
+    "NumValenceElectrons", "PEOE_VSA1", "PEOE_VSA10", "PEOE_VSA11", "PEOE_VSA12",
+    "PEOE_VSA13", "PEOE_VSA14", "PEOE_VSA2", "PEOE_VSA3", "PEOE_VSA4", "PEOE_VSA5",
+    "PEOE_VSA6", "PEOE_VSA7", "PEOE_VSA8", "PEOE_VSA9", "RingCount", "SMR_VSA1", "SMR_VSA10",
+    "SMR_VSA2", "SMR_VSA3", "SMR_VSA4", "SMR_VSA5", "SMR_VSA6", "SMR_VSA7", "SMR_VSA8",
+    "SMR_VSA9", "SlogP_VSA1", "SlogP_VSA10", "SlogP_VSA11", "SlogP_VSA12", "SlogP_VSA2",
+    "SlogP_VSA3", "SlogP_VSA4", "SlogP_VSA5", "SlogP_VSA6", "SlogP_VSA7", "SlogP_VSA8",
+    "SlogP_VSA9", "TPSA", "VSA_EState1", "VSA_EState10", "VSA_EState2", "VSA_EState3",
+    "VSA_EState4", "VSA_EState5", "VSA_EState6", "VSA_EState7", "VSA_EState8", "VSA_EState9",
+    "fr_Al_COO", "fr_Al_OH", "fr_Al_OH_noTert", "fr_ArN", "fr_Ar_COO", "fr_Ar_N", "fr_Ar_NH",
+    "fr_Ar_OH", "fr_COO", "fr_COO2", "fr_C_O", "fr_C_O_noCOO", "fr_C_S", "fr_HOCCN",
+    "fr_Imine", "fr_NH0", "fr_NH1", "fr_NH2", "fr_N_O", "fr_Ndealkylation1",
+    "fr_Ndealkylation2", "fr_Nhpyrrole", "fr_SH", "fr_aldehyde", "fr_alkyl_carbamate",
+    "fr_alkyl_halide", "fr_allylic_oxid", "fr_amide", "fr_amidine", "fr_aniline",
+    "fr_aryl_methyl", "fr_azide", "fr_azo", "fr_barbitur", "fr_benzene", "fr_benzodiazepine",
+    "fr_bicyclic", "fr_diazo", "fr_dihydropyridine", "fr_epoxide", "fr_ester", "fr_ether",
+    "fr_furan", "fr_guanido", "fr_halogen", "fr_hdrzine", "fr_hdrzone", "fr_imidazole",
+    "fr_imide", "fr_isocyan", "fr_isothiocyan", "fr_ketone", "fr_ketone_Topliss", "fr_lactam",
+    "fr_lactone", "fr_methoxy", "fr_morpholine", "fr_nitrile", "fr_nitro", "fr_nitro_arom",
+    "fr_nitro_arom_nonortho", "fr_nitroso", "fr_oxazole", "fr_oxime", "fr_para_hydroxylation",
+    "fr_phenol", "fr_phenol_noOrthoHbond", "fr_phos_acid", "fr_phos_ester", "fr_piperdine",
+    "fr_piperzine", "fr_priamide", "fr_prisulfonamd", "fr_pyridine", "fr_quatN", "fr_sulfide",
+    "fr_sulfonamd", "fr_sulfone", "fr_term_acetylene", "fr_tetrazole", "fr_thiazole",
+    "fr_thiocyan", "fr_thiophene", "fr_unbrch_alkane", "fr_urea", "qed",
+    "BCUT2D_MWHI", "BCUT2D_MWLOW", "BCUT2D_CHGHI", "BCUT2D_CHGLO", "BCUT2D_LOGPHI",
+    "BCUT2D_LOGPLOW", "BCUT2D_MRHI", "BCUT2D_MRLOW",
+};
+
+/* RDKit 2022.09's rdkit.Chem.Descriptors._descList, in its order (Chemprop
+ * v2's rdkit_2d): the module-level functions of Descriptors, then those of
+ * GraphDescriptors, MolSurf, EState_VSA, Lipinski, Crippen, Fragments. */
+static const char *const desclist_names[MP_D2_ALL] = {
+    "MaxEStateIndex", "MinEStateIndex", "MaxAbsEStateIndex", "MinAbsEStateIndex", "qed",
+    "MolWt", "HeavyAtomMolWt", "ExactMolWt", "NumValenceElectrons", "NumRadicalElectrons",
+    "MaxPartialCharge", "MinPartialCharge", "MaxAbsPartialCharge", "MinAbsPartialCharge",
+    "FpDensityMorgan1", "FpDensityMorgan2", "FpDensityMorgan3", "BCUT2D_MWHI",
+    "BCUT2D_MWLOW", "BCUT2D_CHGHI", "BCUT2D_CHGLO", "BCUT2D_LOGPHI", "BCUT2D_LOGPLOW",
+    "BCUT2D_MRHI", "BCUT2D_MRLOW", "BalabanJ", "BertzCT", "Chi0", "Chi0n", "Chi0v", "Chi1",
+    "Chi1n", "Chi1v", "Chi2n", "Chi2v", "Chi3n", "Chi3v", "Chi4n", "Chi4v", "HallKierAlpha",
+    "Ipc", "Kappa1", "Kappa2", "Kappa3", "LabuteASA", "PEOE_VSA1", "PEOE_VSA10", "PEOE_VSA11",
+    "PEOE_VSA12", "PEOE_VSA13", "PEOE_VSA14", "PEOE_VSA2", "PEOE_VSA3", "PEOE_VSA4",
+    "PEOE_VSA5", "PEOE_VSA6", "PEOE_VSA7", "PEOE_VSA8", "PEOE_VSA9", "SMR_VSA1", "SMR_VSA10",
+    "SMR_VSA2", "SMR_VSA3", "SMR_VSA4", "SMR_VSA5", "SMR_VSA6", "SMR_VSA7", "SMR_VSA8",
+    "SMR_VSA9", "SlogP_VSA1", "SlogP_VSA10", "SlogP_VSA11", "SlogP_VSA12", "SlogP_VSA2",
+    "SlogP_VSA3", "SlogP_VSA4", "SlogP_VSA5", "SlogP_VSA6", "SlogP_VSA7", "SlogP_VSA8",
+    "SlogP_VSA9", "TPSA", "EState_VSA1", "EState_VSA10", "EState_VSA11", "EState_VSA2",
+    "EState_VSA3", "EState_VSA4", "EState_VSA5", "EState_VSA6", "EState_VSA7", "EState_VSA8",
+    "EState_VSA9", "VSA_EState1", "VSA_EState10", "VSA_EState2", "VSA_EState3", "VSA_EState4",
+    "VSA_EState5", "VSA_EState6", "VSA_EState7", "VSA_EState8", "VSA_EState9", "FractionCSP3",
+    "HeavyAtomCount", "NHOHCount", "NOCount", "NumAliphaticCarbocycles",
+    "NumAliphaticHeterocycles", "NumAliphaticRings", "NumAromaticCarbocycles",
+    "NumAromaticHeterocycles", "NumAromaticRings", "NumHAcceptors", "NumHDonors",
+    "NumHeteroatoms", "NumRotatableBonds", "NumSaturatedCarbocycles",
+    "NumSaturatedHeterocycles", "NumSaturatedRings", "RingCount", "MolLogP", "MolMR",
+    /* the 85 fr_* follow, in the engine's (ASCII) order */
+};
+
+static std::once_flag g_perm_once;
+static int g_v2_perm[MP_D2_ALL];
+
+static void build_perm()
+{
+    int k = 0;
+    for (; k < MP_D2_ALL && desclist_names[k]; k++)
+        for (int j = 0; j < MP_D2_ALL; j++)
+            if (std::strcmp(desclist_names[k], engine_names[j]) == 0)
+                g_v2_perm[k] = j;
+    for (int f = 0; f < MP_D2_N_FR; f++)
+        g_v2_perm[k + f] = MP_D2_FR_FIRST + f;
+}
+
+extern "C" const char *mp_d2_name(int j)
+{
+    return j >= 0 && j < MP_D2_ALL ? engine_names[j] : nullptr;
+}
+
+extern "C" int mp_d2_v2_index(int k)
+{
+    std::call_once(g_perm_once, build_perm);
+    return k >= 0 && k < MP_D2_ALL ? g_v2_perm[k] : -1;
+}
+
+/* ===================================================================== */
+/* The context                                                            */
+/* ===================================================================== */
+
+struct mp_d2_ctx {
+    mp_d2_graph_ws *graph = nullptr;
+    mp_d2_smarts *smarts = nullptr;
+    std::vector<double> vsa;
+};
+
+extern "C" mp_status mp_d2_ctx_new(mp_d2_ctx **out)
+{
+    *out = nullptr;
+    mp_d2_ctx *c = new (std::nothrow) mp_d2_ctx();
+    if (!c || !(c->graph = mp_d2_graph_ws_new())) {
+        mp_d2_ctx_free(c);
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    }
+    mp_status st = mp_d2_smarts_new(&c->smarts);
+    if (st) {
+        mp_d2_ctx_free(c);
+        return st;
+    }
+    *out = c;
+    return MP_OK;
+}
+
+extern "C" void mp_d2_ctx_free(mp_d2_ctx *c)
+{
+    if (!c)
+        return;
+    mp_d2_graph_ws_free(c->graph);
+    mp_d2_smarts_free(c->smarts);
+    delete c;
+}
+
+/* ===================================================================== */
+/* The small Python-only descriptors                                      */
+/* ===================================================================== */
+
+/* Python's min(a, b) and max(a, b): the first argument unless the second
+ * compares smaller (larger); so NaN in front wins, NaN behind loses. */
+static double py_min(double a, double b) { return b < a ? b : a; }
+static double py_max(double a, double b) { return b > a ? b : a; }
+
+static void partial_charges(const ROMol &mol, double *v)
+{
+    RDKit::computeGasteigerCharges(mol, 12, false);
+    double mn = 500, mx = -500;
+    for (const Atom *a : mol.atoms()) {
+        double q = a->getProp<double>(RDKit::common_properties::_GasteigerCharge);
+        mn = py_min(q, mn);
+        mx = py_max(q, mx);
+    }
+    v[D_MinPartialCharge] = mn;
+    v[D_MaxPartialCharge] = mx;
+    v[D_MaxAbsPartialCharge] = py_max(std::fabs(mn), std::fabs(mx));
+    v[D_MinAbsPartialCharge] = py_min(std::fabs(mn), std::fabs(mx));
+}
+
+static void fp_density(const ROMol &mol, double *v)
+{
+    RDKit::MorganFingerprints::BitInfoMap info;
+    std::unique_ptr<RDKit::SparseIntVect<std::uint32_t>> fp(
+        RDKit::MorganFingerprints::getFingerprint(mol, 3, nullptr, nullptr, false, true, true,
+                                                  false, &info));
+    unsigned count[4] = { 0, 0, 0, 0 };
+    for (const auto &kv : info) {
+        unsigned layer = 3;
+        for (const auto &ar : kv.second)
+            layer = std::min(layer, (unsigned)ar.second);
+        count[layer]++;
+    }
+    double heavy = mol.getNumHeavyAtoms();
+    unsigned upto = count[0];
+    int slot[3] = { D_FpDensityMorgan1, D_FpDensityMorgan2, D_FpDensityMorgan3 };
+    for (int r = 1; r <= 3; r++) {
+        upto += count[r];
+        v[slot[r - 1]] = heavy == 0 ? 0.0 : (double)upto / heavy;
+    }
+}
+
+static void electrons(const ROMol &mol, double *v)
+{
+    const RDKit::PeriodicTable *pt = RDKit::PeriodicTable::getTable();
+    long val = 0, rad = 0;
+    for (const Atom *a : mol.atoms()) {
+        val += pt->getNouterElecs(a->getAtomicNum()) - a->getFormalCharge() +
+               (long)a->getTotalNumHs();
+        rad += (long)a->getNumRadicalElectrons();
+    }
+    v[D_NumValenceElectrons] = (double)val;
+    v[D_NumRadicalElectrons] = (double)rad;
+}
+
+/* ===================================================================== */
+/* The driver                                                             */
+/* ===================================================================== */
+
+static const int peoe_slot[14] = { D_PEOE_VSA1, D_PEOE_VSA2, D_PEOE_VSA3, D_PEOE_VSA4,
+                                   D_PEOE_VSA5, D_PEOE_VSA6, D_PEOE_VSA7, D_PEOE_VSA8,
+                                   D_PEOE_VSA9, D_PEOE_VSA10, D_PEOE_VSA11, D_PEOE_VSA12,
+                                   D_PEOE_VSA13, D_PEOE_VSA14 };
+static const int smr_slot[10] = { D_SMR_VSA1, D_SMR_VSA2, D_SMR_VSA3, D_SMR_VSA4, D_SMR_VSA5,
+                                  D_SMR_VSA6, D_SMR_VSA7, D_SMR_VSA8, D_SMR_VSA9, D_SMR_VSA10 };
+static const int slogp_slot[12] = { D_SlogP_VSA1, D_SlogP_VSA2, D_SlogP_VSA3, D_SlogP_VSA4,
+                                    D_SlogP_VSA5, D_SlogP_VSA6, D_SlogP_VSA7, D_SlogP_VSA8,
+                                    D_SlogP_VSA9, D_SlogP_VSA10, D_SlogP_VSA11, D_SlogP_VSA12 };
+
+/* Runs fn; when it throws, the listed slots get 0.0 and are marked failed
+ * (bad_alloc is passed on). */
+template <typename F>
+static void guarded(double *v, uint8_t *failed, std::initializer_list<int> slots, F fn)
+{
+    try {
+        fn();
+    } catch (const std::bad_alloc &) {
+        throw;
+    } catch (...) {
+        for (int s : slots) {
+            v[s] = 0.0;
+            failed[s] = 1;
+        }
+    }
+}
+
+template <typename F>
+static void guarded_range(double *v, uint8_t *failed, const int *slots, int n, F fn)
+{
+    try {
+        fn();
+    } catch (const std::bad_alloc &) {
+        throw;
+    } catch (...) {
+        for (int i = 0; i < n; i++) {
+            v[slots[i]] = 0.0;
+            failed[slots[i]] = 1;
+        }
+    }
+}
+
+static void one(double *v, uint8_t *failed, int slot, double (*fn)(const ROMol &),
+                const ROMol &mol)
+{
+    guarded(v, failed, { slot }, [&] { v[slot] = fn(mol); });
+}
+
+/* The C++ calls as RDKit's Python makes them (default arguments). */
+#define CALL(expr) [](const ROMol &m) -> double { return (double)(expr); }
+
+static void cxx_singles(const ROMol &mol, double *v, uint8_t *failed)
+{
+    one(v, failed, D_ExactMolWt, CALL(D::calcExactMW(m)), mol);
+    one(v, failed, D_MolWt, CALL(D::calcAMW(m)), mol);
+    one(v, failed, D_HeavyAtomMolWt, CALL(D::calcAMW(m, true)), mol);
+    one(v, failed, D_HeavyAtomCount, CALL(m.getNumHeavyAtoms()), mol);
+    one(v, failed, D_NumHAcceptors, CALL(D::calcNumHBA(m)), mol);
+    one(v, failed, D_NumHDonors, CALL(D::calcNumHBD(m)), mol);
+    one(v, failed, D_NOCount, CALL(D::calcLipinskiHBA(m)), mol);
+    one(v, failed, D_NHOHCount, CALL(D::calcLipinskiHBD(m)), mol);
+    one(v, failed, D_NumHeteroatoms, CALL(D::calcNumHeteroatoms(m)), mol);
+    one(v, failed, D_NumRotatableBonds, CALL(D::calcNumRotatableBonds(m)), mol);
+    one(v, failed, D_FractionCSP3, CALL(D::calcFractionCSP3(m)), mol);
+    one(v, failed, D_RingCount, CALL(D::calcNumRings(m)), mol);
+    one(v, failed, D_NumAromaticRings, CALL(D::calcNumAromaticRings(m)), mol);
+    one(v, failed, D_NumSaturatedRings, CALL(D::calcNumSaturatedRings(m)), mol);
+    one(v, failed, D_NumAliphaticRings, CALL(D::calcNumAliphaticRings(m)), mol);
+    one(v, failed, D_NumAromaticHeterocycles, CALL(D::calcNumAromaticHeterocycles(m)), mol);
+    one(v, failed, D_NumAromaticCarbocycles, CALL(D::calcNumAromaticCarbocycles(m)), mol);
+    one(v, failed, D_NumSaturatedHeterocycles, CALL(D::calcNumSaturatedHeterocycles(m)), mol);
+    one(v, failed, D_NumSaturatedCarbocycles, CALL(D::calcNumSaturatedCarbocycles(m)), mol);
+    one(v, failed, D_NumAliphaticHeterocycles, CALL(D::calcNumAliphaticHeterocycles(m)), mol);
+    one(v, failed, D_NumAliphaticCarbocycles, CALL(D::calcNumAliphaticCarbocycles(m)), mol);
+    one(v, failed, D_LabuteASA, CALL(D::calcLabuteASA(m)), mol);
+    one(v, failed, D_TPSA, CALL(D::calcTPSA(m)), mol);
+    one(v, failed, D_Chi0n, CALL(D::calcChi0n(m)), mol);
+    one(v, failed, D_Chi1n, CALL(D::calcChi1n(m)), mol);
+    one(v, failed, D_Chi2n, CALL(D::calcChi2n(m)), mol);
+    one(v, failed, D_Chi3n, CALL(D::calcChi3n(m)), mol);
+    one(v, failed, D_Chi4n, CALL(D::calcChi4n(m)), mol);
+    one(v, failed, D_Chi0v, CALL(D::calcChi0v(m)), mol);
+    one(v, failed, D_Chi1v, CALL(D::calcChi1v(m)), mol);
+    one(v, failed, D_Chi2v, CALL(D::calcChi2v(m)), mol);
+    one(v, failed, D_Chi3v, CALL(D::calcChi3v(m)), mol);
+    one(v, failed, D_Chi4v, CALL(D::calcChi4v(m)), mol);
+    one(v, failed, D_HallKierAlpha, CALL(D::calcHallKierAlpha(m)), mol);
+    one(v, failed, D_Kappa1, CALL(D::calcKappa1(m)), mol);
+    one(v, failed, D_Kappa2, CALL(D::calcKappa2(m)), mol);
+    one(v, failed, D_Kappa3, CALL(D::calcKappa3(m)), mol);
+    guarded(v, failed, { D_MolLogP, D_MolMR }, [&] {
+        double logp, mr;
+        D::calcCrippenDescriptors(mol, logp, mr);
+        v[D_MolLogP] = logp;
+        v[D_MolMR] = mr;
+    });
+    guarded_range(v, failed, peoe_slot, 14, [&] {
+        std::vector<double> b = D::calcPEOE_VSA(mol);
+        for (int i = 0; i < 14; i++)
+            v[peoe_slot[i]] = b.at((size_t)i);
+    });
+    guarded_range(v, failed, smr_slot, 10, [&] {
+        std::vector<double> b = D::calcSMR_VSA(mol);
+        for (int i = 0; i < 10; i++)
+            v[smr_slot[i]] = b.at((size_t)i);
+    });
+    guarded_range(v, failed, slogp_slot, 12, [&] {
+        std::vector<double> b = D::calcSlogP_VSA(mol);
+        for (int i = 0; i < 12; i++)
+            v[slogp_slot[i]] = b.at((size_t)i);
+    });
+}
+
+static const int graph_slots[] = { D_BalabanJ, D_BertzCT, D_Chi0, D_Chi1, D_Ipc };
+static const int estate_slots[] = {
+    D_MaxEStateIndex, D_MinEStateIndex, D_MaxAbsEStateIndex, D_MinAbsEStateIndex,
+    D_EState_VSA1, D_EState_VSA2, D_EState_VSA3, D_EState_VSA4, D_EState_VSA5, D_EState_VSA6,
+    D_EState_VSA7, D_EState_VSA8, D_EState_VSA9, D_EState_VSA10, D_EState_VSA11,
+    D_VSA_EState1, D_VSA_EState2, D_VSA_EState3, D_VSA_EState4, D_VSA_EState5, D_VSA_EState6,
+    D_VSA_EState7, D_VSA_EState8, D_VSA_EState9, D_VSA_EState10,
+};
+static const int bcut_slots[8] = { D_BCUT2D_MWHI, D_BCUT2D_MWLOW, D_BCUT2D_CHGHI,
+                                   D_BCUT2D_CHGLO, D_BCUT2D_LOGPHI, D_BCUT2D_LOGPLOW,
+                                   D_BCUT2D_MRHI, D_BCUT2D_MRLOW };
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+extern "C" int mp_d2_compute(mp_d2_ctx *c, mp_d2_mol *m, int bcut, double *v, uint8_t *failed)
+{
+    const ROMol &mol = *reinterpret_cast<const ROMol *>(m);
+    std::memset(failed, 0, MP_D2_ALL);
+    try {
+        cxx_singles(mol, v, failed);
+        guarded_range(v, failed, graph_slots, N_OF(graph_slots),
+                      [&] { mp_d2_graph(c->graph, m, v); });
+        guarded_range(v, failed, estate_slots, N_OF(estate_slots), [&] {
+            double h;
+            c->vsa.assign(mol.getNumAtoms(), 0.0);   /* RDKit wants it sized */
+            D::getLabuteAtomContribs(mol, c->vsa, h);
+            mp_d2_estate(c->graph, m, c->vsa.data(), v);
+        });
+        guarded(v, failed,
+                { D_MinPartialCharge, D_MaxPartialCharge, D_MinAbsPartialCharge,
+                  D_MaxAbsPartialCharge },
+                [&] { partial_charges(mol, v); });
+        guarded(v, failed, { D_FpDensityMorgan1, D_FpDensityMorgan2, D_FpDensityMorgan3 },
+                [&] { fp_density(mol, v); });
+        guarded(v, failed, { D_NumValenceElectrons, D_NumRadicalElectrons },
+                [&] { electrons(mol, v); });
+        int fr_slots[MP_D2_N_FR];
+        for (int k = 0; k < MP_D2_N_FR; k++)
+            fr_slots[k] = MP_D2_FR_FIRST + k;
+        guarded_range(v, failed, fr_slots, MP_D2_N_FR, [&] { mp_d2_fragments(c->smarts, m, v); });
+        /* QED reuses MolWt, MolLogP, NumHDonors, TPSA, NumRotatableBonds */
+        if (failed[D_MolWt] || failed[D_MolLogP] || failed[D_NumHDonors] || failed[D_TPSA] ||
+            failed[D_NumRotatableBonds]) {
+            v[D_qed] = 0.0;
+            failed[D_qed] = 1;
+        } else {
+            guarded(v, failed, { D_qed }, [&] { mp_d2_qed(c->smarts, m, v); });
+        }
+        if (bcut) {
+            try {
+                std::vector<double> b = D::BCUT2D(mol);
+                for (int i = 0; i < 8; i++)
+                    v[bcut_slots[i]] = b.at((size_t)i);
+            } catch (const std::bad_alloc &) {
+                throw;
+            } catch (...) {
+                for (int i = 0; i < 8; i++)
+                    v[bcut_slots[i]] = std::numeric_limits<double>::quiet_NaN();
+            }
+        }
+    } catch (const std::bad_alloc &) {
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,292 @@
+/*
+ * desc2d_smarts.cpp - the descriptors that count SMARTS matches, which RDKit
+ * implements in Python only:
+ *
+ *   fr_*   rdkit.Chem.Fragments: the number of unique matches (at most 1000,
+ *          RDKit's default) of each SMARTS of RDKit's FragmentDescriptors.csv,
+ *          read at run time from the packaged file (Debian: rdkit-data).
+ *   qed    Bickerton et al., Nature Chem. 4, 90-98 (2012): the weighted
+ *          geometric mean of eight asymmetric double sigmoids ("ADS") of
+ *          molecular properties, with the mean weights; the acceptor patterns,
+ *          the structural alerts and the ADS parameters are RDKit's
+ *          (rdkit/Chem/QED.py), kept here as data.
+ *
+ * Every context parses its own query molecules: RDKit guards a recursive
+ * SMARTS query with a lock during a match, which threads sharing one query
+ * would contend for.
+ */
+#include "featurize/desc2d.h"
+
+#include <GraphMol/ChemTransforms/ChemTransforms.h>
+#include <GraphMol/GraphMol.h>
+#include <GraphMol/MolOps.h>
+#include <GraphMol/SmilesParse/SmilesParse.h>
+#include <GraphMol/Substruct/SubstructMatch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+using RDKit::ROMol;
+
+static const ROMol &MOL(const mp_d2_mol *m)
+{
+    return *reinterpret_cast<const ROMol *>(m);
+}
+
+/* ===================================================================== */
+/* QED data (RDKit's rdkit/Chem/QED.py, after Bickerton et al. 2012)      */
+/* ===================================================================== */
+
+static const char *const qed_acceptors[] = {
+    "[oH0;X2]", "[OH1;X2;v2]", "[OH0;X2;v2]", "[OH0;X1;v2]", "[O-;X1]", "[SH0;X2;v2]",
+    "[SH0;X1;v2]", "[S-;X1]", "[nH0;X2]", "[NH0;X1;v3]", "[$([N;+0;X3;v3]);!$(N[C,S]=O)]",
+};
+
+static const char *const qed_alerts[] = {
+    "*1[O,S,N]*1", "[S,C](=[O,S])[F,Br,Cl,I]", "[CX4][Cl,Br,I]", "[#6]S(=O)(=O)O[#6]",
+    "[$([CH]),$(CC)]#CC(=O)[#6]", "[$([CH]),$(CC)]#CC(=O)O[#6]", "n[OH]",
+    "[$([CH]),$(CC)]#CS(=O)(=O)[#6]", "C=C(C=O)C=O", "n1c([F,Cl,Br,I])cccc1", "[CH1](=O)",
+    "[#8][#8]", "[C;!R]=[N;!R]", "[N!R]=[N!R]", "[#6](=O)[#6](=O)", "[#16][#16]", "[#7][NH2]",
+    "C(=O)N[NH2]", "[#6]=S",
+    "[$([CH2]),$([CH][CX4]),$(C([CX4])[CX4])]=[$([CH2]),$([CH][CX4]),$(C([CX4])[CX4])]",
+    "C1(=[O,N])C=CC(=[O,N])C=C1", "C1(=[O,N])C(=[O,N])C=CC=C1", "a21aa3a(aa1aaaa2)aaaa3",
+    "a31a(a2a(aa1)aaaa2)aaaa3", "a1aa2a3a(a1)A=AA=A3=AA=A2", "c1cc([NH2])ccc1",
+    "[Hg,Fe,As,Sb,Zn,Se,se,Te,B,Si,Na,Ca,Ge,Ag,Mg,K,Ba,Sr,Be,Ti,Mo,Mn,Ru,Pd,Ni,Cu,Au,Cd,"
+    "Al,Ga,Sn,Rh,Tl,Bi,Nb,Li,Pb,Hf,Ho]",
+    "I", "OS(=O)(=O)[O-]", "[N+](=O)[O-]", "C(=O)N[OH]", "C1NC(=O)NC(=O)1", "[SH]", "[S-]",
+    "c1ccc([Cl,Br,I,F])c([Cl,Br,I,F])c1[Cl,Br,I,F]",
+    "c1cc([Cl,Br,I,F])cc([Cl,Br,I,F])c1[Cl,Br,I,F]", "[CR1]1[CR1][CR1][CR1][CR1][CR1][CR1]1",
+    "[CR1]1[CR1][CR1]cc[CR1][CR1]1", "[CR2]1[CR2][CR2][CR2][CR2][CR2][CR2][CR2]1",
+    "[CR2]1[CR2][CR2]cc[CR2][CR2][CR2]1", "[CH2R2]1N[CH2R2][CH2R2][CH2R2][CH2R2][CH2R2]1",
+    "[CH2R2]1N[CH2R2][CH2R2][CH2R2][CH2R2][CH2R2][CH2R2]1", "C#C",
+    "[OR2,NR2]@[CR2]@[CR2]@[OR2,NR2]@[CR2]@[CR2]@[OR2,NR2]", "[$([N+R]),$([n+R]),$([N+]=C)][O-]",
+    "[#6]=N[OH]", "[#6]=NOC=O", "[#6](=O)[CX4,CR0X3,O][#6](=O)", "c1ccc2c(c1)ccc(=O)o2",
+    "[O+,o+,S+,s+]", "N=C=O", "[NX3,NX4][F,Cl,Br,I]", "c1ccccc1OC(=O)[#6]",
+    "[CR0]=[CR0][CR0]=[CR0]", "[C+,c+,C-,c-]", "N=[N+]=[N-]", "C12C(NC(N1)=O)CSC2",
+    "c1c([OH])c([OH,NH2,NH])ccc1", "P", "[N,O,S]C#N", "C=C=O", "[Si][F,Cl,Br,I]", "[SX2]O",
+    "[SiR0,CR0](c1ccccc1)(c2ccccc2)(c3ccccc3)", "O1CCCCC1OC2CCC3CCCCC3C2", "N=[CR0][N,n,O,S]",
+    "[cR2]1[cR2][cR2]([Nv3X3,Nv4X4])[cR2][cR2][cR2]1[cR2]2[cR2][cR2][cR2]([Nv3X3,Nv4X4])"
+    "[cR2][cR2]2",
+    "C=[C!r]C#N", "[cR2]1[cR2]c([N+0X3R0,nX3R0])c([N+0X3R0,nX3R0])[cR2][cR2]1",
+    "[cR2]1[cR2]c([N+0X3R0,nX3R0])[cR2]c([N+0X3R0,nX3R0])[cR2]1",
+    "[cR2]1[cR2]c([N+0X3R0,nX3R0])[cR2][cR2]c1([N+0X3R0,nX3R0])", "[OH]c1ccc([OH,NH2,NH])cc1",
+    "c1ccccc1OC(=O)O", "[SX2H0][N]", "c12ccccc1(SC(S)=N2)", "c12ccccc1(SC(=S)N2)", "c1nnnn1C=O",
+    "s1c(S)nnc1NC=O", "S1C=CSC1=S", "C(=O)Onnn", "OS(=O)(=O)C(F)(F)F", "N#CC[OH]", "N#CC(=O)",
+    "S(=O)(=O)C#N", "N[CH2]C#N", "C1(=O)NCC1", "S(=O)(=O)[O-,OH]", "NC[F,Cl,Br,I]", "C=[C!r]O",
+    "[NX2+0]=[O+0]", "[OR0,NR0][OR0,NR0]", "C(=O)O[C,H1].C(=O)O[C,H1].C(=O)O[C,H1]",
+    "[CX2R0][NX3R0]", "c1ccccc1[C;!R]=[C;!R]c2ccccc2",
+    "[NX3R0,NX4R0,OR0,SX2R0][CX4][NX3R0,NX4R0,OR0,SX2R0]",
+    "[s,S,c,C,n,N,o,O]~[n+,N+](~[s,S,c,C,n,N,o,O])(~[s,S,c,C,n,N,o,O])~[s,S,c,C,n,N,o,O]",
+    "[s,S,c,C,n,N,o,O]~[nX3+,NX3+](~[s,S,c,C,n,N])~[s,S,c,C,n,N]", "[*]=[N+]=[*]",
+    "[SX3](=O)[O-,OH]", "N#N", "F.F.F.F", "[R0;D2][R0;D2][R0;D2][R0;D2]",
+    "[cR,CR]~C(=O)NC(=O)~[cR,CR]", "C=!@CC=[O,S]", "[#6,#8,#16][#6](=O)O[#6]",
+    "c[C;R0](=[O,S])[#6]", "c[SX2][C;!R]", "C=C=C", "c1nc([F,Cl,Br,I,S])ncc1",
+    "c1ncnc([F,Cl,Br,I,S])c1", "c1nc(c2c(n1)nc(n2)[F,Cl,Br,I])", "[#6]S(=O)(=O)c1ccc(cc1)F",
+    "[15N]", "[13C]", "[18O]", "[34S]",
+};
+
+/* Aliphatic ring atoms bonded to a non-aromatic atom: deleted before the
+ * aromatic rings are counted. */
+static const char qed_aliphatic_rings[] = "[$([A;R][!a])]";
+
+#define N_ACC ((int)(sizeof qed_acceptors / sizeof *qed_acceptors))
+#define N_ALERT ((int)(sizeof qed_alerts / sizeof *qed_alerts))
+
+/* ADS parameters A..F and DMAX, and the mean weights, in the order MW, ALOGP,
+ * HBA, HBD, PSA, ROTB, AROM, ALERTS. */
+static const double ads_param[8][7] = {
+    { 2.817065973, 392.5754953, 290.7489764, 2.419764353, 49.22325677, 65.37051707, 104.9805561 },
+    { 3.172690585, 137.8624751, 2.534937431, 4.581497897, 0.822739154, 0.576295591, 131.3186604 },
+    { 2.948620388, 160.4605972, 3.615294657, 4.435986202, 0.290141953, 1.300669958, 148.7763046 },
+    { 1.618662227, 1010.051101, 0.985094388, 0.000000001, 0.713820843, 0.920922555, 258.1632616 },
+    { 1.876861559, 125.2232657, 62.90773554, 87.83366614, 12.01999824, 28.51324732, 104.5686167 },
+    { 0.010000000, 272.4121427, 2.558379970, 1.565547684, 1.271567166, 2.758063707, 105.4420403 },
+    { 3.217788970, 957.7374108, 2.274627939, 0.000000001, 1.317690384, 0.375760881, 312.3372610 },
+    { 0.010000000, 1199.094025, -0.09002883, 0.000000001, 0.185904477, 0.875193782, 417.7253140 },
+};
+static const double qed_weight[8] = { 0.66, 0.46, 0.05, 0.61, 0.06, 0.65, 0.48, 0.95 };
+
+/* ===================================================================== */
+/* The fragment table                                                     */
+/* ===================================================================== */
+
+namespace {
+
+std::once_flag g_frag_once;
+std::vector<std::string> *g_frag_smarts;   /* MP_D2_N_FR, descriptastorus order */
+std::string *g_frag_error;
+
+std::string data_dir()
+{
+    if (const char *d = std::getenv("RDDATADIR"); d && *d)
+        return d;
+    if (const char *b = std::getenv("RDBASE"); b && *b)
+        return std::string(b) + "/Data";
+    return "/usr/share/RDKit/Data";
+}
+
+/* rdkit.Chem.Fragments' reading: lines not starting with '#', split at tabs,
+ * name (with '=' and '-' made '_') and SMARTS in fields 1 and 3; a later
+ * line of the same name wins. */
+void load_fragments()
+{
+    g_frag_smarts = new std::vector<std::string>(MP_D2_N_FR);
+    g_frag_error = new std::string;
+    std::string path = data_dir() + "/FragmentDescriptors.csv";
+    std::ifstream in(path);
+    if (!in) {
+        *g_frag_error = "cannot read " + path + " (the fr_* descriptors need RDKit's "
+                        "FragmentDescriptors.csv: Debian package rdkit-data)";
+        return;
+    }
+    std::vector<bool> seen(MP_D2_N_FR, false);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#')
+            continue;
+        std::vector<std::string> f;
+        size_t s = 0;
+        for (;;) {
+            size_t t = line.find('\t', s);
+            f.push_back(line.substr(s, t == std::string::npos ? std::string::npos : t - s));
+            if (t == std::string::npos)
+                break;
+            s = t + 1;
+        }
+        if (f.size() < 3)
+            continue;
+        std::string name = f[0], sma = f[2];
+        for (char &c : name)
+            if (c == '=' || c == '-')
+                c = '_';
+        while (!sma.empty() && (sma.back() == '\r' || sma.back() == '\n' || sma.back() == ' '))
+            sma.pop_back();
+        for (int k = 0; k < MP_D2_N_FR; k++)
+            if (name == mp_d2_name(MP_D2_FR_FIRST + k)) {
+                (*g_frag_smarts)[(size_t)k] = sma;
+                seen[(size_t)k] = true;
+            }
+    }
+    for (int k = 0; k < MP_D2_N_FR; k++)
+        if (!seen[(size_t)k]) {
+            *g_frag_error = path + " has no line for " + mp_d2_name(MP_D2_FR_FIRST + k) +
+                            " (not RDKit 2022.09's fragment table?)";
+            return;
+        }
+}
+
+} // namespace
+
+/* ===================================================================== */
+/* The context's query molecules                                          */
+/* ===================================================================== */
+
+struct mp_d2_smarts {
+    std::vector<std::unique_ptr<ROMol>> frag, acc, alert;
+    std::unique_ptr<ROMol> aliphatic_rings;
+};
+
+static ROMol *smarts(const std::string &s, std::string &err)
+{
+    ROMol *q = nullptr;
+    try {
+        q = RDKit::SmartsToMol(s);
+    } catch (...) {
+        q = nullptr;
+    }
+    if (!q && err.empty())
+        err = "RDKit cannot parse the SMARTS '" + s + "'";
+    return q;
+}
+
+extern "C" mp_status mp_d2_smarts_new(mp_d2_smarts **out)
+{
+    *out = nullptr;
+    std::call_once(g_frag_once, load_fragments);
+    if (!g_frag_error->empty())
+        return mp_error_set(MP_ERR_IO, "%s", g_frag_error->c_str());
+    std::unique_ptr<mp_d2_smarts> s;
+    std::string err;
+    try {
+        s.reset(new mp_d2_smarts());
+        for (const std::string &x : *g_frag_smarts)
+            s->frag.emplace_back(smarts(x, err));
+        for (const char *x : qed_acceptors)
+            s->acc.emplace_back(smarts(x, err));
+        for (const char *x : qed_alerts)
+            s->alert.emplace_back(smarts(x, err));
+        s->aliphatic_rings.reset(smarts(qed_aliphatic_rings, err));
+    } catch (const std::bad_alloc &) {
+        return mp_error_set(MP_ERR_NOMEM, "out of memory parsing the descriptor SMARTS");
+    }
+    if (!err.empty())
+        return mp_error_set(MP_ERR_FORMAT, "%s", err.c_str());
+    *out = s.release();
+    return MP_OK;
+}
+
+extern "C" void mp_d2_smarts_free(mp_d2_smarts *s)
+{
+    delete s;
+}
+
+/* ===================================================================== */
+/* Counting                                                               */
+/* ===================================================================== */
+
+static unsigned n_matches(const ROMol &mol, const ROMol &q)
+{
+    RDKit::SubstructMatchParameters p;   /* uniquify, at most 1000: RDKit's defaults */
+    return (unsigned)RDKit::SubstructMatch(mol, q, p).size();
+}
+
+static bool has_match(const ROMol &mol, const ROMol &q)
+{
+    RDKit::SubstructMatchParameters p;
+    p.maxMatches = 1;
+    return !RDKit::SubstructMatch(mol, q, p).empty();
+}
+
+extern "C" void mp_d2_fragments(mp_d2_smarts *s, const mp_d2_mol *m, double *v)
+{
+    const ROMol &mol = MOL(m);
+    for (int k = 0; k < MP_D2_N_FR; k++)
+        v[MP_D2_FR_FIRST + k] = n_matches(mol, *s->frag[(size_t)k]);
+}
+
+/* The asymmetric double sigmoid of property x, divided by its maximum. */
+static double ads(double x, const double *p)
+{
+    double e1 = 1 + std::exp(-1 * (x - p[2] + p[3] / 2) / p[4]);
+    double e2 = 1 + std::exp(-1 * (x - p[2] - p[3] / 2) / p[5]);
+    double dx = p[0] + p[1] / e1 * (1 - 1 / e2);
+    return dx / p[6];
+}
+
+extern "C" void mp_d2_qed(mp_d2_smarts *s, const mp_d2_mol *m, double *v)
+{
+    const ROMol &mol = MOL(m);
+    double hba = 0;
+    for (const auto &q : s->acc)
+        hba += n_matches(mol, *q);
+    double alerts = 0;
+    for (const auto &q : s->alert)
+        alerts += has_match(mol, *q);
+    std::unique_ptr<ROMol> rest(RDKit::deleteSubstructs(mol, *s->aliphatic_rings));
+    double arom = RDKit::MolOps::findSSSR(*rest);
+    const double prop[8] = { v[D_MolWt], v[D_MolLogP], hba, v[D_NumHDonors],
+                             v[D_TPSA],  v[D_NumRotatableBonds], arom, alerts };
+    double t = 0, wsum = 0;
+    for (int i = 0; i < 8; i++) {
+        t += qed_weight[i] * std::log(ads(prop[i], ads_param[i]));
+        wsum += qed_weight[i];
+    }
+    v[D_qed] = std::exp(t / wsum);
+}
