@@ -333,18 +333,15 @@ static void cxx_singles(const ROMol &mol, double *v, uint8_t *failed)
     one(v, failed, D_TPSA, CALL(D::calcTPSA(m)), mol);
     one(v, failed, D_Chi0n, CALL(D::calcChi0n(m)), mol);
     one(v, failed, D_Chi1n, CALL(D::calcChi1n(m)), mol);
-    one(v, failed, D_Chi2n, CALL(D::calcChi2n(m)), mol);
-    one(v, failed, D_Chi3n, CALL(D::calcChi3n(m)), mol);
-    one(v, failed, D_Chi4n, CALL(D::calcChi4n(m)), mol);
     one(v, failed, D_Chi0v, CALL(D::calcChi0v(m)), mol);
     one(v, failed, D_Chi1v, CALL(D::calcChi1v(m)), mol);
-    one(v, failed, D_Chi2v, CALL(D::calcChi2v(m)), mol);
-    one(v, failed, D_Chi3v, CALL(D::calcChi3v(m)), mol);
-    one(v, failed, D_Chi4v, CALL(D::calcChi4v(m)), mol);
     one(v, failed, D_HallKierAlpha, CALL(D::calcHallKierAlpha(m)), mol);
     one(v, failed, D_Kappa1, CALL(D::calcKappa1(m)), mol);
-    one(v, failed, D_Kappa2, CALL(D::calcKappa2(m)), mol);
-    one(v, failed, D_Kappa3, CALL(D::calcKappa3(m)), mol);
+    /* Chi2-4 n/v and Kappa2-3: RDKit's values, from one path enumeration */
+    static const int path_slots[8] = { D_Chi2n, D_Chi3n, D_Chi4n, D_Chi2v,
+                                       D_Chi3v, D_Chi4v, D_Kappa2, D_Kappa3 };
+    guarded_range(v, failed, path_slots, 8,
+                  [&] { mp_d2_paths(reinterpret_cast<const mp_d2_mol *>(&mol), v); });
     guarded(v, failed, { D_MolLogP, D_MolMR }, [&] {
         double logp, mr;
         D::calcCrippenDescriptors(mol, logp, mr);

@@ -13,6 +13,8 @@
  *                      descriptors RDKit computes in C++ and the small ones
  *   desc2d_graph.cpp   BalabanJ, BertzCT, Chi0, Chi1, Ipc, the EState
  *                      indices and the EState/VSA bins
+ *   desc2d_paths.cpp   Chi2-4 n/v and Kappa2-3 (RDKit's, computed from one
+ *                      enumeration of paths instead of eight)
  *   desc2d_smarts.cpp  the 85 fr_* fragment counts (SMARTS read from RDKit's
  *                      FragmentDescriptors.csv) and QED
  *   normalize.cpp      descriptastorus' CDF normalization (Boost.Math)
@@ -111,6 +113,10 @@ void mp_d2_estate(mp_d2_graph_ws *w, const mp_d2_mol *mol, const double *vsa, do
  * getDistanceMat) into w's scratch; returns it. */
 const double *mp_d2_topo_dist(mp_d2_graph_ws *w, const mp_d2_mol *mol);
 
+/* Chi2n-4n, Chi2v-4v, Kappa2, Kappa3 from one path enumeration
+ * (desc2d_paths.cpp). */
+void mp_d2_paths(const mp_d2_mol *mol, double *v);
+
 typedef struct mp_d2_smarts mp_d2_smarts;
 /* The query molecules, parsed once per context; the error set on failure. */
 mp_status mp_d2_smarts_new(mp_d2_smarts **out);
@@ -120,6 +126,8 @@ void mp_d2_fragments(mp_d2_smarts *s, const mp_d2_mol *mol, double *v);
 /* QED from the already computed MolWt, MolLogP, NumHDonors, TPSA and
  * NumRotatableBonds in v, into v[D_qed]. */
 void mp_d2_qed(mp_d2_smarts *s, const mp_d2_mol *mol, double *v);
+/* Turns the pattern screen off (0) or on (1, the default); for tests. */
+void mp_d2_smarts_screen(mp_d2_smarts *s, int on);
 
 /* ---- normalization (normalize.cpp) ---- */
 

@@ -14,15 +14,27 @@
  * Every context parses its own query molecules: RDKit guards a recursive
  * SMARTS query with a lock during a match, which threads sharing one query
  * would contend for.
+ *
+ * Most of these 212 patterns cannot match a given molecule, and RDKit's
+ * matcher costs microseconds even to find that out.  So each query atom gets
+ * the set of atom classes (element, aromatic, charge sign) it can possibly
+ * match, read off its query tree (a superset: anything not understood
+ * counts as "any atom"); a pattern one of whose atoms has no candidate in
+ * the molecule has no match, and RDKit is not asked.  This only skips calls
+ * whose answer is known; tests/test_descriptors.c checks that counts with
+ * and without the screen agree on thousands of molecules.
  */
 #include "featurize/desc2d.h"
 
 #include <GraphMol/ChemTransforms/ChemTransforms.h>
 #include <GraphMol/GraphMol.h>
 #include <GraphMol/MolOps.h>
+#include <GraphMol/QueryAtom.h>
+#include <GraphMol/QueryOps.h>
 #include <GraphMol/SmilesParse/SmilesParse.h>
 #include <GraphMol/Substruct/SubstructMatch.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -185,12 +197,165 @@ void load_fragments()
 } // namespace
 
 /* ===================================================================== */
+/* The screen                                                             */
+/* ===================================================================== */
+
+/* Atom classes: (element 0..127, aromatic, charge sign -/0/+), 768 bits. */
+#define N_CLASS_WORDS 12
+typedef std::array<std::uint64_t, N_CLASS_WORDS> classes;
+
+static int class_of(int z, bool arom, int charge)
+{
+    if (z < 0 || z > 127)
+        z = 127;
+    return (z * 2 + (arom ? 1 : 0)) * 3 + (charge < 0 ? 0 : charge == 0 ? 1 : 2);
+}
+
+namespace {
+
+struct cset {
+    classes bits;
+    bool exact;   /* bits are exactly the classes that match (not a superset) */
+};
+
+cset any(bool exact)
+{
+    cset c;
+    c.bits.fill(~0ull);
+    c.exact = exact;
+    return c;
+}
+
+template <typename P>
+cset where(P pred)
+{
+    cset c;
+    c.bits.fill(0);
+    c.exact = true;
+    for (int z = 0; z < 128; z++)
+        for (int a = 0; a < 2; a++)
+            for (int q = -1; q <= 1; q++)
+                if (pred(z, a != 0, q)) {
+                    int k = class_of(z, a != 0, q);
+                    c.bits[(size_t)k / 64] |= 1ull << (k % 64);
+                }
+    return c;
+}
+
+typedef Queries::Query<int, const RDKit::Atom *, true> atom_query;
+
+bool eq_value(const atom_query *q, int &v)
+{
+    auto *e = dynamic_cast<const Queries::EqualityQuery<int, const RDKit::Atom *, true> *>(q);
+    if (!e || e->getTol() != 0)
+        return false;
+    v = e->getVal();
+    return true;
+}
+
+/* The classes an atom matching q can have. */
+cset possible(const atom_query *q)
+{
+    const std::string &d = q->getDescription();
+    cset c = any(false);
+    int v;
+    if (d == "AtomAnd") {
+        c = any(true);
+        for (auto it = q->beginChildren(); it != q->endChildren(); ++it) {
+            cset k = possible(it->get());
+            for (int w = 0; w < N_CLASS_WORDS; w++)
+                c.bits[(size_t)w] &= k.bits[(size_t)w];
+            c.exact = c.exact && k.exact;
+        }
+    } else if (d == "AtomOr") {
+        c.bits.fill(0);
+        c.exact = true;
+        for (auto it = q->beginChildren(); it != q->endChildren(); ++it) {
+            cset k = possible(it->get());
+            for (int w = 0; w < N_CLASS_WORDS; w++)
+                c.bits[(size_t)w] |= k.bits[(size_t)w];
+            c.exact = c.exact && k.exact;
+        }
+    } else if (d == "AtomNull") {
+        c = any(true);
+    } else if (d == "AtomAtomicNum" && eq_value(q, v)) {
+        c = where([v](int z, bool, int) { return z == v; });
+    } else if (d == "AtomType" && eq_value(q, v)) {
+        int z0 = v > 1000 ? v - 1000 : v;
+        bool a0 = v > 1000;
+        c = where([z0, a0](int z, bool a, int) { return z == z0 && a == a0; });
+    } else if ((d == "AtomIsAromatic" || d == "AtomIsAliphatic") && eq_value(q, v) && v == 1) {
+        bool a0 = d == "AtomIsAromatic";
+        c = where([a0](int, bool a, int) { return a == a0; });
+    } else if ((d == "AtomFormalCharge" || d == "AtomNegativeFormalCharge") && eq_value(q, v)) {
+        int ch = d == "AtomFormalCharge" ? v : -v;
+        int sign = ch < 0 ? -1 : ch > 0 ? 1 : 0;
+        c = where([sign](int, bool, int s) { return s == sign; });
+        c.exact = ch == 0;   /* "-" stands for -1 only, the class for every negative */
+    } else if (d == "RecursiveStructure" && !q->getNegation()) {
+        /* the atom must match the first atom of the recursive pattern */
+        auto *r = dynamic_cast<const RDKit::RecursiveStructureQuery *>(q);
+        const ROMol *sub = r ? r->getQueryMol() : nullptr;
+        if (sub && sub->getNumAtoms() && sub->getAtomWithIdx(0)->hasQuery())
+            c = possible(sub->getAtomWithIdx(0)->getQuery());
+        c.exact = false;
+        return c;   /* negation handled: none */
+    }
+    if (q->getNegation()) {
+        if (!c.exact)
+            return any(false);
+        for (int w = 0; w < N_CLASS_WORDS; w++)
+            c.bits[(size_t)w] = ~c.bits[(size_t)w];
+    }
+    return c;
+}
+
+} // namespace
+
+/* A query molecule and, per atom, the classes it can match. */
+struct query {
+    std::unique_ptr<ROMol> mol;
+    std::vector<classes> atom;
+};
+
+static void screen_of(query &q)
+{
+    q.atom.clear();
+    for (const RDKit::Atom *a : q.mol->atoms())
+        q.atom.push_back(a->hasQuery() ? possible(a->getQuery()).bits : any(false).bits);
+}
+
+/* 0 when some query atom has no candidate among the molecule's classes. */
+static bool may_match(const query &q, const classes &present)
+{
+    for (const classes &c : q.atom) {
+        std::uint64_t hit = 0;
+        for (int w = 0; w < N_CLASS_WORDS; w++)
+            hit |= c[(size_t)w] & present[(size_t)w];
+        if (!hit)
+            return false;
+    }
+    return true;
+}
+
+static void classes_of(const ROMol &mol, classes &present)
+{
+    present.fill(0);
+    for (const RDKit::Atom *a : mol.atoms()) {
+        int k = class_of(a->getAtomicNum(), a->getIsAromatic(), a->getFormalCharge());
+        present[(size_t)k / 64] |= 1ull << (k % 64);
+    }
+}
+
+/* ===================================================================== */
 /* The context's query molecules                                          */
 /* ===================================================================== */
 
 struct mp_d2_smarts {
-    std::vector<std::unique_ptr<ROMol>> frag, acc, alert;
+    std::vector<query> frag, acc, alert;
     std::unique_ptr<ROMol> aliphatic_rings;
+    bool screen = true;
+    classes present;
 };
 
 static ROMol *smarts(const std::string &s, std::string &err)
@@ -216,12 +381,18 @@ extern "C" mp_status mp_d2_smarts_new(mp_d2_smarts **out)
     std::string err;
     try {
         s.reset(new mp_d2_smarts());
+        auto add = [&](std::vector<query> &to, const std::string &x) {
+            to.emplace_back();
+            to.back().mol.reset(smarts(x, err));
+            if (to.back().mol)
+                screen_of(to.back());
+        };
         for (const std::string &x : *g_frag_smarts)
-            s->frag.emplace_back(smarts(x, err));
+            add(s->frag, x);
         for (const char *x : qed_acceptors)
-            s->acc.emplace_back(smarts(x, err));
+            add(s->acc, x);
         for (const char *x : qed_alerts)
-            s->alert.emplace_back(smarts(x, err));
+            add(s->alert, x);
         s->aliphatic_rings.reset(smarts(qed_aliphatic_rings, err));
     } catch (const std::bad_alloc &) {
         return mp_error_set(MP_ERR_NOMEM, "out of memory parsing the descriptor SMARTS");
@@ -241,24 +412,34 @@ extern "C" void mp_d2_smarts_free(mp_d2_smarts *s)
 /* Counting                                                               */
 /* ===================================================================== */
 
-static unsigned n_matches(const ROMol &mol, const ROMol &q)
+static unsigned n_matches(const mp_d2_smarts *s, const ROMol &mol, const query &q)
 {
+    if (s->screen && !may_match(q, s->present))
+        return 0;
     RDKit::SubstructMatchParameters p;   /* uniquify, at most 1000: RDKit's defaults */
-    return (unsigned)RDKit::SubstructMatch(mol, q, p).size();
+    return (unsigned)RDKit::SubstructMatch(mol, *q.mol, p).size();
 }
 
-static bool has_match(const ROMol &mol, const ROMol &q)
+static bool has_match(const mp_d2_smarts *s, const ROMol &mol, const query &q)
 {
+    if (s->screen && !may_match(q, s->present))
+        return false;
     RDKit::SubstructMatchParameters p;
     p.maxMatches = 1;
-    return !RDKit::SubstructMatch(mol, q, p).empty();
+    return !RDKit::SubstructMatch(mol, *q.mol, p).empty();
+}
+
+extern "C" void mp_d2_smarts_screen(mp_d2_smarts *s, int on)
+{
+    s->screen = on != 0;
 }
 
 extern "C" void mp_d2_fragments(mp_d2_smarts *s, const mp_d2_mol *m, double *v)
 {
     const ROMol &mol = MOL(m);
+    classes_of(mol, s->present);
     for (int k = 0; k < MP_D2_N_FR; k++)
-        v[MP_D2_FR_FIRST + k] = n_matches(mol, *s->frag[(size_t)k]);
+        v[MP_D2_FR_FIRST + k] = n_matches(s, mol, s->frag[(size_t)k]);
 }
 
 /* The asymmetric double sigmoid of property x, divided by its maximum. */
@@ -273,12 +454,13 @@ static double ads(double x, const double *p)
 extern "C" void mp_d2_qed(mp_d2_smarts *s, const mp_d2_mol *m, double *v)
 {
     const ROMol &mol = MOL(m);
+    classes_of(mol, s->present);
     double hba = 0;
     for (const auto &q : s->acc)
-        hba += n_matches(mol, *q);
+        hba += n_matches(s, mol, q);
     double alerts = 0;
     for (const auto &q : s->alert)
-        alerts += has_match(mol, *q);
+        alerts += has_match(s, mol, q);
     std::unique_ptr<ROMol> rest(RDKit::deleteSubstructs(mol, *s->aliphatic_rings));
     double arom = RDKit::MolOps::findSSSR(*rest);
     const double prop[8] = { v[D_MolWt], v[D_MolLogP], hba, v[D_NumHDonors],

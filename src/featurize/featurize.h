@@ -161,9 +161,10 @@ void        mp_vec_request(mp_vec v, mp_featurize_opts *o);
 /* Length of vector v in f, 0 when f does not hold it. */
 int         mp_features_vec_dim(const mp_features *f, mp_vec v);
 /* Vector v of molecule m into dst[mp_features_vec_dim(f, v)], as Chemprop's
- * MoleculeDatapoint holds it: NaN read as 0.  An invalid molecule's row is
- * NaN throughout. */
-void        mp_features_vec_row(const mp_features *f, mp_vec v, int32_t m, float *dst);
+ * MoleculeDatapoint holds it: NaN read as 0 (infinities stay).  An invalid
+ * molecule's row is NaN throughout.  In double, as Chemprop scales them: raw
+ * Ipc reaches 1e41, beyond float. */
+void        mp_features_vec_row(const mp_features *f, mp_vec v, int32_t m, double *dst);
 
 /* ===================================================================== */
 /* Feature cache (.mpf) and reference dump                               */
