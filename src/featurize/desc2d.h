@@ -114,8 +114,10 @@ void mp_d2_estate(mp_d2_graph_ws *w, const mp_d2_mol *mol, const double *vsa, do
 const double *mp_d2_topo_dist(mp_d2_graph_ws *w, const mp_d2_mol *mol);
 
 /* Chi2n-4n, Chi2v-4v, Kappa2, Kappa3 from one path enumeration
- * (desc2d_paths.cpp). */
+ * (desc2d_paths.cpp); mp_d2_paths_rdkit: the same eight from RDKit's own
+ * calcChi* / calcKappa*, for tests. */
 void mp_d2_paths(const mp_d2_mol *mol, double *v);
+void mp_d2_paths_rdkit(const mp_d2_mol *mol, double *v);
 
 typedef struct mp_d2_smarts mp_d2_smarts;
 /* The query molecules, parsed once per context; the error set on failure. */
@@ -126,8 +128,9 @@ void mp_d2_fragments(mp_d2_smarts *s, const mp_d2_mol *mol, double *v);
 /* QED from the already computed MolWt, MolLogP, NumHDonors, TPSA and
  * NumRotatableBonds in v, into v[D_qed]. */
 void mp_d2_qed(mp_d2_smarts *s, const mp_d2_mol *mol, double *v);
-/* Turns the pattern screen off (0) or on (1, the default); for tests. */
-void mp_d2_smarts_screen(mp_d2_smarts *s, int on);
+/* Turns the pattern screen off (0) or on (1, the default) for contexts made
+ * from now on; for tests. */
+void mp_d2_set_screen(int on);
 
 /* ---- normalization (normalize.cpp) ---- */
 

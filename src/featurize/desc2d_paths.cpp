@@ -156,6 +156,20 @@ void extend(walker &w, int s)
 
 } // namespace
 
+extern "C" void mp_d2_paths_rdkit(const mp_d2_mol *m, double *v)
+{
+    const ROMol &mol = *reinterpret_cast<const ROMol *>(m);
+    namespace D = RDKit::Descriptors;
+    v[D_Chi2n] = D::calcChi2n(mol);
+    v[D_Chi3n] = D::calcChi3n(mol);
+    v[D_Chi4n] = D::calcChi4n(mol);
+    v[D_Chi2v] = D::calcChi2v(mol);
+    v[D_Chi3v] = D::calcChi3v(mol);
+    v[D_Chi4v] = D::calcChi4v(mol);
+    v[D_Kappa2] = D::calcKappa2(mol);
+    v[D_Kappa3] = D::calcKappa3(mol);
+}
+
 extern "C" void mp_d2_paths(const mp_d2_mol *m, double *v)
 {
     const ROMol &mol = *reinterpret_cast<const ROMol *>(m);
@@ -194,15 +208,7 @@ extern "C" void mp_d2_paths(const mp_d2_mol *m, double *v)
         w.n_paths[L] = 0;
     }
     if (w.big) {   /* beyond the packing: RDKit's own functions */
-        namespace D = RDKit::Descriptors;
-        v[D_Chi2n] = D::calcChi2n(mol);
-        v[D_Chi3n] = D::calcChi3n(mol);
-        v[D_Chi4n] = D::calcChi4n(mol);
-        v[D_Chi2v] = D::calcChi2v(mol);
-        v[D_Chi3v] = D::calcChi3v(mol);
-        v[D_Chi4v] = D::calcChi4v(mol);
-        v[D_Kappa2] = D::calcKappa2(mol);
-        v[D_Kappa3] = D::calcKappa3(mol);
+        mp_d2_paths_rdkit(m, v);
         return;
     }
     for (unsigned i = 0; i < na; i++) {

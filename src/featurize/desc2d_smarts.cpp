@@ -35,6 +35,7 @@
 #include <GraphMol/Substruct/SubstructMatch.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -131,7 +132,10 @@ static const double qed_weight[8] = { 0.66, 0.46, 0.05, 0.61, 0.06, 0.65, 0.48, 
 
 namespace {
 
-std::once_flag g_frag_once;
+/* The table as read from g_frag_path (read again when the data directory
+ * changes, so a missing file is reported whenever it is missing). */
+std::mutex g_frag_mutex;
+std::string *g_frag_path;
 std::vector<std::string> *g_frag_smarts;   /* MP_D2_N_FR, descriptastorus order */
 std::string *g_frag_error;
 
@@ -147,11 +151,16 @@ std::string data_dir()
 /* rdkit.Chem.Fragments' reading: lines not starting with '#', split at tabs,
  * name (with '=' and '-' made '_') and SMARTS in fields 1 and 3; a later
  * line of the same name wins. */
-void load_fragments()
+void load_fragments(const std::string &path)
 {
-    g_frag_smarts = new std::vector<std::string>(MP_D2_N_FR);
-    g_frag_error = new std::string;
-    std::string path = data_dir() + "/FragmentDescriptors.csv";
+    if (!g_frag_smarts) {   /* process lifetime */
+        g_frag_smarts = new std::vector<std::string>();
+        g_frag_error = new std::string;
+        g_frag_path = new std::string;
+    }
+    *g_frag_path = path;
+    g_frag_smarts->assign(MP_D2_N_FR, std::string());
+    g_frag_error->clear();
     std::ifstream in(path);
     if (!in) {
         *g_frag_error = "cannot read " + path + " (the fr_* descriptors need RDKit's "
@@ -351,6 +360,8 @@ static void classes_of(const ROMol &mol, classes &present)
 /* The context's query molecules                                          */
 /* ===================================================================== */
 
+static std::atomic<bool> g_screen{ true };
+
 struct mp_d2_smarts {
     std::vector<query> frag, acc, alert;
     std::unique_ptr<ROMol> aliphatic_rings;
@@ -374,9 +385,18 @@ static ROMol *smarts(const std::string &s, std::string &err)
 extern "C" mp_status mp_d2_smarts_new(mp_d2_smarts **out)
 {
     *out = nullptr;
-    std::call_once(g_frag_once, load_fragments);
-    if (!g_frag_error->empty())
-        return mp_error_set(MP_ERR_IO, "%s", g_frag_error->c_str());
+    std::vector<std::string> frag;
+    try {
+        std::lock_guard<std::mutex> lock(g_frag_mutex);
+        std::string path = data_dir() + "/FragmentDescriptors.csv";
+        if (!g_frag_path || *g_frag_path != path)
+            load_fragments(path);
+        if (!g_frag_error->empty())
+            return mp_error_set(MP_ERR_IO, "%s", g_frag_error->c_str());
+        frag = *g_frag_smarts;
+    } catch (const std::bad_alloc &) {
+        return mp_error_set(MP_ERR_NOMEM, "out of memory reading the fragment table");
+    }
     std::unique_ptr<mp_d2_smarts> s;
     std::string err;
     try {
@@ -387,7 +407,7 @@ extern "C" mp_status mp_d2_smarts_new(mp_d2_smarts **out)
             if (to.back().mol)
                 screen_of(to.back());
         };
-        for (const std::string &x : *g_frag_smarts)
+        for (const std::string &x : frag)
             add(s->frag, x);
         for (const char *x : qed_acceptors)
             add(s->acc, x);
@@ -399,6 +419,7 @@ extern "C" mp_status mp_d2_smarts_new(mp_d2_smarts **out)
     }
     if (!err.empty())
         return mp_error_set(MP_ERR_FORMAT, "%s", err.c_str());
+    s->screen = g_screen;
     *out = s.release();
     return MP_OK;
 }
@@ -429,9 +450,9 @@ static bool has_match(const mp_d2_smarts *s, const ROMol &mol, const query &q)
     return !RDKit::SubstructMatch(mol, *q.mol, p).empty();
 }
 
-extern "C" void mp_d2_smarts_screen(mp_d2_smarts *s, int on)
+extern "C" void mp_d2_set_screen(int on)
 {
-    s->screen = on != 0;
+    g_screen = on != 0;
 }
 
 extern "C" void mp_d2_fragments(mp_d2_smarts *s, const mp_d2_mol *m, double *v)

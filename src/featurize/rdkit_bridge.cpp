@@ -651,6 +651,18 @@ extern "C" mp_status mp_rdk_desc2d_ready(void)
     return MP_OK;
 }
 
+extern "C" int mp_rdk_paths_reference(const char *smiles, double *fast, double *rdkit)
+{
+    std::string err;
+    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, err));
+    if (!mol)
+        return 0;
+    const mp_d2_mol *m = reinterpret_cast<const mp_d2_mol *>(mol.get());
+    mp_d2_paths(m, fast);
+    mp_d2_paths_rdkit(m, rdkit);
+    return 1;
+}
+
 extern "C" int mp_rdk_morgan2_reference(const char *smiles, uint8_t *bits, uint32_t *counts)
 {
     std::string err;

@@ -110,6 +110,13 @@ mp_status mp_rdk_desc2d_ready(void);
  * from getCountFingerprint.  Returns 1, or 0 when the SMILES is invalid. */
 int mp_rdk_morgan2_reference(const char *smiles, uint8_t *bits, uint32_t *counts);
 
+/* Reference for tests: the eight path descriptors (Chi2-4 n/v, Kappa2-3) of
+ * a SMILES parsed as above, from molprop's one-enumeration code into
+ * fast[MP_D2_ALL] and from RDKit's own calcChi* / calcKappa* into
+ * rdkit[MP_D2_ALL] (engine slots, desc2d.h).  Returns 1, or 0 when the
+ * SMILES is invalid. */
+int mp_rdk_paths_reference(const char *smiles, double *fast, double *rdkit);
+
 /* The descriptor registry: count and names (RDKit::Descriptors::Properties). */
 int         mp_rdk_n_desc(void);
 const char *mp_rdk_desc_name(int i);
