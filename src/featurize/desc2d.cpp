@@ -28,6 +28,7 @@
 #include <GraphMol/Descriptors/MolSurf.h>
 #include <GraphMol/Fingerprints/MorganFingerprints.h>
 #include <GraphMol/GraphMol.h>
+#include <GraphMol/MolOps.h>
 #include <GraphMol/PartialCharges/GasteigerCharges.h>
 #include <GraphMol/PeriodicTable.h>
 #include <DataStructs/SparseIntVect.h>
@@ -42,9 +43,13 @@
 #undef RDK_HAS_EIGEN3
 #endif
 
+#include <RDGeneral/hash/hash.hpp>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -216,19 +221,91 @@ static void partial_charges(const ROMol &mol, double *v)
     v[D_MinAbsPartialCharge] = py_min(std::fabs(mn), std::fabs(mx));
 }
 
+/*
+ * The identifiers of RDKit's unfolded Morgan count fingerprint (radius 3,
+ * bond types, no chirality: GetMorganFingerprint's defaults), each with the
+ * first layer that sets it, as RDKit's ECFP iteration makes them (the same
+ * iteration as rdkit_bridge.cpp's folded one; RDKit's getFingerprint with
+ * per-bit atom info was a twentieth of the time): every atom sets its
+ * connectivity invariant; each layer, each live atom hashes (layer, its
+ * invariant, its sorted (bond type, neighbour invariant) pairs) and grows
+ * its bond environment; an environment already seen (earlier, or earlier
+ * in this layer in (environment, invariant, atom) order) sets nothing and
+ * its atom drops out, with invariant 0 for its neighbours from then on.
+ */
+struct morgan_ids_ws {
+    std::vector<std::uint32_t> inv, next;
+    std::vector<std::vector<bool>> env, env_next;
+    std::vector<char> dead;
+    std::vector<std::pair<std::int32_t, std::uint32_t>> nbrs;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> ids;     /* (id, layer) */
+};
+
+static void morgan_ids(morgan_ids_ws &w, const ROMol &mol, unsigned radius)
+{
+    const unsigned n = mol.getNumAtoms(), nb = mol.getNumBonds();
+    w.inv.resize(n);
+    RDKit::MorganFingerprints::getConnectivityInvariants(mol, w.inv, true);
+    w.ids.clear();
+    for (unsigned i = 0; i < n; i++)
+        w.ids.emplace_back(w.inv[i], 0u);
+    w.env.assign(n, std::vector<bool>(nb, false));
+    w.dead.assign(n, 0);
+    for (unsigned i = 0; i < n; i++)
+        w.dead[i] = mol.getAtomWithIdx(i)->getDegree() == 0;
+    std::vector<std::vector<bool>> seen;
+    std::vector<std::tuple<std::vector<bool>, std::uint32_t, unsigned>> cands;
+    for (unsigned layer = 0; layer < radius; layer++) {
+        w.env_next = w.env;
+        w.next.assign(n, 0);
+        cands.clear();
+        for (unsigned i = 0; i < n; i++) {
+            if (w.dead[i])
+                continue;
+            const RDKit::Atom *a = mol.getAtomWithIdx(i);
+            std::vector<bool> &e = w.env_next[i];
+            w.nbrs.clear();
+            for (const RDKit::Bond *b : mol.atomBonds(a)) {
+                unsigned bi = b->getIdx(), j = b->getOtherAtomIdx(i);
+                e[bi] = true;
+                for (unsigned k = 0; k < nb; k++)
+                    if (w.env[j][k])
+                        e[k] = true;
+                w.nbrs.emplace_back(static_cast<std::int32_t>(b->getBondType()), w.inv[j]);
+            }
+            std::sort(w.nbrs.begin(), w.nbrs.end());
+            std::hash_result_t invar = layer;
+            gboost::hash_combine(invar, w.inv[i]);
+            for (const auto &p : w.nbrs)
+                gboost::hash_combine(invar, p);
+            w.next[i] = invar;
+            cands.emplace_back(e, invar, i);
+        }
+        std::sort(cands.begin(), cands.end());
+        for (const auto &c : cands) {
+            const std::vector<bool> &e = std::get<0>(c);
+            if (std::find(seen.begin(), seen.end(), e) != seen.end()) {
+                w.dead[std::get<2>(c)] = 1;
+                continue;
+            }
+            w.ids.emplace_back(std::get<1>(c), layer + 1);
+            seen.push_back(e);
+        }
+        w.inv.swap(w.next);
+        w.env.swap(w.env_next);
+    }
+}
+
 static void fp_density(const ROMol &mol, double *v)
 {
-    RDKit::MorganFingerprints::BitInfoMap info;
-    std::unique_ptr<RDKit::SparseIntVect<std::uint32_t>> fp(
-        RDKit::MorganFingerprints::getFingerprint(mol, 3, nullptr, nullptr, false, true, true,
-                                                  false, &info));
+    static thread_local morgan_ids_ws w;
+    morgan_ids(w, mol, 3);
+    /* an identifier counts from the first layer that sets it */
+    std::sort(w.ids.begin(), w.ids.end());
     unsigned count[4] = { 0, 0, 0, 0 };
-    for (const auto &kv : info) {
-        unsigned layer = 3;
-        for (const auto &ar : kv.second)
-            layer = std::min(layer, (unsigned)ar.second);
-        count[layer]++;
-    }
+    for (size_t k = 0; k < w.ids.size(); k++)
+        if (k == 0 || w.ids[k].first != w.ids[k - 1].first)
+            count[w.ids[k].second]++;
     double heavy = mol.getNumHeavyAtoms();
     unsigned upto = count[0];
     int slot[3] = { D_FpDensityMorgan1, D_FpDensityMorgan2, D_FpDensityMorgan3 };
@@ -264,6 +341,47 @@ static const int smr_slot[10] = { D_SMR_VSA1, D_SMR_VSA2, D_SMR_VSA3, D_SMR_VSA4
 static const int slogp_slot[12] = { D_SlogP_VSA1, D_SlogP_VSA2, D_SlogP_VSA3, D_SlogP_VSA4,
                                     D_SlogP_VSA5, D_SlogP_VSA6, D_SlogP_VSA7, D_SlogP_VSA8,
                                     D_SlogP_VSA9, D_SlogP_VSA10, D_SlogP_VSA11, D_SlogP_VSA12 };
+
+/*
+ * MolLogP and MolMR are the sums of the Wildman-Crippen atom contributions
+ * over the molecule with its hydrogens added (calcCrippenDescriptors);
+ * SlogP_VSA and SMR_VSA bin each heavy atom's Labute area by its logP / MR
+ * contribution (calcSlogP_VSA / calcSMR_VSA, bins by upper bound).  RDKit
+ * types the atoms twice for these, with and without hydrogens; a heavy
+ * atom's type does not depend on whether its hydrogens are explicit (the
+ * patterns exclude #1 neighbours), so this types once, on the molecule with
+ * hydrogens, and reads the heavy atoms' contributions off it (tests compare
+ * the results with RDKit's functions).
+ */
+static const double slogp_bins[11] = { -0.4, -0.2, 0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6 };
+static const double smr_bins[9] = { 1.29, 1.82, 2.24, 2.45, 2.75, 3.05, 3.63, 3.8, 4.0 };
+
+static void crippen(mp_d2_ctx *c, const ROMol &mol, double *v)
+{
+    std::unique_ptr<ROMol> h(RDKit::MolOps::addHs(mol, false, false));
+    unsigned nh = h->getNumAtoms(), n = mol.getNumAtoms();
+    std::vector<double> lp(nh), mr(nh);
+    D::getCrippenAtomContribs(*h, lp, mr, true);
+    double logp = 0.0, mrs = 0.0;
+    for (unsigned i = 0; i < nh; i++) {
+        logp += lp[i];
+        mrs += mr[i];
+    }
+    v[D_MolLogP] = logp;
+    v[D_MolMR] = mrs;
+    c->vsa.assign(n, 0.0);
+    double hc;
+    D::getLabuteAtomContribs(mol, c->vsa, hc);
+    double a[12] = { 0 }, b[10] = { 0 };
+    for (unsigned i = 0; i < n; i++) {
+        a[std::upper_bound(slogp_bins, slogp_bins + 11, lp[i]) - slogp_bins] += c->vsa[i];
+        b[std::upper_bound(smr_bins, smr_bins + 9, mr[i]) - smr_bins] += c->vsa[i];
+    }
+    for (int i = 0; i < 12; i++)
+        v[slogp_slot[i]] = a[i];
+    for (int i = 0; i < 10; i++)
+        v[smr_slot[i]] = b[i];
+}
 
 /* Runs fn; when it throws, the listed slots get 0.0 and are marked failed
  * (bad_alloc is passed on). */
@@ -306,18 +424,17 @@ static void one(double *v, uint8_t *failed, int slot, double (*fn)(const ROMol &
 /* The C++ calls as RDKit's Python makes them (default arguments). */
 #define CALL(expr) [](const ROMol &m) -> double { return (double)(expr); }
 
-static void cxx_singles(const ROMol &mol, double *v, uint8_t *failed)
+static void cxx_singles(mp_d2_ctx *c, const ROMol &mol, double *v, uint8_t *failed)
 {
+    guarded(v, failed, { D_NumHAcceptors, D_NumHDonors, D_NumRotatableBonds },
+            [&] { mp_d2_lipinski(c->smarts, reinterpret_cast<const mp_d2_mol *>(&mol), v); });
     one(v, failed, D_ExactMolWt, CALL(D::calcExactMW(m)), mol);
     one(v, failed, D_MolWt, CALL(D::calcAMW(m)), mol);
     one(v, failed, D_HeavyAtomMolWt, CALL(D::calcAMW(m, true)), mol);
     one(v, failed, D_HeavyAtomCount, CALL(m.getNumHeavyAtoms()), mol);
-    one(v, failed, D_NumHAcceptors, CALL(D::calcNumHBA(m)), mol);
-    one(v, failed, D_NumHDonors, CALL(D::calcNumHBD(m)), mol);
     one(v, failed, D_NOCount, CALL(D::calcLipinskiHBA(m)), mol);
     one(v, failed, D_NHOHCount, CALL(D::calcLipinskiHBD(m)), mol);
     one(v, failed, D_NumHeteroatoms, CALL(D::calcNumHeteroatoms(m)), mol);
-    one(v, failed, D_NumRotatableBonds, CALL(D::calcNumRotatableBonds(m)), mol);
     one(v, failed, D_FractionCSP3, CALL(D::calcFractionCSP3(m)), mol);
     one(v, failed, D_RingCount, CALL(D::calcNumRings(m)), mol);
     one(v, failed, D_NumAromaticRings, CALL(D::calcNumAromaticRings(m)), mol);
@@ -342,27 +459,22 @@ static void cxx_singles(const ROMol &mol, double *v, uint8_t *failed)
                                        D_Chi3v, D_Chi4v, D_Kappa2, D_Kappa3 };
     guarded_range(v, failed, path_slots, 8,
                   [&] { mp_d2_paths(reinterpret_cast<const mp_d2_mol *>(&mol), v); });
-    guarded(v, failed, { D_MolLogP, D_MolMR }, [&] {
-        double logp, mr;
-        D::calcCrippenDescriptors(mol, logp, mr);
-        v[D_MolLogP] = logp;
-        v[D_MolMR] = mr;
-    });
+    guarded(v, failed, { D_MolLogP, D_MolMR }, [&] { crippen(c, mol, v); });
     guarded_range(v, failed, peoe_slot, 14, [&] {
         std::vector<double> b = D::calcPEOE_VSA(mol);
         for (int i = 0; i < 14; i++)
             v[peoe_slot[i]] = b.at((size_t)i);
     });
-    guarded_range(v, failed, smr_slot, 10, [&] {
-        std::vector<double> b = D::calcSMR_VSA(mol);
-        for (int i = 0; i < 10; i++)
-            v[smr_slot[i]] = b.at((size_t)i);
-    });
-    guarded_range(v, failed, slogp_slot, 12, [&] {
-        std::vector<double> b = D::calcSlogP_VSA(mol);
-        for (int i = 0; i < 12; i++)
-            v[slogp_slot[i]] = b.at((size_t)i);
-    });
+    if (failed[D_MolLogP]) {   /* the VSA bins come from the same typing */
+        for (int i = 0; i < 10; i++) {
+            v[smr_slot[i]] = 0.0;
+            failed[smr_slot[i]] = 1;
+        }
+        for (int i = 0; i < 12; i++) {
+            v[slogp_slot[i]] = 0.0;
+            failed[slogp_slot[i]] = 1;
+        }
+    }
 }
 
 static const int graph_slots[] = { D_BalabanJ, D_BertzCT, D_Chi0, D_Chi1, D_Ipc };
@@ -378,12 +490,46 @@ static const int bcut_slots[8] = { D_BCUT2D_MWHI, D_BCUT2D_MWLOW, D_BCUT2D_CHGHI
                                    D_BCUT2D_MRHI, D_BCUT2D_MRLOW };
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+extern "C" void mp_d2_reference(const mp_d2_mol *m, double *v, uint8_t *which)
+{
+    const ROMol &mol = *reinterpret_cast<const ROMol *>(m);
+    std::memset(which, 0, MP_D2_ALL);
+    auto set = [&](int j, double x) {
+        v[j] = x;
+        which[j] = 1;
+    };
+    double paths[MP_D2_ALL];
+    mp_d2_paths_rdkit(m, paths);
+    for (int j : { D_Chi2n, D_Chi3n, D_Chi4n, D_Chi2v, D_Chi3v, D_Chi4v, D_Kappa2, D_Kappa3 })
+        set(j, paths[j]);
+    set(D_NumHAcceptors, D::calcNumHBA(mol));
+    set(D_NumHDonors, D::calcNumHBD(mol));
+    set(D_NumRotatableBonds, D::calcNumRotatableBonds(mol));
+    double logp, mr;
+    D::calcCrippenDescriptors(mol, logp, mr, true, true);
+    set(D_MolLogP, logp);
+    set(D_MolMR, mr);
+    std::vector<double> smr = D::calcSMR_VSA(mol, nullptr, true);
+    std::vector<double> slogp = D::calcSlogP_VSA(mol, nullptr, true);
+    for (int i = 0; i < 10; i++)
+        set(smr_slot[i], smr.at((size_t)i));
+    for (int i = 0; i < 12; i++)
+        set(slogp_slot[i], slogp.at((size_t)i));
+    static const int fp_slot[3] = { D_FpDensityMorgan1, D_FpDensityMorgan2, D_FpDensityMorgan3 };
+    for (unsigned r = 1; r <= 3; r++) {
+        std::unique_ptr<RDKit::SparseIntVect<std::uint32_t>> fp(
+            RDKit::MorganFingerprints::getFingerprint(mol, r));
+        double heavy = mol.getNumHeavyAtoms();
+        set(fp_slot[r - 1], heavy == 0 ? 0.0 : (double)fp->getNonzeroElements().size() / heavy);
+    }
+}
+
 extern "C" int mp_d2_compute(mp_d2_ctx *c, mp_d2_mol *m, int bcut, double *v, uint8_t *failed)
 {
     const ROMol &mol = *reinterpret_cast<const ROMol *>(m);
     std::memset(failed, 0, MP_D2_ALL);
     try {
-        cxx_singles(mol, v, failed);
+        cxx_singles(c, mol, v, failed);
         guarded_range(v, failed, graph_slots, N_OF(graph_slots),
                       [&] { mp_d2_graph(c->graph, m, v); });
         guarded_range(v, failed, estate_slots, N_OF(estate_slots), [&] {

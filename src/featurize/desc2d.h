@@ -99,6 +99,15 @@ void      mp_d2_ctx_free(mp_d2_ctx *ctx);
  */
 int mp_d2_compute(mp_d2_ctx *ctx, mp_d2_mol *mol, int bcut, double *v, uint8_t *failed);
 
+/*
+ * For tests: the descriptors molprop computes by a faster route than RDKit's
+ * Python calls (Chi2-4 n/v and Kappa2-3 from one path enumeration; HBA, HBD
+ * and rotatable bonds with the context's own queries; FpDensityMorgan from
+ * one fingerprint; MolLogP, MolMR, SlogP_VSA and SMR_VSA from one Crippen
+ * typing), computed RDKit's way: which[j] = 1 and v[j] set for each of them.
+ */
+void mp_d2_reference(const mp_d2_mol *mol, double *v, uint8_t *which);
+
 /* ---- the parts, one per file (called by mp_d2_compute) ---- */
 
 typedef struct mp_d2_graph_ws mp_d2_graph_ws;
@@ -123,6 +132,9 @@ typedef struct mp_d2_smarts mp_d2_smarts;
 /* The query molecules, parsed once per context; the error set on failure. */
 mp_status mp_d2_smarts_new(mp_d2_smarts **out);
 void mp_d2_smarts_free(mp_d2_smarts *s);
+/* NumHAcceptors, NumHDonors, NumRotatableBonds: RDKit's patterns, matched
+ * with the context's own query molecules. */
+void mp_d2_lipinski(mp_d2_smarts *s, const mp_d2_mol *mol, double *v);
 /* The fr_* counts into v[MP_D2_FR_FIRST ..]. */
 void mp_d2_fragments(mp_d2_smarts *s, const mp_d2_mol *mol, double *v);
 /* QED from the already computed MolWt, MolLogP, NumHDonors, TPSA and

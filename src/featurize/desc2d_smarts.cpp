@@ -109,6 +109,22 @@ static const char *const qed_alerts[] = {
  * aromatic rings are counted. */
 static const char qed_aliphatic_rings[] = "[$([A;R][!a])]";
 
+/* RDKit 2022.09's own patterns (libRDKitDescriptors' Lipinski.cpp) for
+ * calcNumHBA, calcNumHBD and calcNumRotatableBonds (Strict, Debian's default
+ * definition): RDKit copies a recursive query before every match to stay
+ * thread-safe, which made these three a tenth of the time; here each context
+ * owns its copy.  tests/test_descriptors.c compares the counts with RDKit's
+ * functions. */
+static const char *const lipinski_smarts[3] = {
+    "[$([O,S;H1;v2]-[!$(*=[O,N,P,S])]),$([O,S;H0;v2]),$([O,S;-]),$([N;v3;!$(N-*=!@[O,N,P,S])]),"
+    "$([nH0,o,s;+0])]",
+    "[N&!H0&v3,N&!H0&+1&v4,O&H1&+0,S&H1&+0,n&H1&+0]",
+    "[!$(*#*)&!D1&!$(C(F)(F)F)&!$(C(Cl)(Cl)Cl)&!$(C(Br)(Br)Br)&!$(C([CH3])([CH3])[CH3])&!$([CD3]"
+    "(=[N,O,S])-!@[#7,O,S!D1])&!$([#7,O,S!D1]-!@[CD3]=[N,O,S])&!$([CD3](=[N+])-!@[#7!D1])&!$("
+    "[#7!D1]-!@[CD3]=[N+])]-,:;!@[!$(*#*)&!D1&!$(C(F)(F)F)&!$(C(Cl)(Cl)Cl)&!$(C(Br)(Br)Br)&!$(C("
+    "[CH3])([CH3])[CH3])]",
+};
+
 #define N_ACC ((int)(sizeof qed_acceptors / sizeof *qed_acceptors))
 #define N_ALERT ((int)(sizeof qed_alerts / sizeof *qed_alerts))
 
@@ -363,7 +379,7 @@ static void classes_of(const ROMol &mol, classes &present)
 static std::atomic<bool> g_screen{ true };
 
 struct mp_d2_smarts {
-    std::vector<query> frag, acc, alert;
+    std::vector<query> frag, acc, alert, lipinski;
     std::unique_ptr<ROMol> aliphatic_rings;
     bool screen = true;
     classes present;
@@ -413,6 +429,8 @@ extern "C" mp_status mp_d2_smarts_new(mp_d2_smarts **out)
             add(s->acc, x);
         for (const char *x : qed_alerts)
             add(s->alert, x);
+        for (const char *x : lipinski_smarts)
+            add(s->lipinski, x);
         s->aliphatic_rings.reset(smarts(qed_aliphatic_rings, err));
     } catch (const std::bad_alloc &) {
         return mp_error_set(MP_ERR_NOMEM, "out of memory parsing the descriptor SMARTS");
@@ -461,6 +479,15 @@ extern "C" void mp_d2_fragments(mp_d2_smarts *s, const mp_d2_mol *m, double *v)
     classes_of(mol, s->present);
     for (int k = 0; k < MP_D2_N_FR; k++)
         v[MP_D2_FR_FIRST + k] = n_matches(s, mol, s->frag[(size_t)k]);
+}
+
+extern "C" void mp_d2_lipinski(mp_d2_smarts *s, const mp_d2_mol *m, double *v)
+{
+    const ROMol &mol = MOL(m);
+    classes_of(mol, s->present);
+    v[D_NumHAcceptors] = n_matches(s, mol, s->lipinski[0]);
+    v[D_NumHDonors] = n_matches(s, mol, s->lipinski[1]);
+    v[D_NumRotatableBonds] = n_matches(s, mol, s->lipinski[2]);
 }
 
 /* The asymmetric double sigmoid of property x, divided by its maximum. */

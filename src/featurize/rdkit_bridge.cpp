@@ -651,16 +651,28 @@ extern "C" mp_status mp_rdk_desc2d_ready(void)
     return MP_OK;
 }
 
-extern "C" int mp_rdk_paths_reference(const char *smiles, double *fast, double *rdkit)
+extern "C" int mp_rdk_fast_reference(const char *const *smiles, int n, double *fast,
+                                     double *rdkit, uint8_t *which, uint8_t *valid)
 {
-    std::string err;
-    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, err));
-    if (!mol)
-        return 0;
-    const mp_d2_mol *m = reinterpret_cast<const mp_d2_mol *>(mol.get());
-    mp_d2_paths(m, fast);
-    mp_d2_paths_rdkit(m, rdkit);
-    return 1;
+    mp_d2_ctx *c;
+    if (mp_d2_ctx_new(&c) != MP_OK)
+        return -1;
+    uint8_t failed[MP_D2_ALL];
+    int r = 0;
+    for (int i = 0; i < n && r == 0; i++) {
+        std::string err;
+        std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles[i], err));
+        valid[i] = mol != nullptr;
+        if (!mol)
+            continue;
+        auto *m = reinterpret_cast<mp_d2_mol *>(mol.get());
+        r = mp_d2_compute(c, m, 0, fast + (size_t)i * MP_D2_ALL, failed);
+        mp_d2_reference(m, rdkit + (size_t)i * MP_D2_ALL, which);
+    }
+    mp_d2_ctx_free(c);
+    if (r < 0)
+        mp_error_set(MP_ERR_NOMEM, "out of memory");
+    return r;
 }
 
 extern "C" int mp_rdk_morgan2_reference(const char *smiles, uint8_t *bits, uint32_t *counts)

@@ -110,12 +110,14 @@ mp_status mp_rdk_desc2d_ready(void);
  * from getCountFingerprint.  Returns 1, or 0 when the SMILES is invalid. */
 int mp_rdk_morgan2_reference(const char *smiles, uint8_t *bits, uint32_t *counts);
 
-/* Reference for tests: the eight path descriptors (Chi2-4 n/v, Kappa2-3) of
- * a SMILES parsed as above, from molprop's one-enumeration code into
- * fast[MP_D2_ALL] and from RDKit's own calcChi* / calcKappa* into
- * rdkit[MP_D2_ALL] (engine slots, desc2d.h).  Returns 1, or 0 when the
- * SMILES is invalid. */
-int mp_rdk_paths_reference(const char *smiles, double *fast, double *rdkit);
+/* Reference for tests: the descriptors molprop computes by its own faster
+ * routes (mp_d2_reference: which[j] = 1), of n SMILES parsed as above (no
+ * canonical round trip), molprop's way into fast[i * MP_D2_ALL + j] and
+ * RDKit's own functions' way into rdkit[i * MP_D2_ALL + j] (engine slots,
+ * desc2d.h); valid[i] says which SMILES parsed.  Returns 0, or -1 when the
+ * engine cannot start or memory runs out (error set). */
+int mp_rdk_fast_reference(const char *const *smiles, int n, double *fast, double *rdkit,
+                          uint8_t *which, uint8_t *valid);
 
 /* The descriptor registry: count and names (RDKit::Descriptors::Properties). */
 int         mp_rdk_n_desc(void);
