@@ -21,6 +21,7 @@
  */
 #include "featurize/desc2d.h"
 
+#include <RDGeneral/RDConfig.h>   /* first: the library's layout switches */
 #include <GraphMol/Descriptors/ConnectivityDescriptors.h>
 #include <GraphMol/Descriptors/Crippen.h>
 #include <GraphMol/Descriptors/Lipinski.h>

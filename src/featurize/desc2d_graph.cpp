@@ -22,6 +22,7 @@
  */
 #include "featurize/desc2d.h"
 
+#include <RDGeneral/RDConfig.h>   /* first: the library's layout switches */
 #include <GraphMol/GraphMol.h>
 #include <GraphMol/MolOps.h>
 #include <GraphMol/PeriodicTable.h>

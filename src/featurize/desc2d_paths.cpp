@@ -29,6 +29,7 @@
  */
 #include "featurize/desc2d.h"
 
+#include <RDGeneral/RDConfig.h>   /* first: the library's layout switches */
 #include <GraphMol/Descriptors/ConnectivityDescriptors.h>
 #include <GraphMol/GraphMol.h>
 #include <GraphMol/PeriodicTable.h>

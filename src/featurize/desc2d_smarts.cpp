@@ -26,6 +26,11 @@
  */
 #include "featurize/desc2d.h"
 
+/* First: RDKit's headers declare some members (the mutex of a recursive
+ * query) only under RDConfig.h's switches, which they do not include
+ * themselves; without it this file would see another layout than the
+ * library's (getQueryMol() read a null pointer). */
+#include <RDGeneral/RDConfig.h>
 #include <GraphMol/ChemTransforms/ChemTransforms.h>
 #include <GraphMol/GraphMol.h>
 #include <GraphMol/MolOps.h>
@@ -34,6 +39,7 @@
 #include <GraphMol/SmilesParse/SmilesParse.h>
 #include <GraphMol/Substruct/SubstructMatch.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -337,39 +343,222 @@ cset possible(const atom_query *q)
 
 } // namespace
 
-/* A query molecule and, per atom, the classes it can match. */
-struct query {
-    std::unique_ptr<ROMol> mol;
-    std::vector<classes> atom;
-};
-
-static void screen_of(query &q)
+/* Bond classes: single, double, triple, aromatic (by bond type), other. */
+static int bond_class(int type)
 {
-    q.atom.clear();
-    for (const RDKit::Atom *a : q.mol->atoms())
-        q.atom.push_back(a->hasQuery() ? possible(a->getQuery()).bits : any(false).bits);
+    switch (type) {
+    case RDKit::Bond::SINGLE: return 0;
+    case RDKit::Bond::DOUBLE: return 1;
+    case RDKit::Bond::TRIPLE: return 2;
+    case RDKit::Bond::AROMATIC: return 3;
+    default: return 4;
+    }
 }
 
-/* 0 when some query atom has no candidate among the molecule's classes. */
-static bool may_match(const query &q, const classes &present)
+typedef Queries::Query<int, const RDKit::Bond *, true> bond_query;
+
+/* The bond classes a bond matching q can have (bit k: class k), and whether
+ * that set is exact. */
+static unsigned possible_bond(const bond_query *q, bool &exact)
+{
+    const std::string &d = q->getDescription();
+    unsigned c = 31;
+    exact = false;
+    if (d == "BondAnd" || d == "BondOr") {
+        bool is_and = d == "BondAnd";
+        c = is_and ? 31 : 0;
+        exact = true;
+        for (auto it = q->beginChildren(); it != q->endChildren(); ++it) {
+            bool e;
+            unsigned k = possible_bond(it->get(), e);
+            c = is_and ? (c & k) : (c | k);
+            exact = exact && e;
+        }
+    } else if (d == "BondNull") {
+        exact = true;
+    } else if (d == "SingleOrAromaticBond") {
+        c = 1u << 0 | 1u << 3;
+        exact = true;
+    } else if (d == "BondOrder") {
+        auto *e = dynamic_cast<const Queries::EqualityQuery<int, const RDKit::Bond *, true> *>(q);
+        if (e && e->getTol() == 0) {
+            c = 1u << bond_class(e->getVal());
+            exact = bond_class(e->getVal()) != 4;
+        }
+    }
+    if (q->getNegation()) {
+        if (!exact)
+            return 31;
+        c = ~c & 31;
+    }
+    return c;
+}
+
+/*
+ * What a molecule must hold for a query molecule to match it: each query
+ * atom's classes, each query bond's (bond classes, atom classes at both
+ * ends), and, for the recursive SMARTS inside an atom's query (through
+ * and/or, not negated), what the recursive pattern itself must find, and
+ * the isotopes asked for.
+ */
+struct screen;
+struct need {
+    enum { ALWAYS, ALL, ANY, SUB, ISOTOPE } kind = ALWAYS;
+    std::vector<need> part;
+    std::shared_ptr<screen> sub;
+    int isotope = 0;
+};
+struct screen {
+    std::vector<classes> atom;
+    std::vector<need> atom_need;
+    std::vector<int> bond_a, bond_b;
+    std::vector<unsigned> bond_types;
+};
+
+static std::shared_ptr<screen> screen_of(const ROMol &q, int depth);
+
+static need need_of(const atom_query *q, int depth)
+{
+    need n;
+    if (q->getNegation() || depth > 8)
+        return n;
+    const std::string &d = q->getDescription();
+    if (d == "AtomAnd" || d == "AtomOr") {
+        bool is_and = d == "AtomAnd";
+        n.kind = is_and ? need::ALL : need::ANY;
+        for (auto it = q->beginChildren(); it != q->endChildren(); ++it) {
+            need k = need_of(it->get(), depth);
+            if (k.kind == need::ALWAYS) {
+                if (!is_and)
+                    return need();   /* one branch needs nothing: the or needs nothing */
+                continue;
+            }
+            n.part.push_back(std::move(k));
+        }
+        if (n.part.empty())
+            return need();
+    } else if (d == "RecursiveStructure") {
+        auto *r = dynamic_cast<const RDKit::RecursiveStructureQuery *>(q);
+        if (r && r->getQueryMol()) {
+            n.kind = need::SUB;
+            n.sub = screen_of(*r->getQueryMol(), depth + 1);
+        }
+    } else if (d == "AtomIsotope") {
+        int v;
+        if (eq_value(q, v)) {
+            n.kind = need::ISOTOPE;
+            n.isotope = v;
+        }
+    }
+    return n;
+}
+
+static std::shared_ptr<screen> screen_of(const ROMol &q, int depth)
+{
+    auto s = std::make_shared<screen>();
+    for (const RDKit::Atom *a : q.atoms()) {
+        s->atom.push_back(a->hasQuery() ? possible(a->getQuery()).bits : any(false).bits);
+        s->atom_need.push_back(a->hasQuery() ? need_of(a->getQuery(), depth) : need());
+    }
+    for (const RDKit::Bond *b : q.bonds()) {
+        bool e;
+        s->bond_a.push_back((int)b->getBeginAtomIdx());
+        s->bond_b.push_back((int)b->getEndAtomIdx());
+        s->bond_types.push_back(b->hasQuery() ? possible_bond(b->getQuery(), e) : 31u);
+    }
+    return s;
+}
+
+/* A query molecule and what a molecule needs for it to match. */
+struct query {
+    std::unique_ptr<ROMol> mol;
+    std::shared_ptr<screen> need;
+};
+
+/* The molecule as the screen sees it: its atom classes, and its bonds as
+ * (bond class, class of each end). */
+struct summary {
+    classes present;
+    std::vector<int> bclass, bu, bv;
+    std::vector<int> isotopes;   /* the nonzero isotopes present */
+};
+
+static void summarize(const ROMol &mol, summary &m)
+{
+    m.present.fill(0);
+    m.isotopes.clear();
+    std::vector<int> cls(mol.getNumAtoms());
+    for (const RDKit::Atom *a : mol.atoms()) {
+        if (a->getIsotope())
+            m.isotopes.push_back((int)a->getIsotope());
+        int k = class_of(a->getAtomicNum(), a->getIsAromatic(), a->getFormalCharge());
+        cls[a->getIdx()] = k;
+        m.present[(size_t)k / 64] |= 1ull << (k % 64);
+    }
+    m.bclass.clear();
+    m.bu.clear();
+    m.bv.clear();
+    for (const RDKit::Bond *b : mol.bonds()) {
+        m.bclass.push_back(bond_class((int)b->getBondType()));
+        m.bu.push_back(cls[b->getBeginAtomIdx()]);
+        m.bv.push_back(cls[b->getEndAtomIdx()]);
+    }
+}
+
+static bool has_class(const classes &c, int k)
+{
+    return (c[(size_t)k / 64] >> (k % 64)) & 1;
+}
+
+static bool may_match(const screen &q, const summary &m);
+
+static bool satisfied(const need &n, const summary &m)
+{
+    switch (n.kind) {
+    case need::ALL:
+        for (const need &p : n.part)
+            if (!satisfied(p, m))
+                return false;
+        return true;
+    case need::ANY:
+        for (const need &p : n.part)
+            if (satisfied(p, m))
+                return true;
+        return false;
+    case need::SUB:
+        return may_match(*n.sub, m);
+    case need::ISOTOPE:
+        return std::find(m.isotopes.begin(), m.isotopes.end(), n.isotope) != m.isotopes.end();
+    default:
+        return true;
+    }
+}
+
+/* false only when the molecule cannot hold a match. */
+static bool may_match(const screen &q, const summary &m)
 {
     for (const classes &c : q.atom) {
         std::uint64_t hit = 0;
         for (int w = 0; w < N_CLASS_WORDS; w++)
-            hit |= c[(size_t)w] & present[(size_t)w];
+            hit |= c[(size_t)w] & m.present[(size_t)w];
         if (!hit)
             return false;
     }
-    return true;
-}
-
-static void classes_of(const ROMol &mol, classes &present)
-{
-    present.fill(0);
-    for (const RDKit::Atom *a : mol.atoms()) {
-        int k = class_of(a->getAtomicNum(), a->getIsAromatic(), a->getFormalCharge());
-        present[(size_t)k / 64] |= 1ull << (k % 64);
+    for (size_t k = 0; k < q.bond_a.size(); k++) {
+        const classes &ca = q.atom[(size_t)q.bond_a[k]], &cb = q.atom[(size_t)q.bond_b[k]];
+        unsigned types = q.bond_types[k];
+        bool found = false;
+        for (size_t j = 0; j < m.bclass.size() && !found; j++)
+            found = ((types >> m.bclass[j]) & 1) &&
+                    ((has_class(ca, m.bu[j]) && has_class(cb, m.bv[j])) ||
+                     (has_class(ca, m.bv[j]) && has_class(cb, m.bu[j])));
+        if (!found)
+            return false;
     }
+    for (const need &n : q.atom_need)
+        if (!satisfied(n, m))
+            return false;
+    return true;
 }
 
 /* ===================================================================== */
@@ -382,7 +571,7 @@ struct mp_d2_smarts {
     std::vector<query> frag, acc, alert, lipinski;
     std::unique_ptr<ROMol> aliphatic_rings;
     bool screen = true;
-    classes present;
+    summary mol;   /* of the molecule being described */
 };
 
 static ROMol *smarts(const std::string &s, std::string &err)
@@ -421,7 +610,7 @@ extern "C" mp_status mp_d2_smarts_new(mp_d2_smarts **out)
             to.emplace_back();
             to.back().mol.reset(smarts(x, err));
             if (to.back().mol)
-                screen_of(to.back());
+                to.back().need = screen_of(*to.back().mol, 0);
         };
         for (const std::string &x : frag)
             add(s->frag, x);
@@ -453,7 +642,7 @@ extern "C" void mp_d2_smarts_free(mp_d2_smarts *s)
 
 static unsigned n_matches(const mp_d2_smarts *s, const ROMol &mol, const query &q)
 {
-    if (s->screen && !may_match(q, s->present))
+    if (s->screen && !may_match(*q.need, s->mol))
         return 0;
     RDKit::SubstructMatchParameters p;   /* uniquify, at most 1000: RDKit's defaults */
     return (unsigned)RDKit::SubstructMatch(mol, *q.mol, p).size();
@@ -461,7 +650,7 @@ static unsigned n_matches(const mp_d2_smarts *s, const ROMol &mol, const query &
 
 static bool has_match(const mp_d2_smarts *s, const ROMol &mol, const query &q)
 {
-    if (s->screen && !may_match(q, s->present))
+    if (s->screen && !may_match(*q.need, s->mol))
         return false;
     RDKit::SubstructMatchParameters p;
     p.maxMatches = 1;
@@ -476,7 +665,7 @@ extern "C" void mp_d2_set_screen(int on)
 extern "C" void mp_d2_fragments(mp_d2_smarts *s, const mp_d2_mol *m, double *v)
 {
     const ROMol &mol = MOL(m);
-    classes_of(mol, s->present);
+    summarize(mol, s->mol);
     for (int k = 0; k < MP_D2_N_FR; k++)
         v[MP_D2_FR_FIRST + k] = n_matches(s, mol, s->frag[(size_t)k]);
 }
@@ -484,7 +673,7 @@ extern "C" void mp_d2_fragments(mp_d2_smarts *s, const mp_d2_mol *m, double *v)
 extern "C" void mp_d2_lipinski(mp_d2_smarts *s, const mp_d2_mol *m, double *v)
 {
     const ROMol &mol = MOL(m);
-    classes_of(mol, s->present);
+    summarize(mol, s->mol);
     v[D_NumHAcceptors] = n_matches(s, mol, s->lipinski[0]);
     v[D_NumHDonors] = n_matches(s, mol, s->lipinski[1]);
     v[D_NumRotatableBonds] = n_matches(s, mol, s->lipinski[2]);
@@ -502,7 +691,7 @@ static double ads(double x, const double *p)
 extern "C" void mp_d2_qed(mp_d2_smarts *s, const mp_d2_mol *m, double *v)
 {
     const ROMol &mol = MOL(m);
-    classes_of(mol, s->present);
+    summarize(mol, s->mol);
     double hba = 0;
     for (const auto &q : s->acc)
         hba += n_matches(s, mol, q);

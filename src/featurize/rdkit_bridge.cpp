@@ -12,6 +12,7 @@
 #include "featurize/desc2d.h"
 #include "featurize/rdkit_bridge.h"
 
+#include <RDGeneral/RDConfig.h>   /* first: the library's layout switches */
 #include <GraphMol/GraphMol.h>
 #include <GraphMol/ChemTransforms/ChemTransforms.h>
 #include <GraphMol/Descriptors/Property.h>
