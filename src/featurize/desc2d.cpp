@@ -236,42 +236,55 @@ static void partial_charges(const ROMol &mol, double *v)
  */
 struct morgan_ids_ws {
     std::vector<std::uint32_t> inv, next;
-    std::vector<std::vector<bool>> env, env_next;
+    std::vector<std::uint64_t> env, env_next;    /* per atom: W words of bond bits */
     std::vector<char> dead;
     std::vector<std::pair<std::int32_t, std::uint32_t>> nbrs;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> cands;   /* (invariant, atom) */
+    std::vector<std::uint32_t> order;
+    std::vector<std::uint64_t> seen;             /* environments seen, W words each */
+    std::vector<std::uint64_t> seen_key;
     std::vector<std::pair<std::uint32_t, std::uint32_t>> ids;     /* (id, layer) */
 };
+
+static std::uint64_t env_key(const std::uint64_t *e, size_t W)
+{
+    std::uint64_t k = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < W; i++)
+        k = (k ^ e[i]) * 0x100000001b3ull;
+    return k;
+}
 
 static void morgan_ids(morgan_ids_ws &w, const ROMol &mol, unsigned radius)
 {
     const unsigned n = mol.getNumAtoms(), nb = mol.getNumBonds();
+    const size_t W = nb ? (nb + 63) / 64 : 1;
     w.inv.resize(n);
     RDKit::MorganFingerprints::getConnectivityInvariants(mol, w.inv, true);
     w.ids.clear();
     for (unsigned i = 0; i < n; i++)
         w.ids.emplace_back(w.inv[i], 0u);
-    w.env.assign(n, std::vector<bool>(nb, false));
+    w.env.assign((size_t)n * W, 0);
     w.dead.assign(n, 0);
     for (unsigned i = 0; i < n; i++)
         w.dead[i] = mol.getAtomWithIdx(i)->getDegree() == 0;
-    std::vector<std::vector<bool>> seen;
-    std::vector<std::tuple<std::vector<bool>, std::uint32_t, unsigned>> cands;
+    w.seen.clear();
+    w.seen_key.clear();
     for (unsigned layer = 0; layer < radius; layer++) {
         w.env_next = w.env;
         w.next.assign(n, 0);
-        cands.clear();
+        w.cands.clear();
         for (unsigned i = 0; i < n; i++) {
             if (w.dead[i])
                 continue;
             const RDKit::Atom *a = mol.getAtomWithIdx(i);
-            std::vector<bool> &e = w.env_next[i];
+            std::uint64_t *e = &w.env_next[(size_t)i * W];
             w.nbrs.clear();
             for (const RDKit::Bond *b : mol.atomBonds(a)) {
                 unsigned bi = b->getIdx(), j = b->getOtherAtomIdx(i);
-                e[bi] = true;
-                for (unsigned k = 0; k < nb; k++)
-                    if (w.env[j][k])
-                        e[k] = true;
+                e[bi >> 6] |= std::uint64_t(1) << (bi & 63);
+                const std::uint64_t *ej = &w.env[(size_t)j * W];
+                for (size_t k = 0; k < W; k++)
+                    e[k] |= ej[k];
                 w.nbrs.emplace_back(static_cast<std::int32_t>(b->getBondType()), w.inv[j]);
             }
             std::sort(w.nbrs.begin(), w.nbrs.end());
@@ -280,17 +293,33 @@ static void morgan_ids(morgan_ids_ws &w, const ROMol &mol, unsigned radius)
             for (const auto &p : w.nbrs)
                 gboost::hash_combine(invar, p);
             w.next[i] = invar;
-            cands.emplace_back(e, invar, i);
+            w.cands.emplace_back(invar, i);
         }
-        std::sort(cands.begin(), cands.end());
-        for (const auto &c : cands) {
-            const std::vector<bool> &e = std::get<0>(c);
-            if (std::find(seen.begin(), seen.end(), e) != seen.end()) {
-                w.dead[std::get<2>(c)] = 1;
+        /* identical environments meet in a run, smallest (invariant, atom) first */
+        w.order.resize(w.cands.size());
+        for (size_t c = 0; c < w.cands.size(); c++)
+            w.order[c] = (std::uint32_t)c;
+        const std::uint64_t *envs = w.env_next.data();
+        const auto &cands = w.cands;
+        std::sort(w.order.begin(), w.order.end(), [&](std::uint32_t x, std::uint32_t y) {
+            int c = std::memcmp(envs + (size_t)cands[x].second * W,
+                                envs + (size_t)cands[y].second * W, W * sizeof *envs);
+            return c != 0 ? c < 0 : cands[x] < cands[y];
+        });
+        for (std::uint32_t c : w.order) {
+            unsigned atom = cands[c].second;
+            const std::uint64_t *e = envs + (size_t)atom * W;
+            std::uint64_t key = env_key(e, W);
+            bool seen = false;
+            for (size_t s = 0; s < w.seen_key.size() && !seen; s++)
+                seen = w.seen_key[s] == key && !std::memcmp(&w.seen[s * W], e, W * sizeof *e);
+            if (seen) {
+                w.dead[atom] = 1;
                 continue;
             }
-            w.ids.emplace_back(std::get<1>(c), layer + 1);
-            seen.push_back(e);
+            w.ids.emplace_back(cands[c].first, layer + 1);
+            w.seen.insert(w.seen.end(), e, e + W);
+            w.seen_key.push_back(key);
         }
         w.inv.swap(w.next);
         w.env.swap(w.env_next);

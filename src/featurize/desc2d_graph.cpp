@@ -50,6 +50,7 @@ static const double FAR = 1e8;
 
 struct mp_d2_graph_ws {
     std::vector<double> dist;        /* n x n topological distances          */
+    std::vector<double> bo_dist;     /* n x n, bond lengths 1 / bond order   */
     std::vector<int> queue;
     std::vector<std::vector<int>> nbr;   /* sorted neighbour lists             */
     std::vector<double> a, b;        /* Ipc: A^k products                     */
@@ -112,6 +113,40 @@ static void topo_dist(mp_d2_graph_ws *w, unsigned n)
     }
 }
 
+/* The bond-order-weighted distances of RDKit's getDistanceMat(useBO = true):
+ * bond lengths 1 / bond order (2/3 for an aromatic bond), 1e8 between
+ * fragments, by Floyd-Warshall in RDKit's k, i, j order (in place: row and
+ * column k do not change in round k, so this is RDKit's result bit for bit,
+ * without its allocations, path matrix and property cache). */
+static void bo_dist(mp_d2_graph_ws *w, const ROMol &mol)
+{
+    unsigned n = mol.getNumAtoms();
+    std::vector<double> &d = w->bo_dist;
+    d.assign((size_t)n * n, FAR);
+    for (unsigned i = 0; i < n; i++)
+        d[(size_t)i * n + i] = 0.0;
+    for (const Bond *b : mol.bonds()) {
+        unsigned i = b->getBeginAtomIdx(), j = b->getEndAtomIdx();
+        double c = b->getIsAromatic() ? 2. / 3. : 1. / b->getBondTypeAsDouble();
+        d[(size_t)i * n + j] = c;
+        d[(size_t)j * n + i] = c;
+    }
+    for (unsigned k = 0; k < n; k++) {
+        const double *dk = &d[(size_t)k * n];
+        for (unsigned i = 0; i < n; i++) {
+            double *di = &d[(size_t)i * n];
+            double dik = di[k];
+            if (dik >= FAR)
+                continue;   /* every v2 = 1e8 + x > v1: no update (RDKit's too) */
+            for (unsigned j = 0; j < n; j++) {
+                double v2 = dik + dk[j];
+                if (v2 < di[j])
+                    di[j] = v2;
+            }
+        }
+    }
+}
+
 extern "C" const double *mp_d2_topo_dist(mp_d2_graph_ws *w, const mp_d2_mol *m)
 {
     const ROMol &mol = MOL(m);
@@ -170,13 +205,11 @@ static double chi1(const ROMol &mol)
 
 /* J = q / (mu + 1) * sum over bonds (i, j) of (s_i s_j)^-1/2, s the row sums
  * of the distance matrix with bond lengths 1 / bond order (aromatic 1/1.5),
- * q bonds, mu = q - n + 1 rings.  RDKit computes the matrix by Floyd-Warshall
- * (getDistanceMat); so does this. */
+ * q bonds, mu = q - n + 1 rings. */
 static double balaban_j(mp_d2_graph_ws *w, const ROMol &mol)
 {
     unsigned n = mol.getNumAtoms(), q = mol.getNumBonds();
-    /* RDKit's matrix: its own cache on the molecule holds it. */
-    const double *dm = RDKit::MolOps::getDistanceMat(mol, true, false, false, "Balaban");
+    const double *dm = w->bo_dist.data();
     std::vector<double> &s = w->a;
     s.assign(n, 0.0);
     for (unsigned i = 0; i < n; i++)           /* rows added in order, as numpy's sum */
@@ -233,7 +266,7 @@ static double bertz_ct(mp_d2_graph_ws *w, const ROMol &mol)
     unsigned n = mol.getNumAtoms();
     if (n < 2)
         return 0;
-    const double *dm = RDKit::MolOps::getDistanceMat(mol, true, false, false, "Balaban");
+    const double *dm = w->bo_dist.data();
     /* symmetry classes, numbered by first appearance */
     std::vector<std::vector<long long>> keys;
     std::vector<int> cls(n);
@@ -390,6 +423,7 @@ extern "C" void mp_d2_graph(mp_d2_graph_ws *w, const mp_d2_mol *m, double *v)
     const ROMol &mol = MOL(m);
     neighbours(w, mol);
     topo_dist(w, mol.getNumAtoms());
+    bo_dist(w, mol);
     v[D_Chi0] = chi0(mol);
     v[D_Chi1] = chi1(mol);
     v[D_BalabanJ] = balaban_j(w, mol);
