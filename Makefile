@@ -159,13 +159,18 @@ demo: deps all
 	sh scripts/demo.sh
 
 # Featurization benchmarks (bench/featurize.sh runs them and prints medians).
-bench: $(BUILD)/bench/parse_rate $(BUILD)/bench/featurize_rate
+bench: $(BUILD)/bench/parse_rate $(BUILD)/bench/featurize_rate $(BUILD)/bench/desc_rate
 
 $(BUILD)/bench/parse_rate: bench/parse_rate.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/bench/featurize_rate: bench/featurize_rate.c $(BUILD)/libmolprop.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
+
+# Chemprop's descriptor sets beside descriptastorus (bench/descriptors.sh).
+$(BUILD)/bench/desc_rate: bench/desc_rate.c $(BUILD)/libmolprop.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
 
