@@ -50,8 +50,8 @@ CLI_CPPFLAGS := -Iinclude
 VERSION  := $(shell sed -n 's/^\#define MP_VERSION "\(.*\)"/\1/p' include/molprop.h)
 SOVER    := $(firstword $(subst ., ,$(VERSION)))
 
-RDKIT_LIBS := -lRDKitDescriptors -lRDKitFingerprints -lRDKitChemTransforms \
-              -lRDKitSubstructMatch -lRDKitSmilesParse -lRDKitGraphMol \
+RDKIT_LIBS := -lRDKitDescriptors -lRDKitPartialCharges -lRDKitFingerprints \
+              -lRDKitChemTransforms -lRDKitSubstructMatch -lRDKitSmilesParse -lRDKitGraphMol \
               -lRDKitDataStructs -lRDKitRDGeometryLib -lRDKitRDGeneral
 LDLIBS   := $(RDKIT_LIBS) -lopenblas -lcsv -lz -lcjson -linih -lcrypto -lcurl -lm
 LDFLAGS  += -fopenmp $(SANFLAGS)
@@ -110,6 +110,9 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
 # without trapping-math (selects like "y > 0 ? dy * s : 0" stay branches
 # otherwise, and mispredict on every other element).
 $(BUILD)/src/backend/cpu.o $(BUILD)/src/backend/cpu_graph.o: CFLAGS += -fno-math-errno -fno-trapping-math
+
+# The normalization table is embedded (.incbin) into this object.
+$(BUILD)/src/featurize/norm_table.o: data/rdkit2d_normalization.tsv
 
 # Model microbenchmark (bench/train_step.c): D-MPNN training steps on the cpu.
 $(BUILD)/bench_train_step: $(BUILD)/bench/train_step.o $(BUILD)/libmolprop.a
@@ -191,7 +194,7 @@ demo: deps all
 	sh scripts/demo.sh
 
 # Featurization benchmarks (bench/featurize.sh runs them and prints medians).
-bench: $(BUILD)/bench/parse_rate $(BUILD)/bench/featurize_rate
+bench: $(BUILD)/bench/parse_rate $(BUILD)/bench/featurize_rate $(BUILD)/bench/desc_rate
 
 $(BUILD)/bench/parse_rate: bench/parse_rate.cpp
 	@mkdir -p $(dir $@)
@@ -234,6 +237,11 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libmolprop.so include/molprop.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -Wall -Wextra $(OPT) $(SANFLAGS) -Iinclude -o $@ $< -L$(BUILD) -lmolprop \
 	    -Wl,-rpath,$(abspath $(BUILD))
+
+# Chemprop's descriptor sets beside descriptastorus (bench/descriptors.sh).
+$(BUILD)/bench/desc_rate: bench/desc_rate.c $(BUILD)/libmolprop.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
 
 clean:
 	rm -rf build build-san build-nocuda
