@@ -8,34 +8,13 @@
 #include "api/options.h"
 
 #include <errno.h>
-#include <ini.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* libinih's fgets-style reader, counting lines (this build of libinih does
- * not pass them to the handler). */
-typedef struct {
-    FILE *fp;
-    int   line, at_line_start;
-} line_reader;
-
-static char *read_line(char *str, int num, void *stream)
-{
-    line_reader *r = stream;
-    char *s = fgets(str, num, r->fp);
-    if (!s)
-        return NULL;
-    if (r->at_line_start)
-        r->line++;
-    size_t n = strlen(s);
-    r->at_line_start = n > 0 && s[n - 1] == '\n';
-    return s;
-}
-
 typedef struct {
     mp_hp_space *s;
-    line_reader  rd;
+    int          line;
     mp_status    st;
     char         msg[2048];
 } space_ctx;
@@ -44,7 +23,7 @@ static int fail(space_ctx *c, const char *fmt, const char *a, const char *b)
 {
     char text[1024];
     snprintf(text, sizeof text, fmt, a, b);
-    snprintf(c->msg, sizeof c->msg, "%.1000s:%d: %.1000s", c->s->path, c->rd.line, text);
+    snprintf(c->msg, sizeof c->msg, "%.1000s:%d: %.1000s", c->s->path, c->line, text);
     c->st = MP_ERR_FORMAT;
     return 0;
 }
@@ -53,7 +32,7 @@ static int fail(space_ctx *c, const char *fmt, const char *a, const char *b)
 static int check_value(space_ctx *c, const char *key, const char *value)
 {
     char origin[1200];
-    snprintf(origin, sizeof origin, "%s:%d", c->s->path, c->rd.line);
+    snprintf(origin, sizeof origin, "%s:%d", c->s->path, c->line);
     if (mp_options_check_from("train", key, value, origin) == MP_OK)
         return 1;
     snprintf(c->msg, sizeof c->msg, "%s", mp_error_message());
@@ -69,9 +48,11 @@ static int number(const char *tok, double *v)
     return tok[0] && !*end && errno == 0 && isfinite(*v);
 }
 
-static int on_entry(void *user, const char *section, const char *name, const char *value)
+static int on_entry(void *user, int line, const char *section, const char *name,
+                    const char *value)
 {
     space_ctx *c = user;
+    c->line = line;
     mp_hp_space *s = c->s;
     if (c->st != MP_OK)
         return 0;   /* the first error is the one reported */
@@ -163,19 +144,20 @@ mp_status mp_hp_space_read(mp_hp_space *s, const char *path)
     space_ctx c;
     memset(&c, 0, sizeof c);
     c.s = s;
-    c.rd.fp = fopen(path, "r");
-    c.rd.at_line_start = 1;
-    if (!c.rd.fp)
+    int rc = mp_ini_parse(path, on_entry, &c);
+    if (rc == -1)
         return mp_error_set(MP_ERR_IO, "cannot open search space %s: %s", path, strerror(errno));
-    int rc = ini_parse_stream(read_line, &c.rd, on_entry, &c);
-    fclose(c.rd.fp);
     if (c.st != MP_OK) {
         mp_hp_space_free(s);
         return mp_error_set(c.st, "%s", c.msg);
     }
     if (rc != 0) {
         mp_hp_space_free(s);
-        return mp_error_set(MP_ERR_FORMAT, "%s:%d: not an INI line", path, rc);
+        if (rc < 0)
+            return mp_error_set(rc == -2 ? MP_ERR_NOMEM : MP_ERR_IO, "cannot read search space %s",
+                                path);
+        return mp_error_set(MP_ERR_FORMAT, "%s:%d: expected 'option = kind ...', [space] or a "
+                            "comment", path, rc);
     }
     if (s->n == 0)
         return mp_error_set(MP_ERR_FORMAT, "%s: no dimensions (a [space] section of "
