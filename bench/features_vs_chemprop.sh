@@ -16,7 +16,7 @@ splits=${2:-}
 bin=${MOLPROP_BIN:-build/molprop}
 data=${MOLPROP_DATA_MIRROR:-../shared/datasets}
 datasets=${DATASETS:-esol freesolv bace bbbp clintox}
-models=${MODELS:-ffn-morgan ffn-morgan-scaled ffn-morgan-count ffn-rdkit2d dmpnn-rdkit2d}
+models=${MODELS:-ffn-morgan ffn-morgan-scaled ffn-morgan-count ffn-morgan-count-scaled ffn-rdkit2d dmpnn-rdkit2d}
 seeds=${SEEDS:-0 1 2}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -24,7 +24,8 @@ flags() {
     case $1 in
     ffn-morgan)        echo "--model ffn --features morgan" ;;            # auto: bits unscaled
     ffn-morgan-scaled) echo "--model ffn --features morgan --features-scaling on" ;;  # Chemprop's
-    ffn-morgan-count)  echo "--model ffn --features morgan-count" ;;      # auto: scaled
+    ffn-morgan-count)  echo "--model ffn --features morgan-count" ;;      # auto: unscaled
+    ffn-morgan-count-scaled) echo "--model ffn --features morgan-count --features-scaling on" ;;
     ffn-rdkit2d)       echo "--model ffn --features rdkit2d-normalized" ;; # auto: unscaled
     dmpnn-rdkit2d)     echo "--features rdkit2d-normalized" ;;
     *) echo "unknown model $1" >&2; exit 1 ;;

@@ -6,6 +6,7 @@
  * old files, and `featurize --features ... --dump` from the CLI.
  */
 #include "test.h"
+#include "gpu_test.h"
 #include "internal.h"
 
 #include <stdlib.h>
@@ -99,14 +100,14 @@ MP_TEST(features_set_names_and_dims)
                  200 + 200 + 208 + 1 + 7);
     CHECK_EQ_INT(mp_feature_set_dim(MP_FEAT_V2_MORGAN | MP_FEAT_V2_MORGAN_COUNT, 0, 7), 4096);
 
-    /* auto leaves the binary fingerprints and the normalized set alone */
+    /* auto leaves the fingerprints and the normalized set alone */
     static const struct {
         unsigned bit;
         int      auto_scaled;
     } modes[] = {
-        { MP_FEAT_MORGAN, 0 },       { MP_FEAT_MORGAN_COUNT, 1 }, { MP_FEAT_RDKIT2D_CORE, 1 },
+        { MP_FEAT_MORGAN, 0 },       { MP_FEAT_MORGAN_COUNT, 0 }, { MP_FEAT_RDKIT2D_CORE, 1 },
         { MP_FEAT_RDKIT2D, 1 },      { MP_FEAT_RDKIT2D_NORM, 0 }, { MP_FEAT_V2_MORGAN, 0 },
-        { MP_FEAT_V2_MORGAN_COUNT, 1 }, { MP_FEAT_V2_RDKIT2D, 1 }, { MP_FEAT_V2_CHARGE, 1 },
+        { MP_FEAT_V2_MORGAN_COUNT, 0 }, { MP_FEAT_V2_RDKIT2D, 1 }, { MP_FEAT_V2_CHARGE, 1 },
         { MP_FEAT_FILE, 1 },
     };
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
@@ -160,13 +161,13 @@ MP_TEST(features_scaler_modes_in_double)
     int count_scaled = 0, raw_scaled = 0, on_scaled = 0;
     for (size_t c = 0; c < (size_t)dim; c++) {
         int ident = sa.mean[c] == 0.0 && sa.std[c] == 1.0;
-        if (c < c_count || (c >= c_norm && c < c_file))
+        if (c < c_raw || (c >= c_norm && c < c_file))
             CHECK_MSG(ident, "auto scaled column %zu", c);
-        count_scaled += c >= c_count && c < c_raw && !ident;
+        count_scaled += c >= c_count && c < c_raw && (so.mean[c] != 0.0 || so.std[c] != 1.0);
         raw_scaled += c >= c_raw && c < c_norm && !ident;
         CHECK_MSG(sn.mean[c] == 0.0 && sn.std[c] == 1.0, "off scaled column %zu", c);
         on_scaled += so.mean[c] != 0.0 || so.std[c] != 1.0;
-        if (c >= c_count && !(c >= c_norm && c < c_file))
+        if ((c >= c_raw && c < c_norm) || c >= c_file)
             CHECK(sa.mean[c] == so.mean[c] && sa.std[c] == so.std[c]);
     }
     CHECK(count_scaled > 0 && raw_scaled > 100 && on_scaled > raw_scaled + count_scaled);
@@ -449,12 +450,13 @@ MP_TEST(features_train_dmpnn_normalized_npy_and_scaling_flags)
     /* Chemprop's flag, and its contradiction */
     const char *dir2 = tmp("foff");
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --data '%s' --model ffn --features "
-                             "morgan-count --no-features-scaling --epochs 1 --hidden 8 --threads 1 "
-                             "--quiet --save-dir '%s'", esol(), dir2), 0);
+                             "morgan-count --features-path '%s' --no-features-scaling --epochs 1 "
+                             "--hidden 8 --threads 1 --quiet --save-dir '%s'", esol(), npy,
+                             dir2), 0);
     snprintf(model, sizeof model, "%s/model.mpm", dir2);
     CHECK_OK(mp_ensemble_load(&e, model, "cpu"));
     int off = e->feature_scaling == MP_FSCALE_OFF;
-    for (int c = 0; c < 2048; c++)
+    for (int c = 0; c < 2050; c++)   /* the file's columns too, which auto scales */
         off &= e->feature_scaler.mean[c] == 0.0 && e->feature_scaler.std[c] == 1.0;
     mp_ensemble_free(e);
     CHECK(off);
@@ -588,4 +590,54 @@ MP_TEST(features_featurize_cli_dumps_and_caches_the_sets)
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "featurize --data '%s' --features rdkit2d,bogus "
                              "--dump '%s'", csv, dump), 1);
     CHECK_MSG(strstr(out, "bogus") && strstr(out, "rdkit2d-normalized"), "%s", out);
+}
+
+/* ===================================================================== */
+/* On the GPU (make test-gpu)                                             */
+/* ===================================================================== */
+
+/* The features reach the model as its extra input through the seam, on
+ * every batch source: the D-MPNN with rdkit2d-normalized (unscaled) and a
+ * features file (scaled), and the FFN on Morgan bits (unscaled) and the
+ * file, trained on the cpu and on the GPU (resident with graph replay, and
+ * the host loop) to the same scores. */
+static mp_status train_with_features(const char *backend, int resident, mp_model_kind kind,
+                                     const char *features_path, mp_train_result *r)
+{
+    mp_train_opts o = mp_train_opts_default();
+    o.data_path = mp_test_shared("datasets/esol.csv.gz");
+    o.model = kind;
+    o.features = kind == MP_MODEL_DMPNN ? MP_FEAT_RDKIT2D_NORM : MP_FEAT_MORGAN;
+    o.features_path = features_path;
+    o.epochs = 3;
+    o.hidden = 32;
+    o.threads = 1;
+    o.quiet = 1;
+    o.backend = backend;
+    o.resident = resident;
+    return mp_train(&o, r);
+}
+
+MP_TEST(gpu_features_train_matches_cpu)
+{
+    MP_NEED_GPU();
+    const char *csv = tmp("gpu_feat.csv");
+    CHECK(esol_features(csv, ESOL_ROWS));
+    for (int k = 0; k < 2; k++) {
+        mp_model_kind kind = k ? MP_MODEL_FFN : MP_MODEL_DMPNN;
+        mp_train_result a, b, c;
+        CHECK_OK(train_with_features("cpu", 0, kind, csv, &a));
+        CHECK_OK(train_with_features("cuda:fp32", -1, kind, csv, &b));   /* resident, graph */
+        CHECK_OK(train_with_features("cuda:fp32", 0, kind, csv, &c));    /* the host loop   */
+        printf("    %s + features, esol 3 epochs test rmse: cpu %.6f, gpu resident %.6f, "
+               "gpu host loop %.6f\n", k ? "ffn" : "dmpnn", a.test_mean, b.test_mean,
+               c.test_mean);
+        double ta = a.test_mean, tb = b.test_mean, tc = c.test_mean;
+        mp_train_result_free(&a);
+        mp_train_result_free(&b);
+        mp_train_result_free(&c);
+        CHECK(isfinite(ta) && ta > 0);
+        CHECK_NEAR(tb, ta, 0, 1e-3);
+        CHECK_NEAR(tc, ta, 0, 1e-3);
+    }
 }

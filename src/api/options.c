@@ -165,8 +165,8 @@ static const mp_option_def train_table[] = {
     { "features-scaling", MP_OPT_CHOICE, "auto", .choices = "auto|on|off",
       .values = tristate_values, .offset = AT(mp_train_opts, features_scaling),
       .arg = "auto|on|off",
-      .help = "standardize the features on the training set;\nauto: all but the binary "
-              "fingerprints (morgan,\nv2-morgan) and rdkit2d-normalized" },
+      .help = "standardize the features on the training set;\nauto: all but the fingerprints "
+              "(bits and counts)\nand rdkit2d-normalized" },
     { "no-features-scaling", MP_OPT_BOOL, "false",
       .offset = AT(mp_train_opts, no_features_scaling),
       .help = "Chemprop's flag: --features-scaling off" },

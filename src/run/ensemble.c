@@ -136,7 +136,10 @@ int mp_feature_set_scaled(unsigned bit, mp_feature_scaling s)
 {
     if (s != MP_FSCALE_AUTO)
         return s == MP_FSCALE_ON;
-    return !(bit & (MP_FEAT_MORGAN | MP_FEAT_V2_MORGAN | MP_FEAT_RDKIT2D_NORM));
+    /* sparse fingerprints: standardizing makes a rare bit's 1 a value of
+     * ~sqrt(n); the normalized descriptors are CDF values in [0, 1] */
+    return !(bit & (MP_FEAT_MORGAN | MP_FEAT_MORGAN_COUNT | MP_FEAT_V2_MORGAN |
+                    MP_FEAT_V2_MORGAN_COUNT | MP_FEAT_RDKIT2D_NORM));
 }
 
 mp_status mp_feature_set_check(unsigned mask, const mp_features *f, int n_desc, int n_file)

@@ -46,8 +46,9 @@ enum {
  * the training rows, per column.  A column left unscaled is kept as it is
  * (NaN read as 0); its scaler entry is the identity (mean 0, std 1). */
 typedef enum {
-    MP_FSCALE_AUTO = -1,   /* every set scaled but the binary fingerprints
-                            * (morgan, v2-morgan) and rdkit2d-normalized     */
+    MP_FSCALE_AUTO = -1,   /* the descriptor sets and the file scaled; the
+                            * fingerprints (bits and counts) and
+                            * rdkit2d-normalized not                          */
     MP_FSCALE_OFF = 0,     /* nothing scaled (Chemprop's --no_features_scaling) */
     MP_FSCALE_ON = 1       /* everything scaled (Chemprop's default)         */
 } mp_feature_scaling;
