@@ -360,7 +360,8 @@ mp_status mp_run_eval(const mp_options *o, mp_summary **out)
     memset(&spec, 0, sizeof spec);
     spec.smiles_column = a.smiles_column;
     mp_eval_result r;
-    if ((st = mp_eval_file(a.model_path, a.data_path, &spec, a.metric, backend, a.threads, &r)))
+    if ((st = mp_eval_file(a.model_path, a.data_path, &spec, a.metric, a.features_path, backend,
+                             a.threads, &r)))
         return st;
     mp_summary *s = NULL;
     mp_buf names = { 0 };

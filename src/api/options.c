@@ -157,8 +157,22 @@ static const mp_option_def train_table[] = {
       .offset = AT(mp_train_opts, model), .arg = "M", .help = "dmpnn | ffn" },
     { "features", MP_OPT_LIST, "none", .parse = parse_features,
       .offset = AT(mp_train_opts, features), .arg = "F",
-      .help = "molecule features: morgan, morgan-count, rdkit2d,\ncomma-separated (ffn: its "
-              "input; dmpnn: joined to\nthe readout), or none" },
+      .help = "molecule features, comma-separated (ffn: its input;\ndmpnn: joined to the "
+              "readout), or none:\nmorgan, morgan-count (v1 Morgan r=2, 2048 bits/counts),\n"
+              "rdkit2d (Chemprop v1's 200 RDKit descriptors, raw),\nrdkit2d-normalized (those "
+              "200 through their CDFs),\nrdkit2d-core (RDKit's 43-value C++ registry),\n"
+              "v2-morgan, v2-morgan-count (with chirality),\nv2-rdkit2d (208), v2-charge" },
+    { "features-scaling", MP_OPT_CHOICE, "auto", .choices = "auto|on|off",
+      .values = tristate_values, .offset = AT(mp_train_opts, features_scaling),
+      .arg = "auto|on|off",
+      .help = "standardize the features on the training set;\nauto: all but the fingerprints "
+              "(bits and counts)\nand rdkit2d-normalized" },
+    { "no-features-scaling", MP_OPT_BOOL, "false",
+      .offset = AT(mp_train_opts, no_features_scaling),
+      .help = "Chemprop's flag: --features-scaling off" },
+    { "features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, features_path),
+      .arg = "F", .help = "extra molecule features: a CSV with a header (or a\n.npy array), "
+                          "one row per data row, joined after\n--features" },
     { "atom-layout", MP_OPT_CHOICE, "v1", .choices = "v1|v2|organic", .parse = parse_layout,
       .offset = AT(mp_train_opts, layout), .arg = "L",
       .help = "v1 (133 features) | v2 (72) | organic (44)" },
@@ -219,6 +233,9 @@ static const mp_option_def predict_table[] = {
     { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, out_path), .arg = "P",
       .help = "output CSV (written atomically)", .flags = MP_OPTF_REQUIRED },
     SMILES_COLUMN(mp_predict_opts, columns.smiles_column),
+    { "features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, features_path),
+      .arg = "F", .help = "the extra molecule features of --data (a model\ntrained with "
+                          "--features-path needs them): one\nrow per data row" },
     { "uncertainty", MP_OPT_BOOL, "false", .offset = AT(mp_predict_opts, uncertainty),
       .help = "add <task>_std columns: the spread over ensemble\nmembers" },
     THREADS(mp_predict_opts, threads),
@@ -235,6 +252,9 @@ static const mp_option_def eval_table[] = {
       .help = "CSV or gzipped CSV with the SMILES and the task\ncolumns",
       .flags = MP_OPTF_REQUIRED },
     SMILES_COLUMN(mp_eval_args, smiles_column),
+    { "features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, features_path),
+      .arg = "F", .help = "the extra molecule features of --data (a model\ntrained with "
+                          "--features-path needs them)" },
     { "metric", MP_OPT_CHOICE, "all", .choices = "all|rmse|mae|mse|r2|auc|prc-auc|accuracy",
       .parse = parse_metric, .offset = AT(mp_eval_args, metric), .arg = "M",
       .help = "one metric; all: rmse, mae, r2 for regression;\nauc, prc-auc, accuracy for "
@@ -250,12 +270,18 @@ static const mp_option_def featurize_table[] = {
     { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_featurize_args, out_path), .arg = "FILE.mpf",
       .help = "write the feature cache here" },
     { "dump", MP_OPT_TEXT, NULL, .offset = AT(mp_featurize_args, dump_dir), .arg = "DIR",
-      .help = "write molecules/atoms/bonds/morgan/descriptors.tsv\nhere" },
+      .help = "write molecules/atoms/bonds/morgan/descriptors.tsv\n(and rdkit2d.tsv, "
+              "rdkit2d_normalized.tsv with\n--features) here" },
     { "gz", MP_OPT_BOOL, "false", .offset = AT(mp_featurize_args, gz),
       .help = "gzip the dump's files (.tsv.gz)" },
     { "atom-layout", MP_OPT_CHOICE, "v1", .choices = "v1|v2|organic", .parse = parse_layout,
       .offset = AT(mp_featurize_args, layout), .arg = "L",
       .help = "v1 (133 features) | v2 (72) | organic (44)" },
+    { "features", MP_OPT_LIST, "none", .parse = parse_features,
+      .offset = AT(mp_featurize_args, features), .arg = "F",
+      .help = "molecule feature sets to compute too, as for train:\nrdkit2d, rdkit2d-normalized, "
+              "v2-morgan, v2-rdkit2d,\nv2-charge, ... (kept in the cache; --dump writes\n"
+              "rdkit2d.tsv and rdkit2d_normalized.tsv)" },
     { "no-morgan", MP_OPT_BOOL, "false", .offset = AT(mp_featurize_args, no_morgan),
       .help = "skip the Morgan fingerprints" },
     { "no-descriptors", MP_OPT_BOOL, "false", .offset = AT(mp_featurize_args, no_descriptors),

@@ -82,13 +82,14 @@ void *mp_options_cjson(const mp_options *o);
 /* ===================================================================== */
 
 typedef struct {
-    const char *model_path, *data_path, *smiles_column, *metric;
+    const char *model_path, *data_path, *smiles_column, *metric, *features_path;
     int         threads;
 } mp_eval_args;
 
 typedef struct {
     const char    *data_path, *out_path, *dump_dir, *smiles_column;
     int            gz, no_morgan, no_descriptors, scaffolds, threads;
+    unsigned       features;   /* MP_FEAT_* named sets computed besides */
     mp_atom_layout layout;
 } mp_featurize_args;
 

@@ -80,6 +80,9 @@ mp_status mp_run_featurize(const mp_options *o, mp_summary **out)
     mp_featurize_opts fo = { .layout = a.layout, .morgan = !a.no_morgan,
                              .descriptors = !a.no_descriptors, .scaffolds = a.scaffolds,
                              .n_threads = a.threads };
+    for (int v = 0; v < MP_N_VECS; v++)
+        if (a.features & (1u << v))
+            mp_vec_request((mp_vec)v, &fo);
     int32_t n = (int32_t)d->n_rows;
     double t0 = mp_time_now();
     if ((st = mp_featurize(&f, (const char *const *)d->smiles, n, &fo)))

@@ -24,10 +24,10 @@ static const struct {
     unsigned      features;
 } variants[] = {
     { "dmpnn", MP_MODEL_DMPNN, 0 },
-    { "dmpnn-rdkit2d", MP_MODEL_DMPNN, MP_FEAT_RDKIT2D },
+    { "dmpnn-rdkit2d", MP_MODEL_DMPNN, MP_FEAT_RDKIT2D_NORM },   /* the paper's: normalized 200 */
     { "ffn-morgan", MP_MODEL_FFN, MP_FEAT_MORGAN },
     { "ffn-morgan-count", MP_MODEL_FFN, MP_FEAT_MORGAN_COUNT },
-    { "ffn-rdkit2d", MP_MODEL_FFN, MP_FEAT_RDKIT2D },
+    { "ffn-rdkit2d", MP_MODEL_FFN, MP_FEAT_RDKIT2D_NORM },
 };
 #define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
 #define MAX_LIST 64

@@ -29,8 +29,7 @@ int32_t mp_batch_data_fill(const mp_batch_data *d, const size_t *order, int32_t 
         memcpy(tgt + (size_t)i * t, d->targets + (size_t)mols[i] * t, t * sizeof(float));
     }
     if (d->feat_dim > 0) {
-        mp_feature_set_fill(d->features, d->f, mols, n, extra);
-        mp_scaler_transform_f32(d->feature_scaler, extra, (size_t)n);
+        mp_feature_set_fill_scaled(d->features, d->f, mols, n, d->feature_scaler, extra);
     }
     return n;
 }

@@ -343,14 +343,14 @@ static mp_status pack_graph_views(const mp_ensemble *e, const mp_graphs *g, pslo
 }
 
 /* The molecule features of slot s, scaled, in the backend's element type
- * (floats scaled as floats, then widened: what mp_model_forward uploads). */
+ * (scaled in double, rounded once to float, then widened: what
+ * mp_model_forward uploads). */
 static void pack_features(const mp_ensemble *e, const mp_features *f, pslot *s)
 {
     size_t es = e->backend->esize, cells = (size_t)s->nb * (size_t)e->cfg.extra_dim;
     void *block = s->host + ((char *)s->bt.extra - s->dev);
     float *x = es == sizeof(float) ? block : s->xf;
-    mp_feature_set_fill(e->features, f, s->sel, s->nb, x);
-    mp_scaler_transform_f32(&e->feature_scaler, x, (size_t)s->nb);
+    mp_feature_set_fill_scaled(e->features, f, s->sel, s->nb, &e->feature_scaler, x);
     for (size_t i = 0; es != sizeof(float) && i < cells; i++)
         ((double *)block)[i] = x[i];
 }
@@ -465,9 +465,9 @@ static mp_status check_batches(const mp_ensemble *e, const mp_features *f, const
                                int32_t n, int32_t batch_size, int32_t *max_atoms,
                                int32_t *max_edges)
 {
-    if (e->features && f->n_desc != e->n_desc && (e->features & MP_FEAT_RDKIT2D))
-        return mp_error_set(MP_ERR_FORMAT, "the model was trained on %d descriptors, these "
-                            "features have %d", e->n_desc, f->n_desc);
+    mp_status st = mp_feature_set_check(e->features, f, e->n_desc, e->n_file);
+    if (st)
+        return st;
     for (int32_t i = 0; i < n; i++)
         if (mols[i] < 0 || mols[i] >= f->g.n_mols)
             return mp_error_set(MP_ERR_ARG, "predict: molecule %d out of range (store of %d)",

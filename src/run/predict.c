@@ -4,6 +4,7 @@
 #include "run/predict.h"
 
 #include "data/csv.h"
+#include "data/featfile.h"
 
 #include <math.h>
 #include <string.h>
@@ -36,13 +37,19 @@ static void chunk_free(chunk *c)
     mp_free(c->line);
 }
 
+/* file: the features file's rows of the chunk (NULL: none). */
 static mp_status predict_chunk(mp_ensemble *e, const chunk *c, const mp_featurize_opts *fo,
-                               int32_t *idx, double *mean, double *std)
+                               const mp_featfile *file, size_t row0, int32_t *idx,
+                               double *mean, double *std)
 {
     mp_features *f = NULL;
     mp_status st = mp_featurize(&f, (const char *const *)c->smiles, c->n, fo);
     if (st)
         return st;
+    if (file) {
+        f->file_values = file->values + row0 * file->n_cols;
+        f->file_cols = (int32_t)file->n_cols;
+    }
     for (int32_t i = 0; i < c->n; i++)
         idx[i] = i;
     st = mp_ensemble_predict(e, f, idx, c->n, 0, 0, PREDICT_BATCH_FOR(e), mean, std);
@@ -66,6 +73,7 @@ typedef struct {
     int                    out_open;
     size_t                 n_header, smiles_col;
     chunk                  c;
+    mp_featfile            file;          /* --features-path      */
     double                *mean, *std;    /* cap x n_tasks        */
     int32_t               *idx;           /* cap                  */
 } predict_run;
@@ -98,6 +106,20 @@ static mp_status predict_open(predict_run *p)
     mp_status st;
     if ((st = mp_ensemble_load(&p->e, o->model_path, o->backend)))
         return st;
+    if ((p->e->features & MP_FEAT_FILE) && !o->features_path)
+        return mp_error_set(MP_ERR_ARG, "%s was trained with %d features from a file: give "
+                            "the data's with --features-path", o->model_path, p->e->n_file);
+    if (o->features_path && !(p->e->features & MP_FEAT_FILE))
+        return mp_error_set(MP_ERR_ARG, "%s was trained without a features file: "
+                            "--features-path does not apply", o->model_path);
+    if (o->features_path) {
+        if ((st = mp_featfile_load(&p->file, o->features_path)))
+            return st;
+        if (p->file.n_cols != (size_t)p->e->n_file)
+            return mp_error_set(MP_ERR_FORMAT, "%s: %zu feature columns, the model %s was "
+                                "trained on %d", o->features_path, p->file.n_cols,
+                                o->model_path, p->e->n_file);
+    }
     if (cap <= 0)
         cap = p->e->backend->host_memory ? DEFAULT_CHUNK : DEFAULT_CHUNK_GPU;
     char **fields;
@@ -134,7 +156,13 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
     const mp_predict_opts *o = p->o;
     FILE *fp = p->out.fp;
     size_t t = p->e->n_tasks;
-    mp_status st = predict_chunk(p->e, &p->c, fo, p->idx, p->mean, p->std);
+    const mp_featfile *file = o->features_path ? &p->file : NULL;
+    if (file && p->stats->n_rows + (size_t)p->c.n > file->n_rows)
+        return mp_error_set(MP_ERR_FORMAT, "%s: %zu rows of features, %s has more (one row of "
+                            "features per input row)", o->features_path, file->n_rows,
+                            o->data_path);
+    mp_status st = predict_chunk(p->e, &p->c, fo, file, p->stats->n_rows, p->idx, p->mean,
+                                 p->std);
     if (st)
         return st;
     for (int32_t i = 0; i < p->c.n; i++) {
@@ -184,6 +212,9 @@ static mp_status predict_rows(predict_run *p)
         }
         if ((p->c.n == p->c.cap || (eof && p->c.n > 0)) && (st = predict_flush(p, &fo)))
             return st;
+        if (eof && o->features_path)
+            return mp_featfile_check_rows(&p->file, o->features_path, p->stats->n_rows,
+                                          o->data_path);
         if (eof)
             return MP_OK;
     }
@@ -213,6 +244,7 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     if (p.out_open)
         mp_afile_abort(&p.out);
     chunk_free(&p.c);
+    mp_featfile_free(&p.file);
     mp_free(p.mean);
     mp_free(p.std);
     mp_free(p.idx);
@@ -317,7 +349,8 @@ done:
 
 mp_status mp_eval_file(const char *model_path, const char *data_path,
                        const mp_column_spec *columns, const char *metric,
-                       const char *backend, int threads, mp_eval_result *res)
+                       const char *features_path, const char *backend, int threads,
+                       mp_eval_result *res)
 {
     memset(res, 0, sizeof *res);
     if (threads > 0)
@@ -325,6 +358,8 @@ mp_status mp_eval_file(const char *model_path, const char *data_path,
     mp_ensemble *e = NULL;
     mp_dataset *d = NULL;
     mp_features *f = NULL;
+    mp_featfile file;
+    memset(&file, 0, sizeof file);
     size_t *col = NULL;
     mp_column_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -342,11 +377,23 @@ mp_status mp_eval_file(const char *model_path, const char *data_path,
         goto done;
     mp_featurize_opts fo = mp_ensemble_featurize_opts(e);
     fo.n_threads = threads;
+    if (features_path) {
+        char what[4200];
+        snprintf(what, sizeof what, "the data file %s", data_path);
+        if ((st = mp_featfile_load(&file, features_path)) ||
+            (st = mp_featfile_check_rows(&file, features_path, d->n_rows, what)))
+            goto done;
+    }
     if ((st = mp_featurize(&f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo)))
         goto done;
+    if (features_path) {
+        f->file_values = file.values;
+        f->file_cols = (int32_t)file.n_cols;
+    }
     st = eval_rows(e, d, f, col, res);
 done:
     mp_free(col);
+    mp_featfile_free(&file);
     mp_features_free(f);
     mp_dataset_free(d);
     mp_ensemble_free(e);

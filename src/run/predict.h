@@ -21,6 +21,8 @@ typedef struct {
     const char    *data_path;
     const char    *out_path;
     mp_column_spec columns;       /* smiles_column only                          */
+    const char    *features_path; /* the extra features of a model trained with  *
+                                   * them (featfile.h): one row per data row      */
     int            uncertainty;   /* add <task>_std columns (ensemble spread)     */
     const char    *backend;       /* "cpu" (default), "cuda[:...]"                */
     int            threads;       /* 0: default                                   */
@@ -51,10 +53,13 @@ typedef struct {
 } mp_eval_result;
 
 /* Metrics of a saved model on a labelled file: the columns named like the
- * model's tasks are the targets.  metric NULL: every metric of the task type. */
+ * model's tasks are the targets.  metric NULL: every metric of the task type.
+ * features_path: the file's extra features (one row per data row) for a
+ * model trained with --features-path, else NULL. */
 mp_status mp_eval_file(const char *model_path, const char *data_path,
                        const mp_column_spec *columns, const char *metric,
-                       const char *backend, int threads, mp_eval_result *res);
+                       const char *features_path, const char *backend, int threads,
+                       mp_eval_result *res);
 void      mp_eval_result_free(mp_eval_result *r);
 
 #ifdef __cplusplus

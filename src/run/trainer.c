@@ -6,6 +6,7 @@
  */
 #include "run/trainer.h"
 
+#include "data/featfile.h"
 #include "data/registry.h"
 #include "run/fit.h"
 #include "run/resident.h"
@@ -48,6 +49,7 @@ mp_train_opts mp_train_opts_default(void)
     o.graph = -1;
     o.slot_classes = 4;
     o.profile = 0;
+    o.features_scaling = MP_FSCALE_AUTO;
     return o;
 }
 
@@ -124,9 +126,17 @@ static mp_status check_opts(const mp_train_opts *o)
     if (o->slot_classes < 1 || o->slot_classes > MP_RESIDENT_MAX_CLASSES)
         return mp_error_set(MP_ERR_ARG, "slot classes must be 1 to %d, got %d",
                             MP_RESIDENT_MAX_CLASSES, o->slot_classes);
-    if (o->model == MP_MODEL_FFN && o->features == 0)
+    if (o->model == MP_MODEL_FFN && o->features == 0 && !o->features_path)
         return mp_error_set(MP_ERR_ARG, "--model ffn trains on molecule features only: "
-                                        "give --features (morgan, morgan-count, rdkit2d)");
+                                        "give --features (morgan, morgan-count, rdkit2d, "
+                                        "rdkit2d-normalized, ...) or --features-path");
+    if (o->features & ~(unsigned)MP_FEAT_NAMED)
+        return mp_error_set(MP_ERR_ARG, "unknown feature sets 0x%x", o->features);
+    if (o->features_scaling < MP_FSCALE_AUTO || o->features_scaling > MP_FSCALE_ON)
+        return mp_error_set(MP_ERR_ARG, "unknown feature scaling %d", o->features_scaling);
+    if (o->no_features_scaling && o->features_scaling == MP_FSCALE_ON)
+        return mp_error_set(MP_ERR_ARG, "--no-features-scaling contradicts "
+                                        "--features-scaling on");
     return MP_OK;
 }
 
@@ -190,6 +200,10 @@ static mp_status write_metrics_json(const mp_train_opts *o, const mp_dataset *d,
         (st = mp_report_set_str(rep, "task_type", mp_task_type_name(r->task))) ||
         (st = mp_report_set_str(rep, "model", o->model == MP_MODEL_DMPNN ? "dmpnn" : "ffn")) ||
         (st = mp_report_set_str(rep, "features", feats)) ||
+        (st = mp_report_set_str(rep, "features_scaling",
+                                mp_feature_scaling_name(o->no_features_scaling
+                                    ? MP_FSCALE_OFF : (mp_feature_scaling)o->features_scaling))) ||
+        (o->features_path && (st = mp_report_set_str(rep, "features_path", o->features_path))) ||
         (st = mp_report_set_str(rep, "split", mp_split_type_name(o->split.type))) ||
         (st = mp_report_set_int(rep, "seed", (long long)o->seed)) ||
         (st = mp_report_set_int(rep, "ensemble_size", o->ensemble_size)) ||
@@ -239,6 +253,9 @@ typedef struct {
     float               *tscaled;      /* n_rows x n_tasks, scaled, NaN missing */
     int                  classification;
     int                  feat_dim;
+    unsigned             features;     /* o->features, with MP_FEAT_FILE     */
+    mp_feature_scaling   scaling;
+    mp_featfile          file;         /* --features-path (f->file_values)   */
     int32_t              eval_batch;
     int                  made_dir;     /* this run made save_dir             */
     double               t_start;      /* when reading the CSV began         */
@@ -325,15 +342,30 @@ static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
     const mp_train_opts *o = r->o;
     const mp_dataset *d = r->d;
     mp_featurize_opts fo = { .layout = o->layout,
-                             .morgan = (o->features & (MP_FEAT_MORGAN | MP_FEAT_MORGAN_COUNT)) != 0,
-                             .descriptors = (o->features & MP_FEAT_RDKIT2D) != 0,
                              .scaffolds = o->split.type == MP_SPLIT_SCAFFOLD_BALANCED,
                              .n_threads = o->threads };
+    for (int v = 0; v < MP_N_VECS; v++)
+        if (o->features & (1u << v))
+            mp_vec_request((mp_vec)v, &fo);
     if (d->n_rows > INT32_MAX)
         return mp_error_set(MP_ERR_ARG, "%s: too many rows for one training run", o->data_path);
-    mp_status st = mp_featurize(&r->f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo);
-    if (st)
+    mp_status st;
+    if (o->features_path) {
+        char what[4200];
+        snprintf(what, sizeof what, "the data file %s", o->data_path);
+        if ((st = mp_featfile_load(&r->file, o->features_path)) ||
+            (st = mp_featfile_check_rows(&r->file, o->features_path, d->n_rows, what)))
+            return st;
+        if (r->file.n_cols > 1000000)
+            return mp_error_set(MP_ERR_FORMAT, "%s: %zu feature columns (at most 1000000)",
+                                o->features_path, r->file.n_cols);
+    }
+    if ((st = mp_featurize(&r->f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo)))
         return st;
+    if (o->features_path) {
+        r->f->file_values = r->file.values;
+        r->f->file_cols = (int32_t)r->file.n_cols;
+    }
     r->res->featurize_seconds = mp_time_now() - r->t_start;   /* the CSV counts too */
     size_t nv = 0, *n_invalid = &r->res->n_invalid;
     for (size_t i = 0; i < d->n_rows; i++) {
@@ -414,7 +446,9 @@ static mp_status build_ensemble(train_run *r)
     cfg.ffn_layers = o->ffn_layers;
     cfg.ffn_hidden = o->ffn_hidden;
     cfg.aggregation = o->aggregation;
-    r->feat_dim = mp_feature_set_dim(o->features, r->f->n_desc);
+    r->features = o->features | (o->features_path ? MP_FEAT_FILE : 0u);
+    r->scaling = o->no_features_scaling ? MP_FSCALE_OFF : (mp_feature_scaling)o->features_scaling;
+    r->feat_dim = mp_feature_set_dim(r->features, r->f->n_desc, r->f->file_cols);
     cfg.extra_dim = r->feat_dim;
     mp_status st = mp_ensemble_create(&r->e, &cfg, o->ensemble_size, o->seed, o->backend);
     if (st)
@@ -423,8 +457,10 @@ static mp_status build_ensemble(train_run *r)
     e->task = r->res->task;
     e->n_tasks = d->n_tasks;
     e->layout = o->layout;
-    e->features = o->features;
+    e->features = r->features;
     e->n_desc = r->f->n_desc;
+    e->n_file = r->f->file_cols;
+    e->feature_scaling = r->scaling;
     e->task_names = mp_calloc(d->n_tasks, sizeof(char *));
     e->smiles_name = mp_strdup(d->smiles_name);
     if (!e->task_names || !e->smiles_name)
@@ -436,25 +472,12 @@ static mp_status build_ensemble(train_run *r)
     return MP_OK;
 }
 
-/* The feature scaler, fitted on the training rows' molecule features. */
+/* The feature scaler, fitted on the training rows' molecule features (in
+ * double), identity on the columns left unscaled. */
 static mp_status fit_feature_scaler(train_run *r)
 {
-    size_t n = r->sp.n[0];
-    float *x = mp_malloc(sizeof(float) * n * (size_t)r->feat_dim);
-    size_t *ident = mp_malloc(sizeof(size_t) * n);
-    mp_status st = MP_OK;
-    if (!x || !ident) {
-        st = mp_error_set(MP_ERR_NOMEM, "out of memory (%zu training feature rows)", n);
-    } else {
-        mp_feature_set_fill(r->o->features, r->f, r->sets[0], (int32_t)n, x);
-        for (size_t i = 0; i < n; i++)
-            ident[i] = i;
-        st = mp_scaler_fit_f32(&r->e->feature_scaler, MP_SCALE_FEATURES, x,
-                               (size_t)r->feat_dim, ident, n);
-    }
-    mp_free(ident);
-    mp_free(x);
-    return st;
+    return mp_feature_scaler_fit(&r->e->feature_scaler, r->features, r->scaling, r->f,
+                                 r->sets[0], (int32_t)r->sp.n[0]);
 }
 
 /* Scalers, fitted on the training set only; the scaled targets. */
@@ -592,6 +615,7 @@ static void train_free(train_run *r, int failed)
     mp_split_free(&r->sp);
     mp_ensemble_free(r->e);
     mp_features_free(r->f);
+    mp_featfile_free(&r->file);
     mp_dataset_free(r->d);
 }
 

@@ -25,7 +25,12 @@ typedef struct {
     int             task;            /* -1: auto (registry, else 0/1 labels)  */
     const char     *metric;          /* NULL: rmse (regression) / auc          */
     mp_model_kind   model;
-    unsigned        features;        /* MP_FEAT_* mask                         */
+    unsigned        features;        /* MP_FEAT_* mask of named sets           */
+    int             features_scaling;    /* mp_feature_scaling: auto (default) */
+    int             no_features_scaling; /* 1: scaling off (Chemprop's flag);  *
+                                          * an error with scaling on            */
+    const char     *features_path;   /* CSV or .npy: one row of extra molecule *
+                                      * features per data row (featfile.h)     */
     mp_atom_layout  layout;
     mp_split_opts   split;           /* its seed is ignored: `seed` below      */
     int             epochs;          /* 30                                     */
