@@ -245,6 +245,8 @@ mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *b
         if (c->progress)
             mp_progress_epoch_end(c->progress, epoch - 1, loss, mp_metric_name(c->metric),
                                   val_mean);
+        if (o->on_epoch)
+            o->on_epoch(o->on_epoch_arg, k, epoch, loss, val_mean);
     }
     if (st == MP_OK) {
         st = mp_model_set_params(mb.m, mb.best);

@@ -305,7 +305,11 @@ static mp_status check_labels(const train_run *r)
 static mp_status load_data(train_run *r)
 {
     const mp_train_opts *o = r->o;
-    mp_status st = mp_dataset_load(&r->d, o->data_path, &o->columns);
+    mp_status st = MP_OK;
+    if (o->inputs)
+        r->d = (mp_dataset *)o->inputs->dataset;
+    else
+        st = mp_dataset_load(&r->d, o->data_path, &o->columns);
     if (st)
         return st;
     if (r->d->n_tasks == 0)
@@ -318,23 +322,38 @@ static mp_status load_data(train_run *r)
     return check_labels(r);
 }
 
+mp_featurize_opts mp_train_featurize_opts(const mp_train_opts *o)
+{
+    mp_featurize_opts fo = { .layout = o->layout,
+                             .morgan = (o->features & (MP_FEAT_MORGAN | MP_FEAT_MORGAN_COUNT)) != 0,
+                             .descriptors = (o->features & MP_FEAT_RDKIT2D) != 0,
+                             .scaffolds = o->split.type == MP_SPLIT_SCAFFOLD_BALANCED,
+                             .n_threads = o->threads };
+    return fo;
+}
+
 /* Every row featurized once; the valid ones into valid[0..*n_valid), the
  * invalid ones reported (the first MAX_REPORTED_INVALID) and counted. */
 static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
 {
     const mp_train_opts *o = r->o;
     const mp_dataset *d = r->d;
-    mp_featurize_opts fo = { .layout = o->layout,
-                             .morgan = (o->features & (MP_FEAT_MORGAN | MP_FEAT_MORGAN_COUNT)) != 0,
-                             .descriptors = (o->features & MP_FEAT_RDKIT2D) != 0,
-                             .scaffolds = o->split.type == MP_SPLIT_SCAFFOLD_BALANCED,
-                             .n_threads = o->threads };
+    mp_featurize_opts fo = mp_train_featurize_opts(o);
     if (d->n_rows > INT32_MAX)
         return mp_error_set(MP_ERR_ARG, "%s: too many rows for one training run", o->data_path);
-    mp_status st = mp_featurize(&r->f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo);
+    mp_status st = MP_OK;
+    if (o->inputs) {
+        r->f = (mp_features *)o->inputs->features;
+        if (r->f->g.n_mols != (int32_t)d->n_rows)
+            return mp_error_set(MP_ERR_ARG, "%s: %d featurized molecules for %zu rows",
+                                o->data_path, r->f->g.n_mols, d->n_rows);
+    } else {
+        st = mp_featurize(&r->f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo);
+    }
     if (st)
         return st;
-    r->res->featurize_seconds = mp_time_now() - r->t_start;   /* the CSV counts too */
+    /* the CSV counts too; given inputs cost nothing here */
+    r->res->featurize_seconds = o->inputs ? 0.0 : mp_time_now() - r->t_start;
     size_t nv = 0, *n_invalid = &r->res->n_invalid;
     for (size_t i = 0; i < d->n_rows; i++) {
         if (r->f->g.valid[i]) {
@@ -360,8 +379,11 @@ static mp_status split_rows(train_run *r, const size_t *valid, size_t n_valid)
     const mp_train_opts *o = r->o;
     mp_split_opts so = o->split;
     so.seed = o->seed;   /* one --seed: the split's, and the first member's */
-    mp_status st = mp_split_make(&r->sp, valid, n_valid, (const char *const *)r->f->scaffold,
-                                 &so);
+    mp_status st = MP_OK;
+    if (o->inputs && o->inputs->split)
+        r->sp = *o->inputs->split;   /* borrowed: train_free leaves it */
+    else
+        st = mp_split_make(&r->sp, valid, n_valid, (const char *const *)r->f->scaffold, &so);
     if (st)
         return st;
     for (int s = 0; s < 3; s++) {
@@ -589,10 +611,13 @@ static void train_free(train_run *r, int failed)
     mp_free(r->tscaled);
     for (int s = 0; s < 3; s++)
         mp_free(r->sets[s]);
-    mp_split_free(&r->sp);
+    if (!(r->o->inputs && r->o->inputs->split))
+        mp_split_free(&r->sp);
     mp_ensemble_free(r->e);
-    mp_features_free(r->f);
-    mp_dataset_free(r->d);
+    if (!r->o->inputs) {
+        mp_features_free(r->f);
+        mp_dataset_free(r->d);
+    }
 }
 
 mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
