@@ -139,7 +139,8 @@ typedef enum {
 } mp_option_type;
 
 /* The verbs that have options, comma-separated:
- * "train, predict, eval, featurize, split, bench, data". */
+ * "train, predict, eval, featurize, split, bench, data, bench-compare,
+ * bench-report". */
 const char *mp_options_verbs(void);
 
 /* New options for `verb`, every option at its default.  MP_ERR_ARG for an
@@ -252,10 +253,58 @@ mp_status mp_run_featurize(const mp_options *o, mp_summary **out);
  * texts "data", "split", "seed"; the invalid rows. */
 mp_status mp_run_split(const mp_options *o, mp_summary **out);
 
-/* Trains every chosen model on every chosen benchmark dataset over the
- * seeds, printing the table to `table` (NULL: nowhere) as it goes, and
- * writing it as TSV to "out" when set.  Summary: "n_runs". */
+/*
+ * The benchmark grid: trains every chosen model on every chosen dataset
+ * over the seeds (Yang et al. 2019's comparison; configs/bench/ holds
+ * paper.ini and quick.ini).  Each dataset is read and featurized once for
+ * all its runs, its features kept in the cache ("cache-dir", by content
+ * hash) for later invocations; each finished run is appended at once to
+ * <out>/results.tsv as one row (dataset, model, seed, split checksum,
+ * metric, test and validation scores per task and their mean, epochs, best
+ * epoch, featurize and train seconds, device, precision, version, the
+ * per-epoch training loss and validation score), so running the same grid
+ * again skips the finished runs.  "jobs" runs train side by side, each with
+ * its own backend; each gives the row it gives alone.  One line per
+ * finished run (done/total, elapsed, ETA) and the table at the end go to
+ * `table` (NULL: nowhere; on a terminal a status line shows the runs in
+ * flight).  "export-splits" writes each split for other tools.  Summary:
+ * "n_runs" (trained now), "n_skipped" (found in the results), "n_total",
+ * "seconds"; text "results" (the file).
+ */
 mp_status mp_run_bench(const mp_options *o, FILE *table, mp_summary **out);
+
+/*
+ * For a signal handler: removes the benchmark runner's temporary files
+ * (async-signal-safe; it only unlinks), so a grid stopped by Ctrl-C or
+ * SIGTERM leaves its finished rows and nothing else.  The handler then
+ * ends the process (_exit).
+ */
+void mp_bench_signal_cleanup(void);
+
+/*
+ * `molprop bench compare OURS THEIRS` (options of "bench-compare"): aligns
+ * the runs of two results files by dataset, model and seed and prints to
+ * `out`, per dataset and model: both tools' mean ± std over the seeds they
+ * share, the difference (relative for errors, absolute for AUCs), a paired
+ * t-test over the seeds and the verdict (win, tie or loss for OURS at
+ * level "alpha"); then the wins, ties and losses.  Runs whose split
+ * checksums differ are reported (they did not see the same sets).
+ * Summary: "n_compared", "wins", "ties", "losses", "n_split_mismatch".
+ */
+mp_status mp_run_bench_compare(const mp_options *o, FILE *out, mp_summary **s);
+
+/*
+ * `molprop bench report RESULTS --out DIR` (options of "bench-report"):
+ * DIR/report.md and DIR/report.html with a table of mean ± std per dataset
+ * and model, and figures in PNG and SVG drawn by gnuplot (with their .gp
+ * scripts and .dat data beside them): one per dataset (the models' paper
+ * metric, mean ± std over seeds, the "reference" tool's bars beside ours
+ * when given), a summary (each model relative to the D-MPNN on every
+ * dataset), and learning curves per dataset (training loss and validation
+ * score per epoch, mean over seeds).  Summary: "n_datasets", "n_figures";
+ * text "report" (the Markdown file).
+ */
+mp_status mp_run_bench_report(const mp_options *o, mp_summary **s);
 
 /* ===================================================================== */
 /* Predictor: a saved model applied to SMILES in memory                   */
@@ -300,7 +349,12 @@ typedef struct {
     int          tasks;      /* target columns; -1 when unknown                */
     mp_task_type task_type;
     char        *metric;     /* the paper's metric: RMSE, MAE, ROC-AUC, PRC-AUC */
-    char        *sha256;     /* 64 lower-case hex digits; NULL when no file    */
+    char        *sha256;     /* 64 lower-case hex digits; NULL when no file or *
+                              * none is pinned (recorded on the first fetch)  */
+    char        *url;        /* where the file is published; NULL: unknown    */
+    char        *targets;    /* its target columns, comma-separated; NULL: every
+                              * column but the SMILES and `ignore`           */
+    char        *ignore;     /* columns that are not targets (ids); NULL: none */
 } mp_dataset_info;
 
 typedef struct mp_registry mp_registry;

@@ -18,8 +18,13 @@
 
 #define IO_CHUNK (64u << 10)
 
-static const char *const registry_columns[7] = {
-    "name", "file", "rows", "tasks", "task_type", "metric", "sha256"
+/* The seven columns every registry has, and three optional ones after them
+ * (all or none): where the file is published, its target columns, the
+ * columns that are not targets. */
+#define N_BASE_COLUMNS 7
+#define N_ALL_COLUMNS 10
+static const char *const registry_columns[N_ALL_COLUMNS] = {
+    "name", "file", "rows", "tasks", "task_type", "metric", "sha256", "url", "targets", "ignore"
 };
 static const char *const known_metrics[] = { "RMSE", "MAE", "ROC-AUC", "PRC-AUC" };
 
@@ -58,6 +63,9 @@ void mp_registry_free(mp_registry *reg)
         mp_free(reg->items[i].file);
         mp_free(reg->items[i].metric);
         mp_free(reg->items[i].sha256);
+        mp_free(reg->items[i].url);
+        mp_free(reg->items[i].targets);
+        mp_free(reg->items[i].ignore);
     }
     mp_free(reg->items);
     mp_free(reg);
@@ -116,8 +124,13 @@ static mp_status parse_entry(const char *path, size_t line, char **f, mp_dataset
     if (!no_file && (!*f[1] || strchr(f[1], '/') || f[1][0] == '.'))
         return mp_error_set(MP_ERR_FORMAT, "%s:%zu: file '%s' must be a plain file name or '-'",
                             path, line, f[1]);
-    static const int follow_file[3] = { 2, 3, 6 };   /* rows, tasks, sha256 */
+    /* rows, tasks and sha256 are '-' without a file; with one, rows and
+     * tasks are required and sha256 may be '-': none pinned, the first
+     * fetch records the one it sees */
+    static const int follow_file[3] = { 2, 3, 6 };
     for (int i = 0; i < 3; i++) {
+        if (!no_file && follow_file[i] == 6)
+            continue;
         int k = follow_file[i];
         if (no_file != !strcmp(f[k], "-"))
             return mp_error_set(MP_ERR_FORMAT, "%s:%zu: %s is '%s' but file is '%s' "
@@ -134,7 +147,7 @@ static mp_status parse_entry(const char *path, size_t line, char **f, mp_dataset
             return mp_error_set(MP_ERR_FORMAT, "%s:%zu: tasks '%s' is not a positive integer",
                                 path, line, f[3]);
         e->tasks = (int)v;
-        if (!is_sha256_hex(f[6]))
+        if (strcmp(f[6], "-") && !is_sha256_hex(f[6]))
             return mp_error_set(MP_ERR_FORMAT,
                                 "%s:%zu: sha256 '%s' is not 64 lower-case hex digits", path, line, f[6]);
     }
@@ -193,7 +206,7 @@ mp_status mp_registry_load(mp_registry **out, const char *path)
     }
 
     int seen_header = 0;
-    size_t line = 0;
+    size_t line = 0, n_columns = N_BASE_COLUMNS;
     for (char *s = b.data; s && *s;) {
         line++;
         char *nl = strchr(s, '\n');
@@ -207,23 +220,30 @@ mp_status mp_registry_load(mp_registry **out, const char *path)
             s = next;
             continue;
         }
-        char *f[7];
-        size_t nf = split_tabs(s, f, 7);
-        if (nf != 7) {
+        char *f[N_ALL_COLUMNS];
+        size_t nf = split_tabs(s, f, N_ALL_COLUMNS);
+        if (!seen_header && nf != N_BASE_COLUMNS && nf != N_ALL_COLUMNS) {
             st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: expected 7 tab-separated fields, found %zu",
                               path, line, nf);
             goto fail;
         }
+        if (seen_header && nf != n_columns) {
+            st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: expected %zu tab-separated fields, found %zu",
+                              path, line, n_columns, nf);
+            goto fail;
+        }
         if (!seen_header) {
-            for (int k = 0; k < 7; k++)
+            for (size_t k = 0; k < nf; k++)
                 if (strcmp(f[k], registry_columns[k])) {
                     st = mp_error_set(MP_ERR_FORMAT,
-                                      "%s:%zu: header field %d is '%s', expected '%s' "
-                                      "(name file rows tasks task_type metric sha256)",
+                                      "%s:%zu: header field %zu is '%s', expected '%s' "
+                                      "(name file rows tasks task_type metric sha256, then "
+                                      "optionally url targets ignore)",
                                       path, line, k + 1, f[k], registry_columns[k]);
                     goto fail;
                 }
             seen_header = 1;
+            n_columns = nf;
             s = next;
             continue;
         }
@@ -245,6 +265,16 @@ mp_status mp_registry_load(mp_registry **out, const char *path)
             (strcmp(f[6], "-") && !d->sha256)) {
             st = MP_ERR_NOMEM;
             goto fail;
+        }
+        char **extra[3] = { &d->url, &d->targets, &d->ignore };
+        for (size_t k = N_BASE_COLUMNS; k < n_columns; k++) {
+            const char *v = f[k];
+            if (!strcmp(v, "-") || !*v)
+                continue;
+            if (!(*extra[k - N_BASE_COLUMNS] = mp_strdup(v))) {
+                st = MP_ERR_NOMEM;
+                goto fail;
+            }
         }
         s = next;
     }
