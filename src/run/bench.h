@@ -219,6 +219,57 @@ double mp_bench_t_two_sided_p(double t, double df);
 /* 1 for metrics where higher is better (auc, prc-auc, accuracy, r2). */
 int mp_bench_higher_is_better(const char *metric);
 
+/* The verdict of bench compare for OURS: 1 win (p < alpha and ours
+ * better), -1 loss, 0 tie. */
+int mp_bench_verdict(const char *metric, double mean_ours, double mean_theirs, double p,
+                     double alpha);
+
+/* A results file, or the results.tsv of a bench --out folder, into out. */
+mp_status mp_bench_results_resolve(const char *path, char *out, size_t n);
+
+/* ===================================================================== */
+/* Figures (gnuplot: bench_plot.c)                                        */
+/* ===================================================================== */
+
+/* MP_OK when `gnuplot` runs and has the pngcairo and svg terminals. */
+mp_status mp_bench_plot_check(const char *gnuplot);
+
+/*
+ * Clustered bars: categories along x, one bar per series in each, with
+ * error bars; mean and std are [n_series x n_cat] (NaN: no bar; std may be
+ * NULL); a dashed line at ref_line when finite.  Writes dir/NAME.dat,
+ * NAME.body.gp and NAME.gp (which draws NAME.png and NAME.svg).
+ */
+mp_status mp_bench_plot_bars(const char *dir, const char *name, const char *title,
+                             const char *ylabel, const char *const *categories, int n_cat,
+                             const char *const *series, int n_series, const double *mean,
+                             const double *std, double ref_line);
+
+/* One panel of mp_bench_plot_bar_panels. */
+typedef struct {
+    const char        *title, *ylabel;
+    const char *const *categories;
+    int                n_cat;
+    const double      *mean, *std;    /* [n_series x n_cat] */
+    double             ref_line;
+} mp_bench_panel;
+
+/* Panels of clustered bars one above the other (NAME_1.dat, ...). */
+mp_status mp_bench_plot_bar_panels(const char *dir, const char *name, int n_panels,
+                                   const mp_bench_panel *panels, const char *const *series,
+                                   int n_series);
+
+/* Learning curves: loss and val [n_series x n_epochs] per epoch, side by
+ * side (training loss on a log scale, the validation score). */
+mp_status mp_bench_plot_curves(const char *dir, const char *name, const char *title,
+                               const char *const *series, int n_series, int n_epochs,
+                               const double *loss, const double *val, const char *val_label);
+
+/* Draws the figures names[0..n) of dir (their NAME.gp) in one gnuplot run;
+ * its output goes to dir/gnuplot.log. */
+mp_status mp_bench_plot_run(const char *gnuplot, const char *dir, const char *const *names,
+                            int n);
+
 /* ===================================================================== */
 /* Temporary files and signals                                            */
 /* ===================================================================== */
