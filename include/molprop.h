@@ -377,26 +377,40 @@ const mp_dataset_info *mp_registry_find(const mp_registry *reg, const char *name
 /* "esol, freesolv, ..." in file order, for messages.  Caller frees with mp_free. */
 char *mp_registry_names(const mp_registry *reg);
 
-/* Where mp_registry_fetch may take files from (either may be NULL or ""). */
+/* Where mp_registry_fetch may take files from (either may be NULL or ""),
+ * and whom to tell how a download goes. */
 typedef struct {
     const char *mirror;   /* a directory holding the dataset files          */
     const char *url;      /* a base URL: url + "/" + file (http, https, file://) */
+    /* Called now and then during a download (may be NULL): bytes of the
+     * file in hand (a resumed download counts what it had) and its size
+     * (-1 while unknown). */
+    void      (*progress)(void *arg, const char *name, int64_t done, int64_t total);
+    void       *progress_arg;
 } mp_fetch_source;
 
 /* How mp_registry_fetch got the file. */
 typedef enum {
     MP_FETCH_PRESENT,     /* already in dest_dir with the right checksum: untouched */
     MP_FETCH_MIRROR,      /* copied from the mirror directory                       */
-    MP_FETCH_DOWNLOADED   /* downloaded from the base URL                           */
+    MP_FETCH_DOWNLOADED   /* downloaded (from the base URL or the registry's url)   */
 } mp_fetch_result;
 
 /*
  * Puts dataset `name`'s file into dest_dir (NULL = "data"; created if
  * missing), from src->mirror or, where that is unset or lacks the file, by
- * download from src->url (libcurl).  The bytes go to a temporary file beside
- * the target, are checked against the registry's SHA-256, and only then
- * renamed into place: a mismatch (MP_ERR_CHECKSUM) or any failure leaves
- * nothing behind.  A file already present with the right checksum is left
+ * download (libcurl) from src->url + "/" + file or else from the entry's
+ * own url.  An entry url "ARCHIVE#MEMBER" names a file inside a .tar.gz:
+ * the archive is downloaded and MEMBER taken out of it (gzipped when the
+ * file name ends in .gz).  A download goes to dest_dir/<file>.part, kept
+ * when the transfer breaks off, so the next fetch resumes it (an HTTP
+ * Range request; from the start if the server ignores ranges).  The bytes
+ * are checked against the registry's SHA-256 (of the file, or of the
+ * archive); an entry without one records the checksum it saw in
+ * dest_dir/<file>.sha256, against which later fetches and
+ * mp_registry_local_sha256 check.  Only a checked file is renamed into
+ * place: a mismatch (MP_ERR_CHECKSUM) or any other failure leaves nothing
+ * at the target.  A file already present with the right checksum is left
  * alone (MP_FETCH_PRESENT; no source needed); one with a wrong checksum is
  * replaced.  Errors: unknown name (MP_ERR_ARG, listing the valid names), a
  * dataset without a file (MP_ERR_ARG), no source (MP_ERR_ARG), source
@@ -406,6 +420,12 @@ typedef enum {
  */
 mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char *dest_dir,
                             const mp_fetch_source *src, mp_fetch_result *result);
+
+/* The SHA-256 dataset `name`'s local file must have: the registry's (for a
+ * plain file), else the one recorded by its first fetch into dest_dir (NULL
+ * = "data").  MP_ERR_ARG when neither is known (never fetched). */
+mp_status mp_registry_local_sha256(const mp_registry *reg, const char *name,
+                                   const char *dest_dir, char hex[65]);
 
 /* SHA-256 of a file's bytes as 64 lower-case hex digits.  MP_ERR_IO naming
  * the file when it cannot be read. */

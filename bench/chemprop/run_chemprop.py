@@ -38,6 +38,7 @@ import argparse
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -272,7 +273,8 @@ def main():
                 if (ds, model, seed) in done:
                     continue
                 work = os.path.join(args.work, "%s-%s-%d" % (ds, model, seed))
-                os.makedirs(work, exist_ok=True)
+                shutil.rmtree(work, ignore_errors=True)   # an interrupted try's logs
+                os.makedirs(work)
                 run = run_v1 if args.version == 1 else run_v2
                 r = run(args, info, folder, seed, model, work)
                 sub = os.path.join(folder, "seed%d" % seed)

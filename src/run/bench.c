@@ -282,10 +282,11 @@ static mp_status run_job(pool *P, const job *j, mp_bench_row *row)
     t.on_epoch_arg = &c;
     mp_train_result r;
     if ((st = mp_train(&t, &r))) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mp_error_message());
         mp_free(c.loss);
         mp_free(c.val);
-        return mp_error_set(st, "%s/%s/seed %ld: %s", ds->name, v->name, g->seeds[j->k],
-                            mp_error_message());
+        return mp_error_set(st, "%s/%s/seed %ld: %s", ds->name, v->name, g->seeds[j->k], why);
     }
     memset(row, 0, sizeof *row);
     char device[128], *colon;

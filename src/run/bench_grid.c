@@ -159,9 +159,9 @@ static mp_status add_user_csv(mp_bench_grid *g, const mp_registry *reg, char *it
     const mp_dataset_info *info = mp_registry_find_file(reg, path);
     mp_task_type task;
     if (task_s && *task_s) {
-        mp_status st = mp_task_type_parse(task_s, &task);
-        if (st)
-            return mp_error_set(st, "--datasets %s: %s", path, mp_error_message());
+        if (mp_task_type_parse(task_s, &task))
+            return mp_error_set(MP_ERR_ARG, "--datasets %s: unknown task type '%s' (regression "
+                                "or classification)", path, task_s);
     } else if (info) {
         task = info->task_type;
     } else {
@@ -172,9 +172,11 @@ static mp_status add_user_csv(mp_bench_grid *g, const mp_registry *reg, char *it
                          : info && (!task_s || !*task_s) ? metric_of_paper(info->metric)
                          : task == MP_TASK_CLASSIFICATION ? "auc" : "rmse";
     mp_metric m;
-    mp_status st = mp_metric_parse(metric, &m);
-    if (st)
-        return mp_error_set(st, "--datasets %s: %s", path, mp_error_message());
+    if (mp_metric_parse(metric, &m)) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mp_error_message());
+        return mp_error_set(MP_ERR_ARG, "--datasets %s: %s", path, why);
+    }
     if (mp_metric_is_classification(m) != (task == MP_TASK_CLASSIFICATION))
         return mp_error_set(MP_ERR_ARG, "--datasets %s: metric %s does not fit a %s task", path,
                             metric, mp_task_type_name(task));

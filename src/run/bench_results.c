@@ -78,7 +78,7 @@ static mp_status put_num(mp_buf *b, double v, const char *fmt)
     return mp_buf_printf(b, fmt, v);
 }
 
-static mp_status put_list(mp_buf *b, const double *v, int n)
+static mp_status put_list(mp_buf *b, const double *v, int n, const char *fmt)
 {
     if (n <= 0 || !v)
         return mp_buf_append(b, "-", 1);
@@ -87,7 +87,7 @@ static mp_status put_list(mp_buf *b, const double *v, int n)
         if (i)
             st = mp_buf_append(b, ",", 1);
         if (!st)
-            st = put_num(b, v[i], "%.6g");
+            st = put_num(b, v[i], fmt);
     }
     return st;
 }
@@ -109,18 +109,20 @@ mp_status mp_bench_row_format(const mp_bench_row *r, mp_buf *b)
 #define TAB() (st ? st : (st = mp_buf_append(b, "\t", 1)))
 #define TEXT(s) (st ? st : (st = put_text(b, s)))
 #define NUM(v, f) (st ? st : (st = put_num(b, v, f)))
-#define LIST(v, n) (st ? st : (st = put_list(b, v, n)))
+#define LIST(v, n, f) (st ? st : (st = put_list(b, v, n, f)))
 #define INT(v) (st ? st : (st = mp_buf_printf(b, "%lld", (long long)(v))))
     TEXT(r->tool); TAB(); TEXT(r->dataset); TAB(); TEXT(r->model); TAB(); INT(r->seed); TAB();
     TEXT(r->split); TAB(); TEXT(r->split_sum); TAB(); TEXT(r->data_sha); TAB();
     TEXT(r->settings); TAB(); TEXT(r->metric); TAB(); INT(r->n_tasks); TAB();
-    NUM(r->test, "%.9g"); TAB(); NUM(r->val, "%.9g"); TAB();
-    LIST(r->test_tasks, r->n_tasks); TAB(); LIST(r->val_tasks, r->n_tasks); TAB();
+    /* scores exactly (17 digits round-trip a double); curves to 9 */
+    NUM(r->test, "%.17g"); TAB(); NUM(r->val, "%.17g"); TAB();
+    LIST(r->test_tasks, r->n_tasks, "%.17g"); TAB(); LIST(r->val_tasks, r->n_tasks, "%.17g");
+    TAB();
     INT(r->epochs); TAB(); INT(r->best_epoch); TAB(); INT(r->n_train); TAB(); INT(r->n_val);
     TAB(); INT(r->n_test); TAB(); NUM(r->featurize_seconds, "%.3f"); TAB();
     NUM(r->train_seconds, "%.3f"); TAB(); TEXT(r->device); TAB(); TEXT(r->precision); TAB();
-    TEXT(r->version); TAB(); LIST(r->train_loss, r->n_curve); TAB();
-    LIST(r->val_curve, r->n_curve);
+    TEXT(r->version); TAB(); LIST(r->train_loss, r->n_curve, "%.9g"); TAB();
+    LIST(r->val_curve, r->n_curve, "%.9g");
     if (!st)
         st = mp_buf_append(b, "\n", 1);
 #undef TAB
