@@ -217,7 +217,7 @@ static int fetch_one(const mp_registry *reg, const mp_dataset_info *d, const dat
     if (how == MP_FETCH_MIRROR)
         printf("copied from %s\n", a->mirror_label);
     else if (how == MP_FETCH_DOWNLOADED)
-        printf("downloaded from %s\n", have_source(a) ? a->url_label : d->url);
+        printf("downloaded from %s\n", a->source.url && *a->source.url ? a->url_label : d->url);
     else
         printf("already present, checksum ok\n");
     char hex[65];

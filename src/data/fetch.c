@@ -476,7 +476,9 @@ mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char
         st = download(src, part, source, d->name);
     }
     if (st) {
-        if (from_mirror)
+        struct stat sb;
+        /* a partial download is kept for the next fetch to resume; nothing else */
+        if (from_mirror || stat(part, &sb) != 0 || sb.st_size == 0)
             (void)unlink(part);
         goto done;
     }
