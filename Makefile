@@ -111,6 +111,10 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
 # otherwise, and mispredict on every other element).
 $(BUILD)/src/backend/cpu.o: CFLAGS += -fno-math-errno -fno-trapping-math
 
+# The sparse label store at ChEMBL's shape (bench/sparse_labels.c).
+$(BUILD)/bench_sparse_labels: $(BUILD)/bench/sparse_labels.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # Model microbenchmark (bench/train_step.c): D-MPNN training steps on the cpu.
 $(BUILD)/bench_train_step: $(BUILD)/bench/train_step.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
