@@ -556,10 +556,11 @@ mp_status mp_run_bench(const mp_options *o, FILE *table, mp_summary **summary)
             P->n_jobs - P->n_pending, g->results_path, P->n_pending, jobs, g->backend);
     if ((st = make_out_dir(g->a.out_dir)) || (st = mp_bench_results_open(g->results_path, &P->fd)))
         goto done;
-    /* host threads: shared by the runs side by side (results do not depend
-     * on the thread count) */
+    /* host threads: shared by the runs side by side (the cpu kernels and
+     * the resident source's packing give the same results for any thread
+     * count) */
     int threads = g->a.threads > 0 ? g->a.threads : threads_before;
-    if (host_backend(g->backend) && jobs > 1)
+    if (jobs > 1)
         threads = threads / jobs > 0 ? threads / jobs : 1;
     if (threads != threads_before) {
         mp_threads_set(threads);
