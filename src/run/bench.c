@@ -560,6 +560,7 @@ mp_status mp_run_bench(const mp_options *o, FILE *table, mp_summary **summary)
      * the resident source's packing give the same results for any thread
      * count) */
     int threads = g->a.threads > 0 ? g->a.threads : threads_before;
+    g->prep_threads = threads;   /* featurizing takes them all: it overlaps little */
     if (jobs > 1)
         threads = threads / jobs > 0 ? threads / jobs : 1;
     if (threads != threads_before) {

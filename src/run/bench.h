@@ -76,6 +76,7 @@ typedef struct {
     long              seeds[MP_BENCH_MAX_LIST];
     int               n_seeds;
     unsigned          features;    /* union of the variants' feature masks  */
+    int               prep_threads; /* featurization threads (0: the default) */
     char              results_path[4096], cache_dir[4096];
 } mp_bench_grid;
 

@@ -137,7 +137,7 @@ static mp_status features(mp_bench_prepared *p, const mp_bench_grid *g, const ch
     mp_train_opts t = mp_train_opts_default();
     t.features = g->features;
     t.split.type = g->a.split;
-    t.threads = g->a.threads;
+    t.threads = g->prep_threads > 0 ? g->prep_threads : g->a.threads;
     mp_featurize_opts fo = mp_train_featurize_opts(&t);
     char path[4096] = "";
     mp_status st;
