@@ -37,6 +37,14 @@
 
 #define MAX_LIVE 2   /* prepared datasets held at once: the one training, the next */
 
+/* A run's cost relative to a D-MPNN run on the same dataset, for the ETA:
+ * an FFN's epoch is a few small products per batch (measured on the CPU:
+ * about a tenth). */
+static double model_weight(const mp_bench_variant *v)
+{
+    return v->kind == MP_MODEL_DMPNN ? 1.0 : 0.1;
+}
+
 enum { JOB_DONE_BEFORE = -1, JOB_PENDING = 0, JOB_RUNNING, JOB_DONE };
 enum { DS_IDLE = 0, DS_PREPARING, DS_READY, DS_FREED };
 
@@ -52,7 +60,8 @@ typedef struct {
     mp_bench_prepared p;
     char              sha256[65];
     char              settings[17];
-    double            work;        /* rows x epochs per run (for the ETA) */
+    double            work;        /* rows x epochs (for the ETA: a run's share is *
+                                    * this times its model's weight)             */
 } ds_state;
 
 typedef struct {
@@ -159,7 +168,7 @@ static mp_status make_jobs(pool *P, const mp_bench_row *old, size_t n_old)
                 if (j->state == JOB_PENDING) {
                     s->pending++;
                     P->n_pending++;
-                    P->work_total += s->work;
+                    P->work_total += s->work * model_weight(g->var[v]);
                 }
             }
         s->need = s->pending > 0 || g->a.export_splits != NULL;
@@ -208,7 +217,12 @@ static void *prep_main(void *arg)
             fail(P, st);
         } else {
             s->state = DS_READY;
-            s->work = (double)s->p.n_valid * g->a.epochs;
+            /* the real size now: the ETA's total follows */
+            double now = (double)s->p.n_valid * g->a.epochs;
+            for (int i = 0; i < P->n_jobs; i++)
+                if (P->jobs[i].ds == d && P->jobs[i].state != JOB_DONE_BEFORE)
+                    P->work_total += (now - s->work) * model_weight(g->var[P->jobs[i].var]);
+            s->work = now;
             if (!g->a.quiet)
                 say(P, "prepared %s: %zu molecules (%zu invalid), features %s in %.1f s%s\n",
                     g->ds[d].name, s->p.d->n_rows, s->p.d->n_rows - s->p.n_valid,
@@ -354,7 +368,7 @@ static void finish_job(pool *P, job *j, mp_bench_row *row)
     ds_state *s = &P->ds[j->ds];
     j->state = JOB_DONE;
     P->n_done++;
-    P->work_done += s->work;
+    P->work_done += s->work * model_weight(g->var[j->var]);
     mp_bench_row *grown = mp_realloc(P->rows, sizeof *grown * (P->n_rows + 1));
     if (grown) {
         P->rows = grown;
