@@ -152,3 +152,52 @@ MP_TEST(labels_sparse_reader_errors_and_columns)
         CHECK_EQ_INT(mp_alloc_live(), live);
     }
 }
+
+/* A classification run on sparse labels is the run on the dense matrix. */
+MP_TEST(labels_sparse_training_equals_dense)
+{
+    const char *path = chembl_shaped(600, 0.05);
+    CHECK(path);
+    mp_train_opts t = mp_train_opts_default();
+    t.data_path = path;
+    t.task = MP_TASK_CLASSIFICATION;
+    t.model = MP_MODEL_FFN;
+    t.features = MP_FEAT_MORGAN;
+    t.epochs = 2;
+    t.threads = 1;
+    t.quiet = 1;
+    mp_train_result dense, sparse;
+    CHECK_OK(mp_train(&t, &dense));
+    mp_dataset *d;
+    mp_labels *y;
+    mp_features *f;
+    CHECK_OK(mp_labels_load(&d, &y, path, NULL));
+    mp_featurize_opts fo = mp_train_featurize_opts(&t);
+    CHECK_OK(mp_featurize(&f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo));
+    mp_train_inputs in = { .dataset = d, .features = f, .labels = y };
+    t.inputs = &in;
+    mp_status st = mp_train(&t, &sparse);
+    mp_features_free(f);
+    mp_labels_free(y);
+    mp_dataset_free(d);
+    CHECK_OK(st);
+    CHECK_MSG(sparse.test_mean == dense.test_mean && sparse.val_mean == dense.val_mean,
+              "sparse %.17g/%.17g, dense %.17g/%.17g", sparse.test_mean, sparse.val_mean,
+              dense.test_mean, dense.val_mean);
+    CHECK(sparse.n_tasks == N_TASKS && isfinite(sparse.test_mean));
+    for (size_t k = 0; k < sparse.n_tasks; k++)
+        CHECK(isnan(sparse.test_per_task[k]) ? isnan(dense.test_per_task[k])
+                                             : sparse.test_per_task[k] == dense.test_per_task[k]);
+    mp_train_result_free(&dense);
+    mp_train_result_free(&sparse);
+    /* regression is not read sparsely */
+    t.task = MP_TASK_REGRESSION;
+    CHECK_OK(mp_labels_load(&d, &y, path, NULL));
+    CHECK_OK(mp_featurize(&f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo));
+    in = (mp_train_inputs){ .dataset = d, .features = f, .labels = y };
+    st = mp_train(&t, &sparse);
+    mp_features_free(f);
+    mp_labels_free(y);
+    mp_dataset_free(d);
+    CHECK(st == MP_ERR_ARG && strstr(mp_error_message(), "sparse labels are for a classification"));
+}

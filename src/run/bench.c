@@ -282,7 +282,8 @@ static mp_status run_job(pool *P, const job *j, mp_bench_row *row)
     mp_status st = mp_bench_train_opts(g, v, ds, g->seeds[j->k], &t);
     if (st)
         return st;
-    mp_train_inputs in = { .dataset = s->p.d, .features = s->p.f, .split = &s->p.split[j->k] };
+    mp_train_inputs in = { .dataset = s->p.d, .features = s->p.f, .split = &s->p.split[j->k],
+                           .labels = s->p.y };
     curve c = { mp_malloc(sizeof(double) * (size_t)t.epochs),
                 mp_malloc(sizeof(double) * (size_t)t.epochs), 0, t.epochs };
     if (!c.loss || !c.val) {

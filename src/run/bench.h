@@ -62,6 +62,7 @@ typedef struct {
     char          *targets;       /* target columns (NULL: every other)      */
     char          *ignore;        /* columns left out (NULL: none)           */
     long           rows_hint;     /* registry rows (for the ETA), -1 unknown */
+    int            tasks_hint;    /* registry tasks, -1 unknown              */
 } mp_bench_dataset;
 
 typedef struct {
@@ -108,7 +109,8 @@ void mp_bench_settings_hash(const mp_bench_grid *g, const char *data_sha256, cha
 
 typedef struct {
     const mp_bench_dataset *spec;
-    mp_dataset   *d;
+    mp_dataset   *d;               /* d->targets NULL when the labels are sparse */
+    mp_labels    *y;               /* sparse labels (large classification sets)  */
     mp_features  *f;
     char          sha256[65];        /* of the data file                          */
     mp_split      split[MP_BENCH_MAX_LIST];   /* one per grid seed            */
@@ -117,6 +119,10 @@ typedef struct {
     double        seconds;           /* reading + featurizing (or the cache load) */
     int           cache_hit;
 } mp_bench_prepared;
+
+/* A classification set of more cells than this (registry rows x tasks) is
+ * read with sparse labels (labels.h): pcba, chembl. */
+#define MP_BENCH_SPARSE_CELLS 20000000.0
 
 /*
  * Reads ds, takes its features from the cache (cache_dir/<name>-<key>.mpf,

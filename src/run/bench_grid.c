@@ -111,7 +111,7 @@ static int looks_like_path(const char *item)
 
 static mp_status add_dataset(mp_bench_grid *g, const char *name, const char *path,
                              mp_task_type task, const char *metric, const char *targets,
-                             const char *ignore, long rows)
+                             const char *ignore, long rows, int tasks)
 {
     for (int i = 0; i < g->n_ds; i++)
         if (!strcmp(g->ds[i].name, name))
@@ -126,6 +126,7 @@ static mp_status add_dataset(mp_bench_grid *g, const char *name, const char *pat
     d->ignore = ignore ? mp_strdup(ignore) : NULL;
     d->task = task;
     d->rows_hint = rows;
+    d->tasks_hint = tasks;
     g->n_ds++;
     if (!d->name || !d->path || !d->metric || (targets && !d->targets) || (ignore && !d->ignore))
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
@@ -193,7 +194,7 @@ static mp_status add_user_csv(mp_bench_grid *g, const mp_registry *reg, char *it
         if (!isalnum((unsigned char)*c) && *c != '_' && *c != '-' && *c != '.')
             return mp_error_set(MP_ERR_ARG, "--datasets: name '%s' may hold letters, digits "
                                 "and _ - . only", name);
-    return add_dataset(g, name, path, task, metric, NULL, NULL, -1);
+    return add_dataset(g, name, path, task, metric, NULL, NULL, -1, -1);
 }
 
 static mp_status add_registry_dataset(mp_bench_grid *g, const mp_dataset_info *info, int named)
@@ -218,7 +219,7 @@ static mp_status add_registry_dataset(mp_bench_grid *g, const mp_dataset_info *i
                             "--missing skip)", path, info->name);
     }
     return add_dataset(g, info->name, path, info->task_type, metric_of_paper(info->metric),
-                       info->targets, info->ignore, info->rows);
+                       info->targets, info->ignore, info->rows, info->tasks);
 }
 
 static mp_status make_datasets(mp_bench_grid *g, const mp_registry *reg, char *list)

@@ -170,6 +170,7 @@ void mp_bench_prepared_free(mp_bench_prepared *p)
 {
     for (int i = 0; i < MP_BENCH_MAX_LIST; i++)
         mp_split_free(&p->split[i]);
+    mp_labels_free(p->y);
     mp_features_free(p->f);
     mp_dataset_free(p->d);
     memset(p, 0, sizeof *p);
@@ -183,8 +184,12 @@ mp_status mp_bench_prepare(mp_bench_prepared *p, const mp_bench_grid *g,
     double t0 = mp_time_now();
     mp_column_spec cols = { .target_columns = ds->targets, .ignore_columns = ds->ignore };
     mp_status st;
+    int sparse = ds->task == MP_TASK_CLASSIFICATION && ds->rows_hint > 0 && ds->tasks_hint > 0 &&
+                 (double)ds->rows_hint * ds->tasks_hint > MP_BENCH_SPARSE_CELLS;
     if ((st = mp_sha256_file(ds->path, p->sha256)) ||
-        (st = mp_dataset_load(&p->d, ds->path, &cols)) || (st = features(p, g, cache_dir)))
+        (st = sparse ? mp_labels_load(&p->d, &p->y, ds->path, &cols)
+                     : mp_dataset_load(&p->d, ds->path, &cols)) ||
+        (st = features(p, g, cache_dir)))
         goto fail;
     size_t *valid = mp_malloc(sizeof(size_t) * (p->d->n_rows ? p->d->n_rows : 1));
     if (!valid) {

@@ -237,6 +237,7 @@ typedef struct {
     mp_split             sp;
     int32_t             *sets[3];      /* train, val, test rows (int32)      */
     float               *tscaled;      /* n_rows x n_tasks, scaled, NaN missing */
+    const mp_labels     *y;            /* sparse targets instead (o->inputs')  */
     int                  classification;
     int                  feat_dim;
     int32_t              eval_batch;
@@ -292,6 +293,14 @@ static mp_status choose_metric(const train_run *r, mp_metric *out)
 static mp_status check_labels(const train_run *r)
 {
     const mp_dataset *d = r->d;
+    for (size_t i = 0; r->y && i < r->y->n_rows; i++)
+        for (size_t k = r->y->row_start[i]; k < r->y->row_start[i + 1]; k++)
+            if (r->y->value[k] != 0.0 && r->y->value[k] != 1.0)
+                return mp_error_set(MP_ERR_FORMAT, "%s:%zu: column '%s': classification label "
+                                    "%g is not 0 or 1", r->o->data_path, d->line[i],
+                                    d->task_names[r->y->task[k]], r->y->value[k]);
+    if (r->y)
+        return MP_OK;
     size_t n = d->n_rows * d->n_tasks;
     for (size_t i = 0; r->classification && i < n; i++)
         if (!isnan(d->targets[i]) && d->targets[i] != 0.0 && d->targets[i] != 1.0)
@@ -314,6 +323,10 @@ static mp_status load_data(train_run *r)
         return st;
     if (r->d->n_tasks == 0)
         return mp_error_set(MP_ERR_ARG, "%s: no target columns to train on", o->data_path);
+    r->y = o->inputs ? o->inputs->labels : NULL;
+    if (r->y && (o->task != MP_TASK_CLASSIFICATION || r->y->n_rows != r->d->n_rows))
+        return mp_error_set(MP_ERR_ARG, "%s: sparse labels are for a classification task of "
+                            "the dataset's rows", o->data_path);
     if ((st = choose_task(o, r->d, &r->res->task)))
         return st;
     r->classification = r->res->task == MP_TASK_CLASSIFICATION;
@@ -484,6 +497,8 @@ static mp_status fit_scalers(train_run *r)
 {
     const mp_dataset *d = r->d;
     size_t n = d->n_rows * d->n_tasks;
+    if (r->y)   /* classification, sparse: the batches read the labels as they are */
+        return r->feat_dim ? fit_feature_scaler(r) : MP_OK;
     if (!(r->tscaled = mp_malloc(sizeof(float) * (n ? n : 1))))
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
     if (!r->classification) {
@@ -508,7 +523,7 @@ static mp_status train_members(train_run *r)
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
     mp_fit_ctx c = {
         .o = o, .d = r->d, .e = r->e,
-        .batches = { .f = r->f, .targets = r->tscaled, .n_tasks = r->d->n_tasks,
+        .batches = { .f = r->f, .targets = r->tscaled, .labels = r->y, .n_tasks = r->d->n_tasks,
                      .features = r->e->features, .feat_dim = r->feat_dim,
                      .feature_scaler = &r->e->feature_scaler,
                      .graphs = o->model == MP_MODEL_DMPNN, .train = r->sets[0],
@@ -554,8 +569,8 @@ static mp_status score_set(train_run *r, int s, double *per_task, double *mean)
     else if (n > 0 &&
              !(st = mp_ensemble_predict(r->e, r->f, r->sets[s], (int32_t)n, 0, 0, r->eval_batch,
                                         pred, s == 2 ? sd : NULL)) &&
-             !(st = mp_fit_score(d, r->sets[s], (int32_t)n, pred, r->res->metric,
-                                 r->classification, per_task, why, mean, &skipped)) &&
+             !(st = mp_fit_score_labels(d, r->y, r->sets[s], (int32_t)n, pred, r->res->metric,
+                                        r->classification, per_task, why, mean, &skipped)) &&
              !r->o->quiet)
         warn_skipped(d, s == 1 ? "validation" : "test", why);
     mp_free(pred);

@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "data/dataset.h"
+#include "data/labels.h"
 #include "data/metrics.h"
 #include "data/split.h"
 #include "run/ensemble.h"
@@ -31,6 +32,9 @@ typedef struct {
     const mp_dataset  *dataset;
     const mp_features *features;      /* features->g.n_mols == dataset->n_rows */
     const mp_split    *split;         /* NULL: made from the options' split    */
+    const mp_labels   *labels;        /* the targets stored sparsely (labels.h); *
+                                       * dataset->targets is then NULL; for a   *
+                                       * classification task                    */
 } mp_train_inputs;
 
 /* Called after every epoch of every member (0-based member, 1-based epoch)
