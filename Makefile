@@ -50,8 +50,8 @@ CLI_CPPFLAGS := -Iinclude
 VERSION  := $(shell sed -n 's/^\#define MP_VERSION "\(.*\)"/\1/p' include/molprop.h)
 SOVER    := $(firstword $(subst ., ,$(VERSION)))
 
-RDKIT_LIBS := -lRDKitDescriptors -lRDKitFingerprints -lRDKitChemTransforms \
-              -lRDKitSubstructMatch -lRDKitSmilesParse -lRDKitGraphMol \
+RDKIT_LIBS := -lRDKitDescriptors -lRDKitPartialCharges -lRDKitFingerprints \
+              -lRDKitChemTransforms -lRDKitSubstructMatch -lRDKitSmilesParse -lRDKitGraphMol \
               -lRDKitDataStructs -lRDKitRDGeometryLib -lRDKitRDGeneral
 LDLIBS   := $(RDKIT_LIBS) -lopenblas -lcsv -lz -lcjson -linih -lcrypto -lcurl -lm
 LDFLAGS  += -fopenmp $(SANFLAGS)
@@ -63,7 +63,7 @@ NVCCFLAGS := -O2 -std=c++17 -Iinclude -Isrc -DMP_HAVE_CUDA=1 \
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 endif
 
-MODULES  := core data graph featurize backend models run
+MODULES  := core data graph featurize backend models run api bench
 LIB_C    := $(foreach m,$(MODULES),$(wildcard src/$(m)/*.c))
 LIB_CXX  := $(wildcard src/featurize/*.cpp)
 LIB_CU   := $(if $(filter 1,$(CUDA)),$(wildcard src/gpu/*.cu),)
@@ -109,7 +109,10 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
 # The cpu kernels vectorize only without errno semantics (sqrtf in Adam) and
 # without trapping-math (selects like "y > 0 ? dy * s : 0" stay branches
 # otherwise, and mispredict on every other element).
-$(BUILD)/src/backend/cpu.o: CFLAGS += -fno-math-errno -fno-trapping-math
+$(BUILD)/src/backend/cpu.o $(BUILD)/src/backend/cpu_graph.o: CFLAGS += -fno-math-errno -fno-trapping-math
+
+# The normalization table is embedded (.incbin) into this object.
+$(BUILD)/src/featurize/norm_table.o: data/rdkit2d_normalization.tsv
 
 # The sparse label store at ChEMBL's shape (bench/sparse_labels.c).
 $(BUILD)/bench_sparse_labels: $(BUILD)/bench/sparse_labels.o $(BUILD)/libmolprop.a
@@ -195,7 +198,7 @@ demo: deps all
 	sh scripts/demo.sh
 
 # Featurization benchmarks (bench/featurize.sh runs them and prints medians).
-bench: $(BUILD)/bench/parse_rate $(BUILD)/bench/featurize_rate
+bench: $(BUILD)/bench/parse_rate $(BUILD)/bench/featurize_rate $(BUILD)/bench/desc_rate
 
 $(BUILD)/bench/parse_rate: bench/parse_rate.cpp
 	@mkdir -p $(dir $@)
@@ -238,6 +241,11 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libmolprop.so include/molprop.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -Wall -Wextra $(OPT) $(SANFLAGS) -Iinclude -o $@ $< -L$(BUILD) -lmolprop \
 	    -Wl,-rpath,$(abspath $(BUILD))
+
+# Chemprop's descriptor sets beside descriptastorus (bench/descriptors.sh).
+$(BUILD)/bench/desc_rate: bench/desc_rate.c $(BUILD)/libmolprop.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
 
 clean:
 	rm -rf build build-san build-nocuda

@@ -8,7 +8,7 @@
  */
 #include "test.h"
 #include "internal.h"
-#include "run/bench.h"
+#include "bench/bench.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

@@ -7,7 +7,7 @@
  * then one split per seed, made as mp_train makes it, with its checksum.
  * And the export of those splits for other tools (--export-splits).
  */
-#include "run/bench.h"
+#include "bench/bench.h"
 
 #include "data/csv.h"
 #include "run/trainer.h"

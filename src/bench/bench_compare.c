@@ -7,9 +7,9 @@
  * over those seeds and a verdict; then wins, ties and losses.  The split
  * checksums say whether both really trained and tested on the same sets.
  */
-#include "run/bench.h"
+#include "bench/bench.h"
 
-#include "run/api.h"
+#include "api/api.h"
 
 #include <math.h>
 #include <string.h>

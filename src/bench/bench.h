@@ -26,7 +26,7 @@
 #include "data/split.h"
 #include "featurize/featurize.h"
 #include "run/ensemble.h"
-#include "run/options.h"
+#include "api/options.h"
 #include "run/trainer.h"
 
 #include <signal.h>

@@ -20,10 +20,10 @@
  * mp_train polls between steps, the workers check it before taking a run
  * (take_job) and the preparing thread before each dataset (prep_main).
  */
-#include "run/bench.h"
+#include "bench/bench.h"
 
 #include "core/progress.h"
-#include "run/api.h"
+#include "api/api.h"
 #include "run/trainer.h"
 
 #include <errno.h>

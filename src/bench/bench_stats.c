@@ -5,7 +5,7 @@
  * regularized incomplete beta function, evaluated by its continued
  * fraction with the modified Lentz method).
  */
-#include "run/bench.h"
+#include "bench/bench.h"
 
 #include <math.h>
 #include <string.h>

@@ -9,9 +9,9 @@
  * loss and validation score per epoch, mean over seeds).  Figures are drawn
  * by gnuplot (bench_plot.c) in PNG and SVG.
  */
-#include "run/bench.h"
+#include "bench/bench.h"
 
-#include "run/api.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <math.h>

@@ -7,7 +7,7 @@
  * results (bench/chemprop/) use the same columns.  Also the runner's list
  * of temporary files, which a signal handler removes.
  */
-#include "run/bench.h"
+#include "bench/bench.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
  * metric), the seeds, and the settings every run of the grid shares.
  * Everything is checked here, before any dataset is read.
  */
-#include "run/bench.h"
+#include "bench/bench.h"
 
 #include "data/metrics.h"
 #include "data/registry.h"

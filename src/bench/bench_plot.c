@@ -12,7 +12,7 @@
  * no plotting code; a missing gnuplot is reported before anything is
  * written.
  */
-#include "run/bench.h"
+#include "bench/bench.h"
 
 #include <errno.h>
 #include <fcntl.h>
