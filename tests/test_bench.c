@@ -125,7 +125,7 @@ MP_TEST(bench_grid_from_options)
     CHECK_EQ_INT(g.n_var, 5);
     CHECK_EQ_INT(g.n_seeds, 1);
     CHECK_EQ_INT(g.seeds[0], 5);
-    CHECK(g.features == (MP_FEAT_MORGAN | MP_FEAT_MORGAN_COUNT | MP_FEAT_RDKIT2D));
+    CHECK(g.features == (MP_FEAT_MORGAN | MP_FEAT_MORGAN_COUNT | MP_FEAT_RDKIT2D_NORM));
     mp_bench_grid_free(&g);
     mp_options_free(o);
 
@@ -315,8 +315,8 @@ MP_TEST(bench_temp_files_are_removed_by_the_signal_cleanup)
 /* ===================================================================== */
 
 /* mp_train of the same run, alone, from the CSV: its test score. */
-static double train_alone(const char *path, mp_model_kind model, unsigned features, long seed,
-                          double *val)
+static double train_alone_scaled(const char *path, mp_model_kind model, unsigned features,
+                                 int no_scaling, long seed, double *val)
 {
     mp_train_opts t = mp_train_opts_default();
     t.data_path = path;
@@ -324,6 +324,7 @@ static double train_alone(const char *path, mp_model_kind model, unsigned featur
     t.metric = "rmse";
     t.model = model;
     t.features = features;
+    t.no_features_scaling = no_scaling;
     t.split.type = MP_SPLIT_SCAFFOLD_BALANCED;
     t.seed = (uint64_t)seed;
     t.epochs = 2;
@@ -336,6 +337,12 @@ static double train_alone(const char *path, mp_model_kind model, unsigned featur
     *val = r.val_mean;
     mp_train_result_free(&r);
     return test;
+}
+
+static double train_alone(const char *path, mp_model_kind model, unsigned features, long seed,
+                          double *val)
+{
+    return train_alone_scaled(path, model, features, 0, seed, val);
 }
 
 static const mp_bench_row *find(const mp_bench_row *rows, size_t n, const char *model, long seed)
@@ -461,10 +468,14 @@ MP_TEST(bench_cached_features_equal_computed_ones)
     CHECK_OK(mp_bench_prepare(&b, &g, &g.ds[0], g.cache_dir));   /* from the cache */
     CHECK(b.cache_hit);
     CHECK_OK(mp_bench_prepare(&c, &g, &g.ds[0], NULL));          /* no cache */
-    CHECK(!c.cache_hit && c.f->n_desc == a.f->n_desc && a.f->n_desc > 0);
+    /* dmpnn-rdkit2d reads Chemprop's rdkit_2d_normalized (200 columns) */
+    const mp_molmat *ma = &a.f->mat[MP_MAT_RDKIT2D_NORM], *mb = &b.f->mat[MP_MAT_RDKIT2D_NORM],
+                    *mc = &c.f->mat[MP_MAT_RDKIT2D_NORM];
+    CHECK(!c.cache_hit && ma->n_cols == 200 && mb->n_cols == 200 && mc->n_cols == 200);
     CHECK(a.f->morgan_start && a.f->scaffold);
     CHECK_EQ_INT(b.f->g.n_atoms, a.f->g.n_atoms);
-    CHECK(!memcmp(b.f->desc, a.f->desc, sizeof(double) * (size_t)a.f->n_desc * 120));
+    CHECK(!memcmp(mb->values, ma->values, sizeof(double) * 200 * 120));
+    CHECK(!memcmp(mc->values, ma->values, sizeof(double) * 200 * 120));
     CHECK(!memcmp(b.f->morgan_count, a.f->morgan_count,
                   sizeof(uint32_t) * (size_t)a.f->morgan_start[120]));
     CHECK_EQ_STR(b.split_sum[0], a.split_sum[0]);
@@ -490,6 +501,76 @@ MP_TEST(bench_cached_features_equal_computed_ones)
     mp_bench_prepared_free(&a);
     mp_bench_grid_free(&g);
     mp_options_free(o);
+}
+
+/* The RDKit 2D variants: rdkit_2d_normalized, unscaled, as Chemprop runs
+ * them (--features_generator rdkit_2d_normalized --no_features_scaling). */
+MP_TEST(bench_rdkit2d_variants_read_normalized_features_unscaled)
+{
+    const mp_bench_variant *v = mp_bench_variant_find("ffn-rdkit2d");
+    CHECK(v && v->no_features_scaling && !strcmp(v->features, "rdkit2d-normalized"));
+    v = mp_bench_variant_find("dmpnn-rdkit2d");
+    CHECK(v && v->no_features_scaling && !strcmp(v->features, "rdkit2d-normalized"));
+    CHECK(!mp_bench_variant_find("ffn-morgan")->no_features_scaling);
+    unsigned mask = 0;
+    CHECK_OK(mp_feature_set_parse("rdkit2d-normalized", &mask));
+    CHECK_EQ_INT(mask, MP_FEAT_RDKIT2D_NORM);
+    CHECK_EQ_INT(mp_feature_set_dim(mask, 43), 200);
+    char name[64];
+    mp_feature_set_name(MP_FEAT_MORGAN | MP_FEAT_RDKIT2D_NORM, name, sizeof name);
+    CHECK_EQ_STR(name, "morgan,rdkit2d-normalized");
+
+    const char *csv = small_esol(120);
+    CHECK(csv);
+    char ds[1400];
+    snprintf(ds, sizeof ds, "small=%s:regression", csv);
+    const char *out = tmp("norm");
+    mp_options *o = bench_opts(ds, "ffn-rdkit2d", "0", out);
+    CHECK(o);
+    /* the vector a run reads is the normalized matrix, NaN read as 0 */
+    mp_bench_grid g;
+    CHECK_OK(mp_bench_grid_make(&g, o));
+    CHECK_EQ_INT(g.features, MP_FEAT_RDKIT2D_NORM);
+    mp_bench_prepared p;
+    CHECK_OK(mp_bench_prepare(&p, &g, &g.ds[0], NULL));
+    const mp_molmat *mm = &p.f->mat[MP_MAT_RDKIT2D_NORM];
+    CHECK_EQ_INT(mm->n_cols, 200);
+    float row[200];
+    int32_t mols[1];
+    int in01 = 1;
+    for (int32_t m = 0; m < 120; m++) {
+        if (!p.f->g.valid[m])
+            continue;
+        mols[0] = m;
+        mp_feature_set_fill(MP_FEAT_RDKIT2D_NORM, p.f, mols, 1, row);
+        for (int j = 0; j < 200; j++) {
+            double x = mm->values[(size_t)m * 200 + (size_t)j];
+            CHECK(row[j] == (isnan(x) ? 0.0f : (float)x));
+            in01 &= row[j] >= 0.0f && row[j] <= 1.0f;
+        }
+    }
+    CHECK(in01);   /* CDF values (the one exception, column 0, is 0/1 too) */
+    mp_bench_prepared_free(&p);
+    mp_bench_grid_free(&g);
+    /* the grid's row is mp_train's without feature scaling, not with it */
+    mp_summary *s;
+    CHECK_OK(mp_run_bench(o, NULL, &s));
+    mp_summary_free(s);
+    mp_options_free(o);
+    char results[1300];
+    snprintf(results, sizeof results, "%s/results.tsv", out);
+    mp_bench_row *rows;
+    size_t n;
+    CHECK_OK(mp_bench_rows_read(results, 0, &rows, &n, NULL));
+    CHECK_EQ_INT(n, 1);
+    double val = NAN, val_scaled = NAN;
+    double test = train_alone_scaled(csv, MP_MODEL_FFN, MP_FEAT_RDKIT2D_NORM, 1, 0, &val);
+    double scaled = train_alone_scaled(csv, MP_MODEL_FFN, MP_FEAT_RDKIT2D_NORM, 0, 0,
+                                       &val_scaled);
+    CHECK_MSG(rows[0].test == test && rows[0].val == val, "bench %.17g, alone %.17g",
+              rows[0].test, test);
+    CHECK_MSG(test != scaled, "scaling made no difference (%.17g)", test);
+    mp_bench_rows_free(rows, n);
 }
 
 MP_TEST(bench_exports_splits_for_other_tools)

@@ -41,12 +41,14 @@ extern "C" {
 /* The grid                                                               */
 /* ===================================================================== */
 
-/* A model variant of Yang et al. 2019's comparison: a model and the name
- * of the feature set it reads (mp_feature_set_parse). */
+/* A model variant of Yang et al. 2019's comparison: a model, the name of
+ * the feature set it reads (mp_feature_set_parse) and whether those
+ * features go unscaled (Chemprop's --no_features_scaling). */
 typedef struct {
     const char   *name;       /* "dmpnn-rdkit2d"                          */
     mp_model_kind kind;
-    const char   *features;   /* "rdkit2d"; "none" for the plain D-MPNN  */
+    const char   *features;   /* "rdkit2d-normalized"; "none": the D-MPNN */
+    int           no_features_scaling;
 } mp_bench_variant;
 
 /* The variants in their paper order; n gets their count. */

@@ -20,17 +20,17 @@
 /* Model variants                                                         */
 /* ===================================================================== */
 
-/* The feature set of the two RDKit 2D variants.  The paper's models read
- * the normalized descriptors (Chemprop's rdkit_2d_normalized): once that
- * set is wired, this line names it and nothing else changes. */
-#define RDKIT2D_SET "rdkit2d"
-
+/* The one place that names each variant's features.  The paper's RDKit 2D
+ * models read Chemprop v1's rdkit_2d_normalized (descriptastorus' 200
+ * descriptors through their fitted CDFs), which Chemprop requires to be
+ * left unscaled (--no_features_scaling); the Morgan FFNs scale their
+ * fingerprints as Chemprop v1 does by default. */
 static const mp_bench_variant variants[] = {
-    { "dmpnn", MP_MODEL_DMPNN, "none" },
-    { "dmpnn-rdkit2d", MP_MODEL_DMPNN, RDKIT2D_SET },
-    { "ffn-morgan", MP_MODEL_FFN, "morgan" },
-    { "ffn-morgan-count", MP_MODEL_FFN, "morgan-count" },
-    { "ffn-rdkit2d", MP_MODEL_FFN, RDKIT2D_SET },
+    { "dmpnn", MP_MODEL_DMPNN, "none", 0 },
+    { "dmpnn-rdkit2d", MP_MODEL_DMPNN, "rdkit2d-normalized", 1 },
+    { "ffn-morgan", MP_MODEL_FFN, "morgan", 0 },
+    { "ffn-morgan-count", MP_MODEL_FFN, "morgan-count", 0 },
+    { "ffn-rdkit2d", MP_MODEL_FFN, "rdkit2d-normalized", 1 },
 };
 #define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
 
@@ -376,6 +376,7 @@ mp_status mp_bench_train_opts(const mp_bench_grid *g, const mp_bench_variant *v,
     mp_status st = mp_feature_set_parse(v->features, &t->features);
     if (st)
         return st;
+    t->no_features_scaling = v->no_features_scaling;
     t->split.type = g->a.split;
     memcpy(t->split.sizes, g->a.split_sizes, sizeof t->split.sizes);
     t->seed = (uint64_t)seed;

@@ -78,6 +78,8 @@ static mp_status cache_path(const mp_bench_dataset *ds, const char *sha,
                        "morgan=%d\ndescriptors=%d\nscaffolds=%d\n", mp_version(),
                        mp_rdkit_version(), sha, mp_atom_layout_name(fo->layout), fo->morgan != 0,
                        fo->descriptors != 0, fo->scaffolds != 0);
+    if (fo->sets && len > 0 && (size_t)len < sizeof text)   /* keys without sets unchanged */
+        len += snprintf(text + len, sizeof text - (size_t)len, "sets=%u\n", fo->sets);
     mp_status st = mp_bench_text_sha256(text, (size_t)len, hex);
     if (st)
         return st;

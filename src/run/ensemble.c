@@ -20,6 +20,7 @@ static const struct {
     { "morgan", MP_FEAT_MORGAN },
     { "morgan-count", MP_FEAT_MORGAN_COUNT },
     { "rdkit2d", MP_FEAT_RDKIT2D },
+    { "rdkit2d-normalized", MP_FEAT_RDKIT2D_NORM },
 };
 #define N_FEATURE_NAMES (sizeof feature_names / sizeof feature_names[0])
 
@@ -38,7 +39,7 @@ mp_status mp_feature_set_parse(const char *s, unsigned *mask)
                 break;
         if (i == N_FEATURE_NAMES)
             return mp_error_set(MP_ERR_ARG, "unknown feature set '%.*s' in '%s' "
-                                "(known: morgan, morgan-count, rdkit2d)", (int)len, p, s);
+                                "(known: morgan, morgan-count, rdkit2d, rdkit2d-normalized)", (int)len, p, s);
         *mask |= feature_names[i].bit;
         p += len;
         if (*p == ',')
@@ -66,7 +67,8 @@ int mp_feature_set_dim(unsigned mask, int n_desc)
 {
     return ((mask & MP_FEAT_MORGAN) ? MP_MORGAN_BITS : 0) +
            ((mask & MP_FEAT_MORGAN_COUNT) ? MP_MORGAN_BITS : 0) +
-           ((mask & MP_FEAT_RDKIT2D) ? n_desc : 0);
+           ((mask & MP_FEAT_RDKIT2D) ? n_desc : 0) +
+           ((mask & MP_FEAT_RDKIT2D_NORM) ? MP_RDKIT2D_NORM_DIM : 0);
 }
 
 void mp_feature_set_fill(unsigned mask, const mp_features *f, const int32_t *mols, int32_t n,
@@ -89,9 +91,18 @@ void mp_feature_set_fill(unsigned mask, const mp_features *f, const int32_t *mol
             mp_features_morgan_dense(f, m, 1, row);
             row += MP_MORGAN_BITS;
         }
-        if (mask & MP_FEAT_RDKIT2D)
+        if (mask & MP_FEAT_RDKIT2D) {
             for (int j = 0; j < f->n_desc; j++)
                 row[j] = (float)f->desc[(size_t)m * (size_t)f->n_desc + (size_t)j];
+            row += f->n_desc;
+        }
+        if (mask & MP_FEAT_RDKIT2D_NORM) {
+            /* as Chemprop reads the generator's output: NaN as 0 */
+            const mp_molmat *mm = &f->mat[MP_MAT_RDKIT2D_NORM];
+            const double *v = mm->values + (size_t)m * (size_t)mm->n_cols;
+            for (int j = 0; j < MP_RDKIT2D_NORM_DIM; j++)
+                row[j] = isnan(v[j]) ? 0.0f : (float)v[j];
+        }
     }
 }
 
@@ -158,5 +169,6 @@ mp_featurize_opts mp_ensemble_featurize_opts(const mp_ensemble *e)
     o.layout = e->layout;
     o.morgan = (e->features & (MP_FEAT_MORGAN | MP_FEAT_MORGAN_COUNT)) != 0;
     o.descriptors = (e->features & MP_FEAT_RDKIT2D) != 0;
+    o.sets = (e->features & MP_FEAT_RDKIT2D_NORM) ? MP_SET_RDKIT2D_NORM : 0;
     return o;
 }

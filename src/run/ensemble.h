@@ -24,8 +24,12 @@ extern "C" {
 enum {
     MP_FEAT_MORGAN       = 1u << 0,  /* Morgan r=2, 2048 bits (0/1)        */
     MP_FEAT_MORGAN_COUNT = 1u << 1,  /* Morgan r=2, 2048 hashed counts     */
-    MP_FEAT_RDKIT2D      = 1u << 2   /* RDKit's 2D descriptor registry     */
+    MP_FEAT_RDKIT2D      = 1u << 2,  /* RDKit's 2D descriptor registry     */
+    MP_FEAT_RDKIT2D_NORM = 1u << 3   /* Chemprop v1's rdkit_2d_normalized:  *
+                                      * descriptastorus' 200 through their  *
+                                      * CDFs (MP_SET_RDKIT2D_NORM), NaN as 0 */
 };
+#define MP_RDKIT2D_NORM_DIM 200
 
 /* Parses "morgan,morgan-count,rdkit2d" (or "" / "none") into a mask. */
 mp_status mp_feature_set_parse(const char *s, unsigned *mask);

@@ -340,6 +340,8 @@ mp_featurize_opts mp_train_featurize_opts(const mp_train_opts *o)
     mp_featurize_opts fo = { .layout = o->layout,
                              .morgan = (o->features & (MP_FEAT_MORGAN | MP_FEAT_MORGAN_COUNT)) != 0,
                              .descriptors = (o->features & MP_FEAT_RDKIT2D) != 0,
+                             .sets = (o->features & MP_FEAT_RDKIT2D_NORM) ? MP_SET_RDKIT2D_NORM
+                                                                          : 0u,
                              .scaffolds = o->split.type == MP_SPLIT_SCAFFOLD_BALANCED,
                              .n_threads = o->threads };
     return fo;
@@ -451,6 +453,11 @@ static mp_status build_ensemble(train_run *r)
     cfg.aggregation = o->aggregation;
     r->feat_dim = mp_feature_set_dim(o->features, r->f->n_desc);
     cfg.extra_dim = r->feat_dim;
+    if ((o->features & MP_FEAT_RDKIT2D_NORM) &&
+        r->f->mat[MP_MAT_RDKIT2D_NORM].n_cols != MP_RDKIT2D_NORM_DIM)
+        return mp_error_set(MP_ERR_ARG, "features rdkit2d-normalized: the molecule features "
+                            "given hold %d columns of it, not %d",
+                            (int)r->f->mat[MP_MAT_RDKIT2D_NORM].n_cols, MP_RDKIT2D_NORM_DIM);
     mp_status st = mp_ensemble_create(&r->e, &cfg, o->ensemble_size, o->seed, o->backend);
     if (st)
         return st;
@@ -471,10 +478,23 @@ static mp_status build_ensemble(train_run *r)
     return MP_OK;
 }
 
-/* The feature scaler, fitted on the training rows' molecule features. */
+/* The feature scaler, fitted on the training rows' molecule features; the
+ * identity (mean 0, std 1) under no_features_scaling. */
 static mp_status fit_feature_scaler(train_run *r)
 {
     size_t n = r->sp.n[0];
+    if (r->o->no_features_scaling) {
+        size_t dim = (size_t)r->feat_dim;
+        double *mean = mp_malloc(sizeof(double) * dim), *sd = mp_malloc(sizeof(double) * dim);
+        mp_status st = mean && sd ? MP_OK : mp_error_set(MP_ERR_NOMEM, "out of memory");
+        for (size_t c = 0; !st && c < dim; c++)
+            mean[c] = 0.0, sd[c] = 1.0;
+        if (!st)
+            st = mp_scaler_set(&r->e->feature_scaler, MP_SCALE_FEATURES, dim, mean, sd);
+        mp_free(mean);
+        mp_free(sd);
+        return st;
+    }
     float *x = mp_malloc(sizeof(float) * n * (size_t)r->feat_dim);
     size_t *ident = mp_malloc(sizeof(size_t) * n);
     mp_status st = MP_OK;

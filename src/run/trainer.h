@@ -49,6 +49,9 @@ typedef struct {
     const char     *metric;          /* NULL: rmse (regression) / auc          */
     mp_model_kind   model;
     unsigned        features;        /* MP_FEAT_* mask                         */
+    int             no_features_scaling; /* 1: the feature scaler is the      *
+                                          * identity (Chemprop's               *
+                                          * --no_features_scaling)             */
     mp_atom_layout  layout;
     mp_split_opts   split;           /* its seed is ignored: `seed` below      */
     int             epochs;          /* 30                                     */
