@@ -297,7 +297,8 @@ static const mp_option_def bench_table[] = {
               "(TASK regression | classification, METRIC rmse,\nmae, auc, prc-auc, ...), "
               "comma-separated" },
     { "models", MP_OPT_LIST, "dmpnn", .offset = AT(mp_bench_args, models), .arg = "L",
-      .help = "dmpnn, dmpnn-rdkit2d, ffn-morgan, ffn-morgan-count,\nffn-rdkit2d, or 'all'" },
+      .help = "dmpnn, dmpnn-rdkit2d, ffn-morgan, ffn-morgan-count,\nffn-rdkit2d, or 'all' "
+              "(the rdkit2d ones read\nChemprop's rdkit_2d_normalized, unscaled)" },
     { "seeds", MP_OPT_LIST, "0,1,2", 0, 2147483647, .offset = AT(mp_bench_args, seeds),
       .arg = "L", .help = "comma-separated split seeds", .flags = MP_OPTF_NUMBERS },
     { "split", MP_OPT_CHOICE, "scaffold_balanced", .choices = "scaffold_balanced|random",
