@@ -128,10 +128,20 @@ def append_row(path, row):
 
 
 def rdkit2d_features(python, csv, smiles_column, cache):
-    """The rdkit_2d_normalized features of a split file, computed once (.npz)."""
-    out = os.path.join(cache, os.path.basename(os.path.dirname(csv)) + "-" +
-                       os.path.basename(csv).replace(".csv", "") + ".npz")
+    """The rdkit_2d_normalized features of a split file, computed once (.npz),
+    named by dataset, seed and part (DATASET-seedS-train.npz).  The file is
+    checked to hold one row per molecule of the split file: Chemprop v1 does
+    not check, and would silently read the first rows of another file."""
+    seed_dir = os.path.dirname(csv)
+    dataset = os.path.basename(os.path.dirname(seed_dir))
+    out = os.path.join(cache, "%s-%s-%s.npz" % (dataset, os.path.basename(seed_dir),
+                                                os.path.basename(csv).replace(".csv", "")))
     if os.path.exists(out):
+        check = ("import sys, numpy as np\n"
+                 "n = np.load(sys.argv[1])['features'].shape[0]\n"
+                 "sys.exit(0 if n == int(sys.argv[2]) else 1)\n")
+        if subprocess.run([python, "-c", check, out, str(count_rows(csv))]).returncode:
+            sys.exit("%s: not one row per molecule of %s" % (out, csv))
         return out
     code = ("import sys, numpy as np, pandas as pd\n"
             "from chemprop.features import get_features_generator\n"
