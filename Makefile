@@ -114,6 +114,10 @@ $(BUILD)/src/backend/cpu.o $(BUILD)/src/backend/cpu_graph.o: CFLAGS += -fno-math
 # The normalization table is embedded (.incbin) into this object.
 $(BUILD)/src/featurize/norm_table.o: data/rdkit2d_normalization.tsv
 
+# The sparse label store at ChEMBL's shape (bench/sparse_labels.c).
+$(BUILD)/bench_sparse_labels: $(BUILD)/bench/sparse_labels.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # Model microbenchmark (bench/train_step.c): D-MPNN training steps on the cpu.
 $(BUILD)/bench_train_step: $(BUILD)/bench/train_step.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)

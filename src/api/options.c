@@ -102,6 +102,7 @@ static const int model_values[] = { MP_MODEL_DMPNN, MP_MODEL_FFN };
 static const int agg_values[] = { MP_AGG_MEAN, MP_AGG_SUM, MP_AGG_NORM };
 static const int tristate_values[] = { -1, 1, 0 };
 static const int bench_split_values[] = { MP_SPLIT_SCAFFOLD_BALANCED, MP_SPLIT_RANDOM };
+static const int missing_values[] = { 0, 1 };
 
 #define HEADING(text) { .key = NULL, .help = text, .offset = -1 }
 #define AT(S, f) offsetof(S, f)
@@ -315,27 +316,77 @@ static const mp_option_def split_table[] = {
 };
 
 static const mp_option_def bench_table[] = {
+    HEADING("the grid:"),
     { "datasets", MP_OPT_LIST, "esol", .offset = AT(mp_bench_args, datasets), .arg = "L",
-      .help = "'all' (every dataset with a file) or names,\ncomma-separated" },
+      .help = "registry names, 'all' (every registry dataset\nwhose file is in --data-dir), or "
+              "a CSV of your own\nas PATH[:TASK[:METRIC]] or NAME=PATH[:TASK[:METRIC]]\n"
+              "(TASK regression | classification, METRIC rmse,\nmae, auc, prc-auc, ...), "
+              "comma-separated" },
     { "models", MP_OPT_LIST, "dmpnn", .offset = AT(mp_bench_args, models), .arg = "L",
-      .help = "dmpnn, dmpnn-rdkit2d, ffn-morgan, ffn-morgan-count,\nffn-rdkit2d, or 'all'" },
+      .help = "dmpnn, dmpnn-rdkit2d, ffn-morgan, ffn-morgan-count,\nffn-rdkit2d, or 'all' "
+              "(the rdkit2d ones read\nChemprop's rdkit_2d_normalized, unscaled)" },
     { "seeds", MP_OPT_LIST, "0,1,2", 0, 2147483647, .offset = AT(mp_bench_args, seeds),
       .arg = "L", .help = "comma-separated split seeds", .flags = MP_OPTF_NUMBERS },
     { "split", MP_OPT_CHOICE, "scaffold_balanced", .choices = "scaffold_balanced|random",
       .values = bench_split_values, .offset = AT(mp_bench_args, split), .arg = "S",
       .help = "scaffold_balanced | random" },
+    { "split-sizes", MP_OPT_LIST, "0.8,0.1,0.1", .parse = parse_split_sizes,
+      .offset = AT(mp_bench_args, split_sizes), .arg = "a,b,c",
+      .help = "train,val,test fractions", .flags = MP_OPTF_NUMBERS },
     { "epochs", MP_OPT_INT, "30", 1, 100000, .offset = AT(mp_bench_args, epochs), .arg = "N",
       .help = "training epochs" },
     { "batch-size", MP_OPT_INT, "50", 1, 10000000, .offset = AT(mp_bench_args, batch_size),
       .arg = "N", .help = "molecules per step" },
+    { "missing", MP_OPT_CHOICE, "fail", .choices = "fail|skip", .values = missing_values,
+      .offset = AT(mp_bench_args, missing_skip), .arg = "M",
+      .help = "a registry dataset whose file is not in --data-dir:\nfail | skip (with a note)" },
+    HEADING("files:"),
     { "data-dir", MP_OPT_TEXT, "data", .offset = AT(mp_bench_args, data_dir), .arg = "D",
       .help = "where the dataset files are" },
-    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_args, out_path), .arg = "F",
-      .help = "write the per-run table as TSV (atomically)" },
+    { "out", MP_OPT_TEXT, "runs/bench", .offset = AT(mp_bench_args, out_dir), .arg = "DIR",
+      .help = "results go to DIR/results.tsv, one row per finished\nrun, appended as each "
+              "finishes; runs already there\nare skipped, so rerunning resumes" },
+    { "cache-dir", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_args, cache_dir), .arg = "DIR",
+      .help = "feature cache, by content hash, shared by every\nmodel, seed and later "
+              "invocation; 'none': no cache\n(unset: DIR/cache of --out)" },
+    { "export-splits", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_args, export_splits),
+      .arg = "DIR", .help = "write each dataset/seed split as train/val/test CSV\nand "
+                            "Chemprop v2 splits.json under DIR" },
     REGISTRY(mp_bench_args, registry, ""),
+    HEADING("running:"),
+    { "jobs", MP_OPT_INT, "auto", 1, 64, .offset = AT(mp_bench_args, jobs), .arg = "N",
+      .help = "runs trained at once, each with its own backend\n(its own stream on the GPU); "
+              "auto: 4 on the GPU, 1\non the CPU", .flags = MP_OPTF_AUTO },
     THREADS(mp_bench_args, threads),
     DEVICE,
     PRECISION,
+    { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_bench_args, quiet),
+      .help = "no line per finished run" },
+};
+
+static const mp_option_def bench_compare_table[] = {
+    { "ours", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_compare_args, ours), .arg = "F",
+      .help = "a results file (or a bench --out folder)", .flags = MP_OPTF_REQUIRED },
+    { "theirs", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_compare_args, theirs), .arg = "F",
+      .help = "the other tool's results, same format", .flags = MP_OPTF_REQUIRED },
+    { "alpha", MP_OPT_REAL, "0.05", 1e-6, 0.5, .offset = AT(mp_bench_compare_args, alpha),
+      .arg = "X", .help = "level of the paired t-test over seeds: a win or a\nloss needs "
+                          "p < X, else a tie" },
+};
+
+static const mp_option_def bench_report_table[] = {
+    { "results", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_report_args, results), .arg = "F",
+      .help = "a results file (or a bench --out folder)", .flags = MP_OPTF_REQUIRED },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_report_args, out_dir), .arg = "DIR",
+      .help = "where report.md, report.html and the figures go\n(unset: report/ beside the "
+              "results)" },
+    { "reference", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_report_args, reference),
+      .arg = "F", .help = "another tool's results (bench compare's THEIRS):\nits bars beside "
+                          "ours" },
+    { "title", MP_OPT_TEXT, "molprop benchmark", .offset = AT(mp_bench_report_args, title),
+      .arg = "T", .help = "the report's title" },
+    { "gnuplot", MP_OPT_TEXT, "gnuplot", .offset = AT(mp_bench_report_args, gnuplot),
+      .arg = "P", .help = "the gnuplot program that draws the figures" },
 };
 
 static const int hp_method_values[] = { 0, 1 };   /* hpopt.h: MP_HP_RANDOM, MP_HP_TPE */
@@ -390,13 +441,15 @@ static const struct {
     TABLE("train", train_table),         TABLE("predict", predict_table),
     TABLE("eval", eval_table),           TABLE("featurize", featurize_table),
     TABLE("split", split_table),         TABLE("bench", bench_table),
-    TABLE("data", data_table),           TABLE("hpopt", hpopt_table),
+    TABLE("data", data_table),           TABLE("bench-compare", bench_compare_table),
+    TABLE("bench-report", bench_report_table), TABLE("hpopt", hpopt_table),
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
 
 const char *mp_options_verbs(void)
 {
-    return "train, predict, eval, featurize, split, bench, data, hpopt";
+    return "train, predict, eval, featurize, split, bench, data, bench-compare, bench-report, "
+           "hpopt";
 }
 
 const mp_option_def *mp_option_table(const char *verb, size_t *n)

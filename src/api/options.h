@@ -102,9 +102,24 @@ typedef struct {
 typedef struct {
     const char   *datasets, *models, *seeds;   /* comma-separated lists      */
     mp_split_type split;
+    double        split_sizes[3];
     int           epochs, batch_size, threads;
-    const char   *data_dir, *out_path, *registry;
+    const char   *data_dir, *out_dir, *registry;
+    const char   *cache_dir;       /* NULL: <out>/cache; "none": no cache   */
+    const char   *export_splits;   /* NULL: none                            */
+    int           missing_skip;    /* 1: skip registry datasets not present */
+    int           jobs;            /* runs trained at once (0: auto)        */
+    int           quiet;           /* 1: no per-run lines                   */
 } mp_bench_args;
+
+typedef struct {
+    const char *ours, *theirs;
+    double      alpha;             /* the paired test's level               */
+} mp_bench_compare_args;
+
+typedef struct {
+    const char *results, *out_dir, *reference, *title, *gnuplot;
+} mp_bench_report_args;
 
 typedef struct {
     const char *dest, *registry, *mirror, *url;

@@ -43,6 +43,7 @@
 #define MP_BATCHES_H
 
 #include "core/progress.h"
+#include "data/labels.h"
 #include "data/scaler.h"
 #include "featurize/featurize.h"
 #include "models/model.h"
@@ -56,6 +57,8 @@ extern "C" {
 typedef struct {
     const mp_features *f;              /* the store: graphs, fingerprints, descriptors  */
     const float       *targets;        /* per row of f: n_tasks, scaled, NaN missing    */
+    const mp_labels   *labels;         /* instead of targets: sparse (classification,   *
+                                        * unscaled); targets is then NULL               */
     size_t             n_tasks;
     unsigned           features;       /* MP_FEAT_* mask of the molecule features (0: none) */
     int                feat_dim;       /* their length (mp_feature_set_dim)             */

@@ -26,8 +26,11 @@ int32_t mp_batch_data_fill(const mp_batch_data *d, const size_t *order, int32_t 
     size_t t = d->n_tasks;
     for (int32_t i = 0; i < n; i++) {
         mols[i] = (int32_t)order[b0 + i];
-        memcpy(tgt + (size_t)i * t, d->targets + (size_t)mols[i] * t, t * sizeof(float));
+        if (!d->labels)
+            memcpy(tgt + (size_t)i * t, d->targets + (size_t)mols[i] * t, t * sizeof(float));
     }
+    if (d->labels)
+        mp_labels_fill_rows_f32(d->labels, mols, (size_t)n, tgt);
     if (d->feat_dim > 0) {
         mp_feature_set_fill_scaled(d->features, d->f, mols, n, d->feature_scaler, extra);
     }

@@ -20,11 +20,22 @@ mp_status mp_fit_score(const mp_dataset *d, const int32_t *mols, int32_t n, cons
                        mp_metric metric, int classification, double *per_task,
                        mp_score_status *why, double *mean, size_t *n_skipped)
 {
+    return mp_fit_score_labels(d, NULL, mols, n, pred, metric, classification, per_task, why,
+                               mean, n_skipped);
+}
+
+mp_status mp_fit_score_labels(const mp_dataset *d, const mp_labels *labels, const int32_t *mols,
+                              int32_t n, const double *pred, mp_metric metric,
+                              int classification, double *per_task, mp_score_status *why,
+                              double *mean, size_t *n_skipped)
+{
     size_t t = d->n_tasks;
     double *target = mp_malloc(sizeof(double) * (size_t)(n > 0 ? n : 1) * t);
     if (!target)
         return mp_error_set(MP_ERR_NOMEM, "out of memory scoring %d molecules", n);
-    for (int32_t i = 0; i < n; i++)
+    if (labels)
+        mp_labels_fill_rows(labels, mols, (size_t)(n > 0 ? n : 0), target);
+    for (int32_t i = 0; i < n && !labels; i++)
         memcpy(target + (size_t)i * t, d->targets + (size_t)mols[i] * t, t * sizeof(double));
     mp_status st = mp_metric_tasks(metric, classification, pred, target, (size_t)n, t,
                                    per_task, why, mean, n_skipped);
@@ -206,8 +217,8 @@ static mp_status validate(member *mb, double *val_mean)
                                        c->eval_batch, mb->valpred, NULL);
     if (st)
         return st;
-    return mp_fit_score(c->d, c->val, c->n_val, mb->valpred, c->metric, c->classification,
-                        mb->per_task, mb->why, val_mean, &skipped);
+    return mp_fit_score_labels(c->d, c->batches.labels, c->val, c->n_val, mb->valpred, c->metric,
+                               c->classification, mb->per_task, mb->why, val_mean, &skipped);
 }
 
 /* Where epoch `epoch`'s time went (t0: its start; t: as run_epoch's; tv:
@@ -246,6 +257,8 @@ mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *b
         if (c->progress)
             mp_progress_epoch_end(c->progress, epoch - 1, loss, mp_metric_name(c->metric),
                                   val_mean);
+        if (o->on_epoch)
+            o->on_epoch(o->on_epoch_arg, k, epoch, loss, val_mean);
     }
     if (st == MP_OK) {
         st = mp_model_set_params(mb.m, mb.best);

@@ -64,6 +64,12 @@ mp_status mp_fit_reserve(const mp_fit_ctx *c, int k);
 mp_status mp_fit_score(const mp_dataset *d, const int32_t *mols, int32_t n, const double *pred,
                        mp_metric metric, int classification, double *per_task,
                        mp_score_status *why, double *mean, size_t *n_skipped);
+/* The same with the targets of `labels` when not NULL (sparse; d->targets
+ * may then be NULL). */
+mp_status mp_fit_score_labels(const mp_dataset *d, const mp_labels *labels, const int32_t *mols,
+                              int32_t n, const double *pred, mp_metric metric,
+                              int classification, double *per_task, mp_score_status *why,
+                              double *mean, size_t *n_skipped);
 
 #ifdef __cplusplus
 }

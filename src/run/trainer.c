@@ -251,6 +251,7 @@ typedef struct {
     mp_split             sp;
     int32_t             *sets[3];      /* train, val, test rows (int32)      */
     float               *tscaled;      /* n_rows x n_tasks, scaled, NaN missing */
+    const mp_labels     *y;            /* sparse targets instead (o->inputs')  */
     int                  classification;
     int                  feat_dim;
     unsigned             features;     /* o->features, with MP_FEAT_FILE     */
@@ -309,6 +310,14 @@ static mp_status choose_metric(const train_run *r, mp_metric *out)
 static mp_status check_labels(const train_run *r)
 {
     const mp_dataset *d = r->d;
+    for (size_t i = 0; r->y && i < r->y->n_rows; i++)
+        for (size_t k = r->y->row_start[i]; k < r->y->row_start[i + 1]; k++)
+            if (r->y->value[k] != 0.0 && r->y->value[k] != 1.0)
+                return mp_error_set(MP_ERR_FORMAT, "%s:%zu: column '%s': classification label "
+                                    "%g is not 0 or 1", r->o->data_path, d->line[i],
+                                    d->task_names[r->y->task[k]], r->y->value[k]);
+    if (r->y)
+        return MP_OK;
     size_t n = d->n_rows * d->n_tasks;
     for (size_t i = 0; r->classification && i < n; i++)
         if (!isnan(d->targets[i]) && d->targets[i] != 0.0 && d->targets[i] != 1.0)
@@ -322,11 +331,19 @@ static mp_status check_labels(const train_run *r)
 static mp_status load_data(train_run *r)
 {
     const mp_train_opts *o = r->o;
-    mp_status st = mp_dataset_load(&r->d, o->data_path, &o->columns);
+    mp_status st = MP_OK;
+    if (o->inputs)
+        r->d = (mp_dataset *)o->inputs->dataset;
+    else
+        st = mp_dataset_load(&r->d, o->data_path, &o->columns);
     if (st)
         return st;
     if (r->d->n_tasks == 0)
         return mp_error_set(MP_ERR_ARG, "%s: no target columns to train on", o->data_path);
+    r->y = o->inputs ? o->inputs->labels : NULL;
+    if (r->y && (o->task != MP_TASK_CLASSIFICATION || r->y->n_rows != r->d->n_rows))
+        return mp_error_set(MP_ERR_ARG, "%s: sparse labels are for a classification task of "
+                            "the dataset's rows", o->data_path);
     if ((st = choose_task(o, r->d, &r->res->task)))
         return st;
     r->classification = r->res->task == MP_TASK_CLASSIFICATION;
@@ -335,18 +352,24 @@ static mp_status load_data(train_run *r)
     return check_labels(r);
 }
 
-/* Every row featurized once; the valid ones into valid[0..*n_valid), the
- * invalid ones reported (the first MAX_REPORTED_INVALID) and counted. */
-static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
+mp_featurize_opts mp_train_featurize_opts(const mp_train_opts *o)
 {
-    const mp_train_opts *o = r->o;
-    const mp_dataset *d = r->d;
     mp_featurize_opts fo = { .layout = o->layout,
                              .scaffolds = o->split.type == MP_SPLIT_SCAFFOLD_BALANCED,
                              .n_threads = o->threads };
     for (int v = 0; v < MP_N_VECS; v++)
         if (o->features & (1u << v))
             mp_vec_request((mp_vec)v, &fo);
+    return fo;
+}
+
+/* Every row featurized once; the valid ones into valid[0..*n_valid), the
+ * invalid ones reported (the first MAX_REPORTED_INVALID) and counted. */
+static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
+{
+    const mp_train_opts *o = r->o;
+    const mp_dataset *d = r->d;
+    mp_featurize_opts fo = mp_train_featurize_opts(o);
     if (d->n_rows > INT32_MAX)
         return mp_error_set(MP_ERR_ARG, "%s: too many rows for one training run", o->data_path);
     mp_status st;
@@ -360,13 +383,23 @@ static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
             return mp_error_set(MP_ERR_FORMAT, "%s: %zu feature columns (at most 1000000)",
                                 o->features_path, r->file.n_cols);
     }
-    if ((st = mp_featurize(&r->f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo)))
+    if (o->inputs && o->features_path)
+        return mp_error_set(MP_ERR_ARG, "%s: a features file with molecule features given in "
+                            "memory", o->features_path);
+    if (o->inputs) {
+        r->f = (mp_features *)o->inputs->features;
+        if (r->f->g.n_mols != (int32_t)d->n_rows)
+            return mp_error_set(MP_ERR_ARG, "%s: %d featurized molecules for %zu rows",
+                                o->data_path, r->f->g.n_mols, d->n_rows);
+    } else if ((st = mp_featurize(&r->f, (const char *const *)d->smiles, (int32_t)d->n_rows,
+                                  &fo)))
         return st;
     if (o->features_path) {
         r->f->file_values = r->file.values;
         r->f->file_cols = (int32_t)r->file.n_cols;
     }
-    r->res->featurize_seconds = mp_time_now() - r->t_start;   /* the CSV counts too */
+    /* the CSV counts too; given inputs cost nothing here */
+    r->res->featurize_seconds = o->inputs ? 0.0 : mp_time_now() - r->t_start;
     size_t nv = 0, *n_invalid = &r->res->n_invalid;
     for (size_t i = 0; i < d->n_rows; i++) {
         if (r->f->g.valid[i]) {
@@ -392,8 +425,11 @@ static mp_status split_rows(train_run *r, const size_t *valid, size_t n_valid)
     const mp_train_opts *o = r->o;
     mp_split_opts so = o->split;
     so.seed = o->seed;   /* one --seed: the split's, and the first member's */
-    mp_status st = mp_split_make(&r->sp, valid, n_valid, (const char *const *)r->f->scaffold,
-                                 &so);
+    mp_status st = MP_OK;
+    if (o->inputs && o->inputs->split)
+        r->sp = *o->inputs->split;   /* borrowed: train_free leaves it */
+    else
+        st = mp_split_make(&r->sp, valid, n_valid, (const char *const *)r->f->scaffold, &so);
     if (st)
         return st;
     for (int s = 0; s < 3; s++) {
@@ -450,7 +486,11 @@ static mp_status build_ensemble(train_run *r)
     r->scaling = o->no_features_scaling ? MP_FSCALE_OFF : (mp_feature_scaling)o->features_scaling;
     r->feat_dim = mp_feature_set_dim(r->features, r->f->n_desc, r->f->file_cols);
     cfg.extra_dim = r->feat_dim;
-    mp_status st = mp_ensemble_create(&r->e, &cfg, o->ensemble_size, o->seed, o->backend);
+    /* features given in memory (o->inputs) must hold every set asked for */
+    mp_status st = mp_feature_set_check(r->features, r->f, r->f->n_desc, r->f->file_cols);
+    if (st)
+        return st;
+    st = mp_ensemble_create(&r->e, &cfg, o->ensemble_size, o->seed, o->backend);
     if (st)
         return st;
     mp_ensemble *e = r->e;
@@ -485,6 +525,8 @@ static mp_status fit_scalers(train_run *r)
 {
     const mp_dataset *d = r->d;
     size_t n = d->n_rows * d->n_tasks;
+    if (r->y)   /* classification, sparse: the batches read the labels as they are */
+        return r->feat_dim ? fit_feature_scaler(r) : MP_OK;
     if (!(r->tscaled = mp_malloc(sizeof(float) * (n ? n : 1))))
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
     if (!r->classification) {
@@ -509,7 +551,7 @@ static mp_status train_members(train_run *r)
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
     mp_fit_ctx c = {
         .o = o, .d = r->d, .e = r->e,
-        .batches = { .f = r->f, .targets = r->tscaled, .n_tasks = r->d->n_tasks,
+        .batches = { .f = r->f, .targets = r->tscaled, .labels = r->y, .n_tasks = r->d->n_tasks,
                      .features = r->e->features, .feat_dim = r->feat_dim,
                      .feature_scaler = &r->e->feature_scaler,
                      .graphs = o->model == MP_MODEL_DMPNN, .train = r->sets[0],
@@ -555,8 +597,8 @@ static mp_status score_set(train_run *r, int s, double *per_task, double *mean)
     else if (n > 0 &&
              !(st = mp_ensemble_predict(r->e, r->f, r->sets[s], (int32_t)n, 0, 0, r->eval_batch,
                                         pred, s == 2 ? sd : NULL)) &&
-             !(st = mp_fit_score(d, r->sets[s], (int32_t)n, pred, r->res->metric,
-                                 r->classification, per_task, why, mean, &skipped)) &&
+             !(st = mp_fit_score_labels(d, r->y, r->sets[s], (int32_t)n, pred, r->res->metric,
+                                        r->classification, per_task, why, mean, &skipped)) &&
              !r->o->quiet)
         warn_skipped(d, s == 1 ? "validation" : "test", why);
     mp_free(pred);
@@ -612,11 +654,14 @@ static void train_free(train_run *r, int failed)
     mp_free(r->tscaled);
     for (int s = 0; s < 3; s++)
         mp_free(r->sets[s]);
-    mp_split_free(&r->sp);
+    if (!(r->o->inputs && r->o->inputs->split))
+        mp_split_free(&r->sp);
     mp_ensemble_free(r->e);
-    mp_features_free(r->f);
+    if (!r->o->inputs) {
+        mp_features_free(r->f);
+        mp_dataset_free(r->d);
+    }
     mp_featfile_free(&r->file);
-    mp_dataset_free(r->d);
 }
 
 mp_status mp_train(const mp_train_opts *o, mp_train_result *res)

@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "data/dataset.h"
+#include "data/labels.h"
 #include "data/metrics.h"
 #include "data/split.h"
 #include "run/ensemble.h"
@@ -18,6 +19,28 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * A run's inputs already in memory (the benchmark runner reads and
+ * featurizes a dataset once for all its models and seeds): the table, its
+ * features (every molecule vector the model asks for, and scaffolds for a
+ * scaffold split) and optionally the split.  Borrowed: they must outlive
+ * mp_train and are not changed.  The run is then the one mp_train does from
+ * data_path with the same options, bit for bit, minus the reading.
+ */
+typedef struct {
+    const mp_dataset  *dataset;
+    const mp_features *features;      /* features->g.n_mols == dataset->n_rows */
+    const mp_split    *split;         /* NULL: made from the options' split    */
+    const mp_labels   *labels;        /* the targets stored sparsely (labels.h); *
+                                       * dataset->targets is then NULL; for a   *
+                                       * classification task                    */
+} mp_train_inputs;
+
+/* Called after every epoch of every member (0-based member, 1-based epoch)
+ * with the epoch's mean training loss and the validation score (NaN
+ * without a validation set).  Runs on the training thread. */
+typedef void (*mp_train_epoch_fn)(void *arg, int member, int epoch, double loss, double val);
 
 typedef struct {
     const char     *data_path;
@@ -60,9 +83,16 @@ typedef struct {
                                       * (NULL: data/datasets.tsv)               */
     const char     *save_dir;        /* NULL: nothing written                  */
     int             quiet;           /* 1: no progress output                  */
+    const mp_train_inputs *inputs;   /* NULL: read and featurize data_path     */
+    mp_train_epoch_fn on_epoch;      /* NULL: none                             */
+    void           *on_epoch_arg;
 } mp_train_opts;
 
 mp_train_opts mp_train_opts_default(void);
+
+/* What mp_featurize must compute for a run with these options: the layout,
+ * the molecule vectors of o->features, scaffolds for a scaffold split. */
+mp_featurize_opts mp_train_featurize_opts(const mp_train_opts *o);
 
 typedef struct {
     mp_task_type task;
