@@ -325,6 +325,9 @@ static double train_alone_scaled(const char *path, mp_model_kind model, unsigned
     t.model = model;
     t.features = features;
     t.no_features_scaling = no_scaling;
+    /* the grid's settings are Chemprop's: features scaled unless the
+     * variant says not (bench_grid.c) */
+    t.features_scaling = no_scaling ? MP_FSCALE_OFF : MP_FSCALE_ON;
     t.split.type = MP_SPLIT_SCAFFOLD_BALANCED;
     t.seed = (uint64_t)seed;
     t.epochs = 2;
@@ -515,7 +518,7 @@ MP_TEST(bench_rdkit2d_variants_read_normalized_features_unscaled)
     unsigned mask = 0;
     CHECK_OK(mp_feature_set_parse("rdkit2d-normalized", &mask));
     CHECK_EQ_INT(mask, MP_FEAT_RDKIT2D_NORM);
-    CHECK_EQ_INT(mp_feature_set_dim(mask, 43), 200);
+    CHECK_EQ_INT(mp_feature_set_dim(mask, 43, 0), 200);
     char name[64];
     mp_feature_set_name(MP_FEAT_MORGAN | MP_FEAT_RDKIT2D_NORM, name, sizeof name);
     CHECK_EQ_STR(name, "morgan,rdkit2d-normalized");
@@ -535,7 +538,7 @@ MP_TEST(bench_rdkit2d_variants_read_normalized_features_unscaled)
     CHECK_OK(mp_bench_prepare(&p, &g, &g.ds[0], NULL));
     const mp_molmat *mm = &p.f->mat[MP_MAT_RDKIT2D_NORM];
     CHECK_EQ_INT(mm->n_cols, 200);
-    float row[200];
+    double row[200];
     int32_t mols[1];
     int in01 = 1;
     for (int32_t m = 0; m < 120; m++) {
@@ -545,8 +548,8 @@ MP_TEST(bench_rdkit2d_variants_read_normalized_features_unscaled)
         mp_feature_set_fill(MP_FEAT_RDKIT2D_NORM, p.f, mols, 1, row);
         for (int j = 0; j < 200; j++) {
             double x = mm->values[(size_t)m * 200 + (size_t)j];
-            CHECK(row[j] == (isnan(x) ? 0.0f : (float)x));
-            in01 &= row[j] >= 0.0f && row[j] <= 1.0f;
+            CHECK(row[j] == (isnan(x) ? 0.0 : x));
+            in01 &= row[j] >= 0.0 && row[j] <= 1.0;
         }
     }
     CHECK(in01);   /* CDF values (the one exception, column 0, is 0/1 too) */
