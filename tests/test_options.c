@@ -304,7 +304,7 @@ MP_TEST(options_read_config_sets_the_verbs_section)
                         "\n"
                         "[predict]\n"
                         "model = m.mpm\n"
-                        "uncertainty = true\n"));
+                        "uncertainty = dropout\n"));
     mp_options *o;
     CHECK_OK(mp_options_create(&o, "train"));
     CHECK_OK(mp_options_set(o, "epochs", "99"));   /* a file read later overrides */
@@ -324,7 +324,7 @@ MP_TEST(options_read_config_sets_the_verbs_section)
     CHECK_OK(mp_options_create(&o, "predict"));
     CHECK_OK(mp_options_read_config(o, p));
     CHECK_EQ_STR(mp_options_get(o, "model"), "m.mpm");
-    CHECK_EQ_STR(mp_options_get(o, "uncertainty"), "true");
+    CHECK_EQ_STR(mp_options_get(o, "uncertainty"), "dropout");
     CHECK(mp_options_get(o, "data") == NULL);
     mp_options_free(o);
 

@@ -10,8 +10,10 @@
 #include "backend/ops.h"
 #include "data/metrics.h"
 #include "data/registry.h"
+#include "run/calibrate.h"
 #include "run/ensemble.h"
 #include "run/predict.h"
+#include "run/uncertainty.h"
 #include "run/resident.h"
 #include "run/trainer.h"
 
@@ -90,6 +92,24 @@ static mp_status parse_device(const char *s, void *field)
         mp_backend_close(b);
         return MP_OK;
     }
+    return st;
+}
+
+static mp_status parse_unc_method(const char *s, void *field)
+{
+    mp_unc_method m;
+    mp_status st = mp_unc_method_parse(s, &m);
+    if (!st && field)
+        *(int *)field = (int)m;
+    return st;
+}
+
+static mp_status parse_calibrator(const char *s, void *field)
+{
+    mp_calibrator c;
+    mp_status st = mp_calibrator_parse(s, &c);
+    if (!st && field)
+        *(int *)field = (int)c;
     return st;
 }
 
@@ -219,8 +239,32 @@ static const mp_option_def predict_table[] = {
     { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, out_path), .arg = "P",
       .help = "output CSV (written atomically)", .flags = MP_OPTF_REQUIRED },
     SMILES_COLUMN(mp_predict_opts, columns.smiles_column),
-    { "uncertainty", MP_OPT_BOOL, "false", .offset = AT(mp_predict_opts, uncertainty),
-      .help = "add <task>_std columns: the spread over ensemble\nmembers" },
+    HEADING("uncertainty:"),
+    { "uncertainty", MP_OPT_CHOICE, "none",
+      .choices = "none|ensemble|dropout|mve|evidential|evidential-total|evidential-epistemic|"
+                 "evidential-aleatoric|quantile|dirichlet",
+      .parse = parse_unc_method, .offset = AT(mp_predict_opts, uncertainty), .arg = "E",
+      .help = "add <task>_unc columns: ensemble (variance over\nmembers), dropout (MC dropout "
+              "variance), mve,\nevidential[-epistemic|-aleatoric], quantile,\ndirichlet "
+              "(models with those heads)" },
+    { "dropout-samples", MP_OPT_INT, "10", 2, 10000, .offset = AT(mp_predict_opts,
+      dropout_samples), .arg = "N", .help = "dropout: stochastic passes per member" },
+    { "dropout-p", MP_OPT_REAL, "0.1", 0.0, 0.99, .offset = AT(mp_predict_opts, dropout_p),
+      .arg = "X", .help = "dropout: probability of every dropout layer" },
+    { "dropout-seed", MP_OPT_INT, "0", 0, 2147483647, .offset = AT(mp_predict_opts,
+      dropout_seed), .arg = "N", .help = "dropout: seed of the passes' masks",
+      .flags = MP_OPTF_U64 },
+    { "calibrate", MP_OPT_CHOICE, "none",
+      .choices = "none|zscaling|zelikman|mve-weighting|conformal|conformal-adaptive|platt|isotonic",
+      .parse = parse_calibrator, .offset = AT(mp_predict_opts, calibrate), .arg = "C",
+      .help = "fit a calibrator on --calibration-data: zscaling,\nzelikman, conformal, "
+              "conformal-adaptive\n(regression; the last three write <task>_lower,\n<task>_upper), "
+              "platt, isotonic (classification)" },
+    { "calibration-data", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, calibration_data),
+      .arg = "F", .help = "labelled CSV (columns named like the tasks)" },
+    { "alpha", MP_OPT_REAL, "0.1", 1e-6, 0.999999, .offset = AT(mp_predict_opts, alpha),
+      .arg = "A", .help = "error rate of the intervals (coverage 1 - A)" },
+    HEADING("run:"),
     THREADS(mp_predict_opts, threads),
     DEVICE,
     PRECISION,
@@ -230,7 +274,14 @@ static const mp_option_def predict_table[] = {
 
 static const mp_option_def eval_table[] = {
     { "model", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, model_path), .arg = "M",
-      .help = "a model file written by molprop train", .flags = MP_OPTF_REQUIRED },
+      .help = "a model file written by molprop train (or --preds)" },
+    { "preds", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, preds_path), .arg = "P",
+      .help = "a prediction CSV of molprop predict, scored\ninstead of a model (rows as in "
+              "--data)" },
+    { "uncertainty-metrics", MP_OPT_LIST, NULL,
+      .offset = AT(mp_eval_args, unc_metrics), .arg = "L",
+      .help = "with --preds: nll, miscalibration-area, ence,\nspearman, coverage "
+              "(comma-separated)" },
     { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, data_path), .arg = "F",
       .help = "CSV or gzipped CSV with the SMILES and the task\ncolumns",
       .flags = MP_OPTF_REQUIRED },

@@ -498,7 +498,26 @@ mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
     return MP_OK;
 }
 
+/* mp_model_forward_dev and its stochastic twin: dropout probability p
+ * (0: none) with the layers' keys drawn from drop_rng. */
+static mp_status forward_dev(mp_model *m, const mp_dev_batch *bt, double p);
+
 mp_status mp_model_forward_dev(mp_model *m, const mp_dev_batch *bt)
+{
+    return forward_dev(m, bt, 0.0);
+}
+
+mp_status mp_model_forward_dev_dropout(mp_model *m, const mp_dev_batch *bt, double p,
+                                       uint64_t seed)
+{
+    if (!(p >= 0 && p < 1))
+        return mp_error_set(MP_ERR_ARG, "model forward: dropout probability %g (must be in "
+                            "[0, 1))", p);
+    mp_rng_seed(&m->drop_rng, seed, MP_MODEL_STREAM_DROPOUT);
+    return forward_dev(m, bt, p);
+}
+
+static mp_status forward_dev(mp_model *m, const mp_dev_batch *bt, double p)
 {
     const mp_model_config *c = &m->cfg;
     mp_backend *b = m->b;
@@ -514,7 +533,7 @@ mp_status mp_model_forward_dev(mp_model *m, const mp_dev_batch *bt)
     mp_status st = point_inputs(m, bt);
     if (st != MP_OK)
         return st;
-    m->p = 0.0;
+    m->p = p;
     if (c->kind == MP_MODEL_FFN)
         b->copy(b, m->a.x0, bt->extra, (size_t)bt->n_mols * c->extra_dim * m->esize);
     else

@@ -174,6 +174,19 @@ void      mp_model_unbind(mp_model *m);
 mp_status mp_model_forward_dev(mp_model *m, const mp_dev_batch *bt);
 
 /*
+ * mp_model_forward_dev with every dropout layer of the model (message
+ * steps, readout, the head's input and hidden layers) active at
+ * probability p, whatever the model was trained with: one Monte Carlo
+ * dropout pass (Gal & Ghahramani 2016; Chemprop's DropoutEstimator).  The
+ * layers' keys come from mp_rng(seed, MP_MODEL_STREAM_DROPOUT), drawn in
+ * layer order, so a pass is a pure function of (batch, p, seed) on every
+ * backend.  Changes the model's dropout stream (training afterwards draws
+ * from the reseeded stream).  MP_ERR_ARG for p outside [0, 1).
+ */
+mp_status mp_model_forward_dev_dropout(mp_model *m, const mp_dev_batch *bt, double p,
+                                       uint64_t seed);
+
+/*
  * One whole training step on the bound batch, queued on the backend and
  * nothing else (no upload, download, sync or allocation, so it can be
  * captured in a CUDA graph and replayed): zero the gradients, forward with
