@@ -13,6 +13,7 @@
 #include "data/registry.h"
 #include "data/unc_metrics.h"
 #include "run/ensemble.h"
+#include "run/fingerprint.h"
 #include "run/predict.h"
 #include "run/trainer.h"
 
@@ -329,6 +330,37 @@ mp_status mp_run_predict(const mp_options *o, mp_summary **out)
     p.backend = backend;
     mp_predict_stats stats;
     if ((st = mp_predict_file(&p, &stats)))
+        return st;
+    mp_summary *s = NULL;
+    if (!(st = mp_summary_new(&s)))
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)stats.n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", (double)stats.n_invalid)) ||
+               (st = mp_summary_put_number(s, "seconds", stats.seconds)) ||
+               (st = mp_summary_put_number(s, "mols_per_second", stats.mols_per_second)) ||
+               (st = mp_summary_put_text(s, "out", p.out_path)));
+    if (st) {
+        mp_summary_free(s);
+        return st;
+    }
+    mp_summary_hand_over(s, out);
+    return MP_OK;
+}
+
+mp_status mp_run_fingerprint(const mp_options *o, mp_summary **out)
+{
+    if (out)
+        *out = NULL;
+    mp_status st = mp_run_check(o, "fingerprint");
+    if (st)
+        return st;
+    mp_fingerprint_opts p;
+    memset(&p, 0, sizeof p);
+    char backend[128];
+    if ((st = mp_options_apply(o, &p)) || (st = mp_options_backend(o, backend, sizeof backend)))
+        return st;
+    p.backend = backend;
+    mp_predict_stats stats;
+    if ((st = mp_fingerprint_file(&p, &stats)))
         return st;
     mp_summary *s = NULL;
     if (!(st = mp_summary_new(&s)))

@@ -12,6 +12,7 @@
 #include "data/registry.h"
 #include "run/calibrate.h"
 #include "run/ensemble.h"
+#include "run/fingerprint.h"
 #include "run/predict.h"
 #include "run/uncertainty.h"
 #include "run/resident.h"
@@ -295,6 +296,30 @@ static const mp_option_def eval_table[] = {
     PRECISION,
 };
 
+static const int layer_values[] = { 0, 1 };
+
+static const mp_option_def fingerprint_table[] = {
+    { "model", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, model_path), .arg = "M",
+      .help = "a model file written by molprop train", .flags = MP_OPTF_REQUIRED },
+    { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, data_path), .arg = "F",
+      .help = "CSV or gzipped CSV", .flags = MP_OPTF_REQUIRED },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, out_path), .arg = "F",
+      .help = "F.npy (float32 rows x width) or a CSV (written\natomically)",
+      .flags = MP_OPTF_REQUIRED },
+    { "layer", MP_OPT_CHOICE, "encoder", .choices = "encoder|ffn-last", .values = layer_values,
+      .offset = AT(mp_fingerprint_opts, layer), .arg = "L",
+      .help = "encoder: the vector the FFN head reads (readout\n++ molecule features); "
+              "ffn-last: the head's last\nhidden layer" },
+    { "member", MP_OPT_INT, "0", 0, 255, .offset = AT(mp_fingerprint_opts, member), .arg = "K",
+      .help = "the ensemble member whose vectors are written" },
+    SMILES_COLUMN(mp_fingerprint_opts, columns.smiles_column),
+    THREADS(mp_fingerprint_opts, threads),
+    DEVICE,
+    PRECISION,
+    { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_fingerprint_opts, quiet),
+      .help = "no summary line" },
+};
+
 static const mp_option_def featurize_table[] = {
     { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_featurize_args, data_path), .arg = "FILE",
       .help = "input CSV with a header line", .flags = MP_OPTF_REQUIRED },
@@ -382,13 +407,13 @@ static const struct {
     TABLE("train", train_table),         TABLE("predict", predict_table),
     TABLE("eval", eval_table),           TABLE("featurize", featurize_table),
     TABLE("split", split_table),         TABLE("bench", bench_table),
-    TABLE("data", data_table),
+    TABLE("data", data_table),           TABLE("fingerprint", fingerprint_table),
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
 
 const char *mp_options_verbs(void)
 {
-    return "train, predict, eval, featurize, split, bench, data";
+    return "train, predict, eval, featurize, split, bench, data, fingerprint";
 }
 
 const mp_option_def *mp_option_table(const char *verb, size_t *n)

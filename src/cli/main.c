@@ -21,6 +21,7 @@ static const struct {
     { "split",     cli_split,     "split a CSV into train/val/test files (random, scaffold_balanced, cv)" },
     { "data",      cli_data,      "list, fetch and verify the benchmark datasets" },
     { "bench",     cli_bench,     "train and compare models on the benchmark datasets" },
+    { "fingerprint", cli_fingerprint, "write a saved model's learned molecule vectors (CSV or .npy)" },
 };
 
 static void usage(FILE *fp)

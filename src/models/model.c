@@ -625,6 +625,23 @@ mp_status mp_model_set_params(mp_model *m, const float *src)
     return upload_floats(m, m->params, src, m->n_params);
 }
 
+mp_status mp_model_get_encoding(mp_model *m, int layer, float *dst, int *width)
+{
+    if (layer != 0 && layer != 1)
+        return mp_error_set(MP_ERR_ARG, "model encoding: layer %d (0: encoder, 1: last FFN "
+                            "hidden layer)", layer);
+    if (layer == 1 && m->n_layers < 2)
+        return mp_error_set(MP_ERR_ARG, "model encoding: the FFN head has 1 layer, so no "
+                            "hidden layer (train with --ffn-layers 2 or more)");
+    *width = layer == 0 ? m->in_dim : m->ffn_hidden;
+    if (!dst)
+        return MP_OK;
+    if (!m->have_forward)
+        return mp_error_set(MP_ERR_ARG, "model encoding: no forward pass");
+    const void *src = layer == 0 ? m->a.x0 : m->a.hl[m->n_layers - 2];
+    return download_floats(m, dst, src, (size_t)m->n_mols * (size_t)*width);
+}
+
 void *mp_model_block_ptr(mp_model *m, mp_model_block which)
 {
     switch (which) {

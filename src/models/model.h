@@ -216,6 +216,17 @@ mp_status mp_model_get_grads(const mp_model *m, float *dst);
  * Leaves gradients and Adam state as they are. */
 mp_status mp_model_set_params(mp_model *m, const float *src);
 
+/*
+ * The learned molecule vectors of the last forward (training 0), as host
+ * floats [n_mols x *width]: layer 0 the encoding the head reads (D-MPNN
+ * readout ++ molecule features; an FFN model's scaled input), layer 1 the
+ * output of the head's last hidden layer (after its ReLU).  Chemprop v2's
+ * `fingerprint --ffn-block-index 0 / -1`.  dst NULL: only *width.
+ * MP_ERR_ARG when the head has no hidden layer (ffn_layers 1) or no
+ * forward preceded.
+ */
+mp_status mp_model_get_encoding(mp_model *m, int layer, float *dst, int *width);
+
 /* Test and backend hooks: the device buffers behind the model (host-readable
  * when b->host_memory), in the backend's element type. */
 typedef enum {
