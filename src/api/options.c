@@ -197,6 +197,15 @@ static const mp_option_def train_table[] = {
       .offset = AT(mp_train_opts, aggregation), .arg = "A", .help = "mean | sum | norm" },
     { "ensemble-size", MP_OPT_INT, "1", 1, 256, .offset = AT(mp_train_opts, ensemble_size),
       .arg = "N", .help = "models that differ only in their seeds" },
+    HEADING("transfer learning:"),
+    { "init-model", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, init_model), .arg = "M",
+      .help = "start from the weights of model file M (same\narchitecture; a fresh head "
+              "when its tasks differ)" },
+    { "freeze-encoder", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, freeze_encoder),
+      .help = "with --init-model: keep the D-MPNN encoder as\nloaded (dropout still applies)" },
+    { "freeze-ffn-layers", MP_OPT_INT, "0", 0, 100, .offset = AT(mp_train_opts,
+      freeze_ffn_layers), .arg = "K", .help = "with --init-model: keep the first K FFN "
+      "layers as\nloaded" },
     HEADING("training:"),
     { "epochs", MP_OPT_INT, "30", 1, 100000, .offset = AT(mp_train_opts, epochs), .arg = "N",
       .help = "training epochs" },

@@ -390,6 +390,8 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
     return MP_OK;
 }
 
+static void freeze_grads(mp_model *m);
+
 mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss)
 {
     const mp_model_config *c = &m->cfg;
@@ -427,6 +429,7 @@ mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss
     const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->h : 0);
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_backward(m, dx0);
+    freeze_grads(m);
     double l = 0;
     if (m->esize == sizeof(double)) {
         st = b->download(b, &l, m->a.loss, sizeof l);
@@ -570,6 +573,7 @@ void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *
     const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->h : 0);
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_backward(m, dx0);
+    freeze_grads(m);
     b->adam_sched(b, m->params, m->adam_m, m->adam_v, m->grads, m->n_params, sched, k_dev, 0.9,
                   0.999, 1e-8, 0.0);
     b->step_end(b, k_dev, losses, m->a.loss);
@@ -577,6 +581,36 @@ void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *
 
 long mp_model_adam_steps(const mp_model *m) { return m->adam_t; }
 void mp_model_add_adam_steps(mp_model *m, long n) { m->adam_t += n; }
+
+mp_status mp_model_set_frozen(mp_model *m, int encoder, int ffn_layers)
+{
+    if (encoder && m->cfg.kind != MP_MODEL_DMPNN)
+        return mp_error_set(MP_ERR_ARG, "freeze: an FFN model has no encoder to freeze");
+    if (ffn_layers < 0 || ffn_layers > m->n_layers)
+        return mp_error_set(MP_ERR_ARG, "freeze: %d FFN layers, the head has %d", ffn_layers,
+                            m->n_layers);
+    m->n_frozen = 0;
+    size_t head = m->off_fw[0];   /* the encoder's views come first */
+    if (encoder) {
+        m->frozen_lo[m->n_frozen] = 0;
+        m->frozen_hi[m->n_frozen++] = head;
+    }
+    if (ffn_layers > 0) {
+        m->frozen_lo[m->n_frozen] = head;
+        m->frozen_hi[m->n_frozen++] = ffn_layers < m->n_layers ? m->off_fw[ffn_layers]
+                                                               : m->n_params;
+    }
+    return MP_OK;
+}
+
+/* Zeroes the frozen parameters' gradients (queued on the backend). */
+static void freeze_grads(mp_model *m)
+{
+    for (int k = 0; k < m->n_frozen; k++)
+        if (m->frozen_hi[k] > m->frozen_lo[k])
+            m->b->zero(m->b, MP_AT(m, m->grads, m->frozen_lo[k]),
+                       (m->frozen_hi[k] - m->frozen_lo[k]) * m->esize);
+}
 
 void mp_model_zero_grad(mp_model *m)
 {

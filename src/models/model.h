@@ -127,6 +127,17 @@ mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss
 /* Sets every gradient to 0. */
 void      mp_model_zero_grad(mp_model *m);
 
+/*
+ * Transfer learning: freezes the encoder (D-MPNN: W_i, W_h, W_o, b_o) and /
+ * or the first ffn_layers Linear layers of the head.  Their gradients are
+ * zeroed after every backward (mp_model_loss_backward, the bound step), so
+ * their Adam moments stay 0 and Adam leaves them bit for bit as they are.
+ * They still compute as in training, dropout included (as Chemprop, whose
+ * requires_grad(False) does not leave training mode).  MP_ERR_ARG for an
+ * encoder of an FFN model or more layers than the head has.
+ */
+mp_status mp_model_set_frozen(mp_model *m, int encoder, int ffn_layers);
+
 /* One Adam step (beta 0.9 / 0.999, eps 1e-8, no weight decay: Chemprop v1's
  * torch.optim.Adam) with learning rate lr; the step counter is the model's. */
 mp_status mp_model_adam_step(mp_model *m, double lr);
