@@ -6,9 +6,10 @@
 # (eval --uncertainty-metrics), and for the regression set the coverage of
 # conformal intervals (alpha 0.1) calibrated on the validation set.
 #
-#   MOLPROP_BIN=build/molprop sh bench/unc_bench.sh /work/shared/datasets OUT [EPOCHS] [THREADS] [DEVICE]
+#   MOLPROP_BIN=build/molprop sh bench/unc_bench.sh /work/shared/datasets OUT [EPOCHS] [THREADS] [DEVICE] [HIDDEN]
 #
-# Writes OUT/unc.tsv (one line per dataset, seed, method and metric).
+# DATASETS="esol" runs one of them.  Writes OUT/unc.tsv (one line per
+# dataset, seed, method and metric).
 set -eu
 BIN=${MOLPROP_BIN:-build/molprop}
 DATA=$1
@@ -16,15 +17,16 @@ OUT=$2
 EPOCHS=${3:-30}
 THREADS=${4:-2}
 DEVICE=${5:-cpu}
+HIDDEN=${6:-300}
 mkdir -p "$OUT"
 TSV=$OUT/unc.tsv
 printf 'dataset\tseed\tmethod\tmetric\tvalue\n' > "$TSV"
-for ds in esol bbbp; do
+for ds in ${DATASETS:-esol bbbp}; do
   for seed in 0 1 2; do
     d=$OUT/$ds-$seed
     "$BIN" split --data "$DATA/$ds.csv.gz" --split scaffold_balanced --seed $seed --out "$d/sp" > /dev/null
     "$BIN" train --data "$DATA/$ds.csv.gz" --split scaffold_balanced --seed $seed \
-      --ensemble-size 3 --dropout 0.1 --epochs "$EPOCHS" --threads "$THREADS" --device "$DEVICE" \
+      --ensemble-size 3 --dropout 0.1 --epochs "$EPOCHS" --hidden "$HIDDEN" --threads "$THREADS" --device "$DEVICE" \
       --quiet --save-dir "$d/m" > /dev/null
     if [ $ds = esol ]; then metrics=nll,miscalibration-area,ence,spearman; else metrics=nll; fi
     for u in ensemble dropout; do
