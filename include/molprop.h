@@ -140,7 +140,7 @@ typedef enum {
 
 /* The verbs that have options, comma-separated:
  * "train, predict, eval, featurize, split, bench, data, bench-compare,
- * bench-report". */
+ * bench-report, hpopt, fingerprint". */
 const char *mp_options_verbs(void);
 
 /* New options for `verb`, every option at its default.  MP_ERR_ARG for an
@@ -237,10 +237,18 @@ mp_status mp_run_train(const mp_options *o, mp_summary **out);
  * "mols_per_second"; text "out". */
 mp_status mp_run_predict(const mp_options *o, mp_summary **out);
 
-/* Scores a saved model on a labelled CSV.  Summary: "n_rows", "n_invalid",
- * "n_tasks"; text "metrics" (the metric names, comma-separated) and one
- * number per metric, named like it ("rmse", "prc-auc"): the mean over tasks. */
+/* Scores a saved model on a labelled CSV, or (options "preds" and
+ * "uncertainty-metrics") a prediction file's uncertainties against it.
+ * Summary: "n_rows", "n_invalid", "n_tasks"; text "metrics" (the metric
+ * names, comma-separated) and one number per metric, named like it
+ * ("rmse", "prc-auc", "nll", "ence"): the mean over tasks. */
 mp_status mp_run_eval(const mp_options *o, mp_summary **out);
+
+/* Writes the learned molecule vectors of a saved model ("layer": encoder
+ * or ffn-last; "member") for a CSV into "out" (.npy or CSV; streamed).
+ * Summary: "n_rows", "n_invalid", "seconds", "mols_per_second", "width";
+ * text "out". */
+mp_status mp_run_fingerprint(const mp_options *o, mp_summary **out);
 
 /* Featurizes a CSV into a feature cache ("out") and/or a reference dump
  * ("dump").  Summary: "n_mols", "n_valid", "n_invalid", "n_atoms",

@@ -314,10 +314,10 @@ MP_TEST(train_classification_ensemble_with_uncertainty)
     snprintf(path, sizeof path, "%s/model.mpm", dir);
     const char *pred = tmp("bbbp_pred.csv");
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --model '%s' --data '%s' --out '%s' "
-                             "--uncertainty --quiet", path, data, pred), 0);
+                             "--uncertainty ensemble --quiet", path, data, pred), 0);
     char *text = mp_test_slurp(pred, NULL);
     CHECK(text != NULL);
-    int header_ok = !strncmp(text, "smiles,p_np,p_np_std\n", 21);
+    int header_ok = !strncmp(text, "smiles,p_np,p_np_unc\n", 21);
     int in_range = 1, spread_seen = 0, rows = 0;
     for (char *p = strchr(text, '\n') + 1; *p; p = strchr(p, '\n') + 1) {
         char *c1 = strchr(p, ',');

@@ -11,7 +11,9 @@
 #include "backend/ops.h"
 #include "data/metrics.h"
 #include "data/registry.h"
+#include "data/unc_metrics.h"
 #include "run/ensemble.h"
+#include "run/fingerprint.h"
 #include "run/predict.h"
 #include "run/trainer.h"
 
@@ -344,6 +346,74 @@ mp_status mp_run_predict(const mp_options *o, mp_summary **out)
     return MP_OK;
 }
 
+mp_status mp_run_fingerprint(const mp_options *o, mp_summary **out)
+{
+    if (out)
+        *out = NULL;
+    mp_status st = mp_run_check(o, "fingerprint");
+    if (st)
+        return st;
+    mp_fingerprint_opts p;
+    memset(&p, 0, sizeof p);
+    char backend[128];
+    if ((st = mp_options_apply(o, &p)) || (st = mp_options_backend(o, backend, sizeof backend)))
+        return st;
+    p.backend = backend;
+    mp_predict_stats stats;
+    if ((st = mp_fingerprint_file(&p, &stats)))
+        return st;
+    mp_summary *s = NULL;
+    if (!(st = mp_summary_new(&s)))
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)stats.n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", (double)stats.n_invalid)) ||
+               (st = mp_summary_put_number(s, "seconds", stats.seconds)) ||
+               (st = mp_summary_put_number(s, "mols_per_second", stats.mols_per_second)) ||
+               (st = mp_summary_put_text(s, "out", p.out_path)));
+    if (st) {
+        mp_summary_free(s);
+        return st;
+    }
+    mp_summary_hand_over(s, out);
+    return MP_OK;
+}
+
+/* eval --preds P --uncertainty-metrics L: the uncertainty metrics of a
+ * prediction file (predict_unc.c), named like the metrics, the mean over
+ * tasks, and "<metric>.<task>" per task. */
+static mp_status run_eval_preds(const mp_eval_args *a, mp_summary **out)
+{
+    if (!a->preds_path || !a->unc_metrics)
+        return mp_error_set(MP_ERR_ARG, "--preds and --uncertainty-metrics go together");
+    if (a->model_path)
+        return mp_error_set(MP_ERR_ARG, "--preds scores a prediction file: leave out --model");
+    mp_unc_eval_result r;
+    mp_status st = mp_unc_eval_file(a->preds_path, a->data_path, a->smiles_column,
+                                    a->unc_metrics, &r);
+    if (st)
+        return st;
+    mp_summary *s = NULL;
+    mp_buf names = { 0 };
+    if (!(st = mp_summary_new(&s)))
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)r.n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", 0)) ||
+               (st = mp_summary_put_number(s, "n_tasks", (double)r.n_tasks)));
+    for (int m = 0; m < r.n_metrics && !st; m++) {
+        const char *name = mp_unc_metric_name((mp_unc_metric)r.metrics[m]);
+        (void)((st = mp_buf_printf(&names, "%s%s", m ? "," : "", name)) ||
+               (st = mp_summary_put_number(s, name, r.mean[m])));
+    }
+    if (!st)
+        st = mp_summary_put_text(s, "metrics", names.data ? names.data : "");
+    mp_buf_free(&names);
+    mp_unc_eval_result_free(&r);
+    if (st) {
+        mp_summary_free(s);
+        return st;
+    }
+    mp_summary_hand_over(s, out);
+    return MP_OK;
+}
+
 mp_status mp_run_eval(const mp_options *o, mp_summary **out)
 {
     if (out)
@@ -356,6 +426,11 @@ mp_status mp_run_eval(const mp_options *o, mp_summary **out)
     char backend[128];
     if ((st = mp_options_apply(o, &a)) || (st = mp_options_backend(o, backend, sizeof backend)))
         return st;
+    if (a.preds_path || a.unc_metrics)
+        return run_eval_preds(&a, out);
+    if (!a.model_path)
+        return mp_error_set(MP_ERR_ARG, "--model is required (or --preds with "
+                            "--uncertainty-metrics)");
     mp_column_spec spec;
     memset(&spec, 0, sizeof spec);
     spec.smiles_column = a.smiles_column;

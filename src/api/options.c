@@ -10,8 +10,11 @@
 #include "backend/ops.h"
 #include "data/metrics.h"
 #include "data/registry.h"
+#include "run/calibrate.h"
 #include "run/ensemble.h"
+#include "run/fingerprint.h"
 #include "run/predict.h"
+#include "run/uncertainty.h"
 #include "run/resident.h"
 #include "run/trainer.h"
 
@@ -90,6 +93,24 @@ static mp_status parse_device(const char *s, void *field)
         mp_backend_close(b);
         return MP_OK;
     }
+    return st;
+}
+
+static mp_status parse_unc_method(const char *s, void *field)
+{
+    mp_unc_method m;
+    mp_status st = mp_unc_method_parse(s, &m);
+    if (!st && field)
+        *(int *)field = (int)m;
+    return st;
+}
+
+static mp_status parse_calibrator(const char *s, void *field)
+{
+    mp_calibrator c;
+    mp_status st = mp_calibrator_parse(s, &c);
+    if (!st && field)
+        *(int *)field = (int)c;
     return st;
 }
 
@@ -191,6 +212,15 @@ static const mp_option_def train_table[] = {
       .offset = AT(mp_train_opts, aggregation), .arg = "A", .help = "mean | sum | norm" },
     { "ensemble-size", MP_OPT_INT, "1", 1, 256, .offset = AT(mp_train_opts, ensemble_size),
       .arg = "N", .help = "models that differ only in their seeds" },
+    HEADING("transfer learning:"),
+    { "init-model", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, init_model), .arg = "M",
+      .help = "start from the weights of model file M (same\narchitecture; a fresh head "
+              "when its tasks differ)" },
+    { "freeze-encoder", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, freeze_encoder),
+      .help = "with --init-model: keep the D-MPNN encoder as\nloaded (dropout still applies)" },
+    { "freeze-ffn-layers", MP_OPT_INT, "0", 0, 100, .offset = AT(mp_train_opts,
+      freeze_ffn_layers), .arg = "K", .help = "with --init-model: keep the first K FFN "
+      "layers as\nloaded" },
     HEADING("training:"),
     { "epochs", MP_OPT_INT, "30", 1, 100000, .offset = AT(mp_train_opts, epochs), .arg = "N",
       .help = "training epochs" },
@@ -237,8 +267,32 @@ static const mp_option_def predict_table[] = {
     { "features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, features_path),
       .arg = "F", .help = "the extra molecule features of --data (a model\ntrained with "
                           "--features-path needs them): one\nrow per data row" },
-    { "uncertainty", MP_OPT_BOOL, "false", .offset = AT(mp_predict_opts, uncertainty),
-      .help = "add <task>_std columns: the spread over ensemble\nmembers" },
+    HEADING("uncertainty:"),
+    { "uncertainty", MP_OPT_CHOICE, "none",
+      .choices = "none|ensemble|dropout|mve|evidential|evidential-total|evidential-epistemic|"
+                 "evidential-aleatoric|quantile|dirichlet",
+      .parse = parse_unc_method, .offset = AT(mp_predict_opts, uncertainty), .arg = "E",
+      .help = "add <task>_unc columns: ensemble (variance over\nmembers), dropout (MC dropout "
+              "variance), mve,\nevidential[-epistemic|-aleatoric], quantile,\ndirichlet "
+              "(models with those heads)" },
+    { "dropout-samples", MP_OPT_INT, "10", 2, 10000, .offset = AT(mp_predict_opts,
+      dropout_samples), .arg = "N", .help = "dropout: stochastic passes per member" },
+    { "dropout-p", MP_OPT_REAL, "0.1", 0.0, 0.99, .offset = AT(mp_predict_opts, dropout_p),
+      .arg = "X", .help = "dropout: probability of every dropout layer" },
+    { "dropout-seed", MP_OPT_INT, "0", 0, 2147483647, .offset = AT(mp_predict_opts,
+      dropout_seed), .arg = "N", .help = "dropout: seed of the passes' masks",
+      .flags = MP_OPTF_U64 },
+    { "calibrate", MP_OPT_CHOICE, "none",
+      .choices = "none|zscaling|zelikman|mve-weighting|conformal|conformal-adaptive|platt|isotonic",
+      .parse = parse_calibrator, .offset = AT(mp_predict_opts, calibrate), .arg = "C",
+      .help = "fit a calibrator on --calibration-data: zscaling,\nzelikman, conformal, "
+              "conformal-adaptive\n(regression; the last three write <task>_lower,\n<task>_upper), "
+              "platt, isotonic (classification)" },
+    { "calibration-data", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, calibration_data),
+      .arg = "F", .help = "labelled CSV (columns named like the tasks)" },
+    { "alpha", MP_OPT_REAL, "0.1", 1e-6, 0.999999, .offset = AT(mp_predict_opts, alpha),
+      .arg = "A", .help = "error rate of the intervals (coverage 1 - A)" },
+    HEADING("run:"),
     THREADS(mp_predict_opts, threads),
     DEVICE,
     PRECISION,
@@ -248,7 +302,14 @@ static const mp_option_def predict_table[] = {
 
 static const mp_option_def eval_table[] = {
     { "model", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, model_path), .arg = "M",
-      .help = "a model file written by molprop train", .flags = MP_OPTF_REQUIRED },
+      .help = "a model file written by molprop train (or --preds)" },
+    { "preds", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, preds_path), .arg = "P",
+      .help = "a prediction CSV of molprop predict, scored\ninstead of a model (rows as in "
+              "--data)" },
+    { "uncertainty-metrics", MP_OPT_LIST, NULL,
+      .offset = AT(mp_eval_args, unc_metrics), .arg = "L",
+      .help = "with --preds: nll, miscalibration-area, ence,\nspearman, coverage "
+              "(comma-separated)" },
     { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, data_path), .arg = "F",
       .help = "CSV or gzipped CSV with the SMILES and the task\ncolumns",
       .flags = MP_OPTF_REQUIRED },
@@ -263,6 +324,30 @@ static const mp_option_def eval_table[] = {
     THREADS(mp_eval_args, threads),
     DEVICE,
     PRECISION,
+};
+
+static const int layer_values[] = { 0, 1 };
+
+static const mp_option_def fingerprint_table[] = {
+    { "model", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, model_path), .arg = "M",
+      .help = "a model file written by molprop train", .flags = MP_OPTF_REQUIRED },
+    { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, data_path), .arg = "F",
+      .help = "CSV or gzipped CSV", .flags = MP_OPTF_REQUIRED },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, out_path), .arg = "F",
+      .help = "F.npy (float32 rows x width) or a CSV (written\natomically)",
+      .flags = MP_OPTF_REQUIRED },
+    { "layer", MP_OPT_CHOICE, "encoder", .choices = "encoder|ffn-last", .values = layer_values,
+      .offset = AT(mp_fingerprint_opts, layer), .arg = "L",
+      .help = "encoder: the vector the FFN head reads (readout\n++ molecule features); "
+              "ffn-last: the head's last\nhidden layer" },
+    { "member", MP_OPT_INT, "0", 0, 255, .offset = AT(mp_fingerprint_opts, member), .arg = "K",
+      .help = "the ensemble member whose vectors are written" },
+    SMILES_COLUMN(mp_fingerprint_opts, columns.smiles_column),
+    THREADS(mp_fingerprint_opts, threads),
+    DEVICE,
+    PRECISION,
+    { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_fingerprint_opts, quiet),
+      .help = "no summary line" },
 };
 
 static const mp_option_def featurize_table[] = {
@@ -443,13 +528,14 @@ static const struct {
     TABLE("split", split_table),         TABLE("bench", bench_table),
     TABLE("data", data_table),           TABLE("bench-compare", bench_compare_table),
     TABLE("bench-report", bench_report_table), TABLE("hpopt", hpopt_table),
+    TABLE("fingerprint", fingerprint_table),
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
 
 const char *mp_options_verbs(void)
 {
     return "train, predict, eval, featurize, split, bench, data, bench-compare, bench-report, "
-           "hpopt";
+           "hpopt, fingerprint";
 }
 
 const mp_option_def *mp_option_table(const char *verb, size_t *n)

@@ -83,6 +83,7 @@ void *mp_options_cjson(const mp_options *o);
 
 typedef struct {
     const char *model_path, *data_path, *smiles_column, *metric, *features_path;
+    const char *preds_path, *unc_metrics;   /* eval of a prediction file */
     int         threads;
 } mp_eval_args;
 

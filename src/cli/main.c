@@ -22,6 +22,7 @@ static const struct {
     { "data",      cli_data,      "list, fetch and verify the benchmark datasets" },
     { "bench",     cli_bench,     "train and compare models on the benchmark datasets" },
     { "hpopt",     cli_hpopt,     "search hyperparameters (random or TPE) over train options" },
+    { "fingerprint", cli_fingerprint, "write a saved model's learned molecule vectors (CSV or .npy)" },
 };
 
 static void usage(FILE *fp)

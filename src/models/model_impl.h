@@ -78,6 +78,10 @@ struct mp_model {
     size_t off_fw[MP_MAX_FFN_LAYERS], off_fb[MP_MAX_FFN_LAYERS];
     void  *params, *grads, *adam_m, *adam_v;
     long   adam_t;
+    /* Frozen parameters (mp_model_set_frozen): element ranges [lo, hi) of
+     * the block whose gradients are zeroed before every Adam step */
+    int    n_frozen;
+    size_t frozen_lo[2], frozen_hi[2];
     mp_rng drop_rng;
     /* Device key source of the dropout layers (set by resident.c around the
      * steps it issues; NULL: keys are drawn from drop_rng as ops are issued):

@@ -120,6 +120,14 @@ typedef struct {
     mp_scaler       feature_scaler;  /* when features != 0                     */
     void           *stream_bufs;  /* the streamed prediction's batch buffers,
                                    * kept between calls (owned)               */
+    /* Monte Carlo dropout at prediction (mp_ensemble_set_mc_dropout; off
+     * when mc_samples is 0): mc_samples passes per member at probability
+     * mc_p, keyed by (mc_seed, member, pass, mc_row0 + first row of the
+     * batch), so a prediction run is deterministic for a seed. */
+    int             mc_samples;
+    double          mc_p;
+    uint64_t        mc_seed;
+    int64_t         mc_row0;
 } mp_ensemble;
 
 /* Opens backend `backend_name` ("cpu", "cuda", "cuda:bf16", ...) and an empty
@@ -168,6 +176,19 @@ mp_status mp_ensemble_predict_stream(mp_ensemble *e, const mp_features *f, const
                                      int32_t n, int first, int count, int32_t batch_size,
                                      double *mean, double *std, mp_predict_stream_stats *stats);
 void      mp_ensemble_predict_release(mp_ensemble *e);
+
+/*
+ * Turns Monte Carlo dropout on for the following mp_ensemble_predict calls
+ * (samples >= 2 passes per member with every dropout layer at p, in
+ * [0, 1); samples 0 turns it off): mean = the mean over members and
+ * passes; std = sqrt of the mean over members of the variance (ddof 0)
+ * over their passes (Chemprop v2.3.1's DropoutEstimator).  row0: the
+ * index, in the whole input, of the row of mols[0] (a streaming caller
+ * advances it by chunk) so the keys do not depend on the chunking; they do
+ * depend on the batch size.  MP_ERR_ARG for bad values.
+ */
+mp_status mp_ensemble_set_mc_dropout(mp_ensemble *e, int samples, double p, uint64_t seed,
+                                     int64_t row0);
 
 /* Model file (.mpm; modelio.c, in the format of modelfile.h): written
  * atomically; loading checks everything against the header and opens

@@ -37,10 +37,11 @@ static void chunk_free(chunk *c)
     mp_free(c->line);
 }
 
-/* file: the features file's rows of the chunk (NULL: none). */
-static mp_status predict_chunk(mp_ensemble *e, const chunk *c, const mp_featurize_opts *fo,
-                               const mp_featfile *file, size_t row0, int32_t *idx,
-                               double *mean, double *std)
+/* The chunk's predictions and uncertainties (predict_unc.c); row0: the
+ * chunk's first row in the input; file: the features file (NULL: none). */
+static mp_status predict_chunk(mp_unc_run *u, const chunk *c, const mp_featurize_opts *fo,
+                               const mp_featfile *file, int64_t row0, int32_t *idx,
+                               double *mean, double *unc, double *lower, double *upper)
 {
     mp_features *f = NULL;
     mp_status st = mp_featurize(&f, (const char *const *)c->smiles, c->n, fo);
@@ -52,7 +53,8 @@ static mp_status predict_chunk(mp_ensemble *e, const chunk *c, const mp_featuriz
     }
     for (int32_t i = 0; i < c->n; i++)
         idx[i] = i;
-    st = mp_ensemble_predict(e, f, idx, c->n, 0, 0, PREDICT_BATCH_FOR(e), mean, std);
+    st = mp_unc_run_predict(u, f, idx, c->n, PREDICT_BATCH_FOR(u->e), row0, mean, unc, lower,
+                            upper);
     mp_features_free(f);
     return st;
 }
@@ -74,26 +76,33 @@ typedef struct {
     size_t                 n_header, smiles_col;
     chunk                  c;
     mp_featfile            file;          /* --features-path      */
-    double                *mean, *std;    /* cap x n_tasks        */
+    mp_unc_run             u;             /* uncertainty, calibration */
+    int                    u_open;
+    double                *mean, *std;    /* cap x n_tasks (std: the _unc values) */
+    double                *lower, *upper; /* cap x n_tasks        */
     int32_t               *idx;           /* cap                  */
 } predict_run;
 
-/* The output's header: the SMILES column's name, the tasks, their _std. */
+/* The output's header: the SMILES column's name, the tasks, their _unc,
+ * _lower and _upper. */
 static void write_header(predict_run *p, const char *smiles_name)
 {
     FILE *fp = p->out.fp;
     const mp_ensemble *e = p->e;
+    static const char *const suffix[3] = { "_unc", "_lower", "_upper" };
+    int want[3] = { p->u.unc_cols, p->u.interval_cols, p->u.interval_cols };
     mp_csv_write_field(fp, smiles_name);
     for (size_t k = 0; k < e->n_tasks; k++) {
         fputc(',', fp);
         mp_csv_write_field(fp, e->task_names[k]);
     }
-    for (size_t k = 0; p->o->uncertainty && k < e->n_tasks; k++) {
-        char name[1024];
-        snprintf(name, sizeof name, "%s_std", e->task_names[k]);
-        fputc(',', fp);
-        mp_csv_write_field(fp, name);
-    }
+    for (int s = 0; s < 3; s++)
+        for (size_t k = 0; want[s] && k < e->n_tasks; k++) {
+            char name[1024];
+            snprintf(name, sizeof name, "%s%s", e->task_names[k], suffix[s]);
+            fputc(',', fp);
+            mp_csv_write_field(fp, name);
+        }
     fputc('\n', fp);
 }
 
@@ -104,8 +113,10 @@ static mp_status predict_open(predict_run *p)
     const mp_predict_opts *o = p->o;
     int32_t cap = o->chunk_rows;
     mp_status st;
-    if ((st = mp_ensemble_load(&p->e, o->model_path, o->backend)))
+    if ((st = mp_ensemble_load(&p->e, o->model_path, o->backend)) ||
+        (st = mp_unc_run_open(&p->u, o, p->e)))
         return st;
+    p->u_open = 1;
     if ((p->e->features & MP_FEAT_FILE) && !o->features_path)
         return mp_error_set(MP_ERR_ARG, "%s was trained with %d features from a file: give "
                             "the data's with --features-path", o->model_path, p->e->n_file);
@@ -139,7 +150,9 @@ static mp_status predict_open(predict_run *p)
     p->mean = mp_malloc(sizeof(double) * (size_t)cap * t);
     p->std = mp_malloc(sizeof(double) * (size_t)cap * t);
     p->idx = mp_malloc(sizeof(int32_t) * (size_t)cap);
-    if (!p->c.smiles || !p->c.line || !p->mean || !p->std || !p->idx)
+    p->lower = mp_malloc(sizeof(double) * (size_t)cap * t);
+    p->upper = mp_malloc(sizeof(double) * (size_t)cap * t);
+    if (!p->c.smiles || !p->c.line || !p->mean || !p->std || !p->idx || !p->lower || !p->upper)
         return mp_error_set(MP_ERR_NOMEM, "out of memory (chunk of %d rows)", cap);
     p->c.cap = cap;
     if ((st = mp_afile_open(&p->out, o->out_path)))
@@ -161,8 +174,8 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
         return mp_error_set(MP_ERR_FORMAT, "%s: %zu rows of features, %s has more (one row of "
                             "features per input row)", o->features_path, file->n_rows,
                             o->data_path);
-    mp_status st = predict_chunk(p->e, &p->c, fo, file, p->stats->n_rows, p->idx, p->mean,
-                                 p->std);
+    mp_status st = predict_chunk(&p->u, &p->c, fo, file, (int64_t)p->stats->n_rows, p->idx,
+                                 p->mean, p->std, p->lower, p->upper);
     if (st)
         return st;
     for (int32_t i = 0; i < p->c.n; i++) {
@@ -177,10 +190,13 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
             fputc(',', fp);
             write_number(fp, p->mean[(size_t)i * t + k]);
         }
-        for (size_t k = 0; o->uncertainty && k < t; k++) {
-            fputc(',', fp);
-            write_number(fp, p->std[(size_t)i * t + k]);
-        }
+        const double *extra[3] = { p->std, p->lower, p->upper };
+        int want[3] = { p->u.unc_cols, p->u.interval_cols, p->u.interval_cols };
+        for (int s = 0; s < 3; s++)
+            for (size_t k = 0; want[s] && k < t; k++) {
+                fputc(',', fp);
+                write_number(fp, extra[s][(size_t)i * t + k]);
+            }
         fputc('\n', fp);
     }
     p->stats->n_rows += (size_t)p->c.n;
@@ -248,6 +264,10 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     mp_free(p.mean);
     mp_free(p.std);
     mp_free(p.idx);
+    mp_free(p.lower);
+    mp_free(p.upper);
+    if (p.u_open)
+        mp_unc_run_free(&p.u);
     mp_csv_close(p.r);
     mp_ensemble_free(p.e);
     return st;

@@ -509,7 +509,7 @@ static mp_status build_ensemble(train_run *r)
         if (!(e->task_names[t] = mp_strdup(d->task_names[t])))
             return mp_error_set(MP_ERR_NOMEM, "out of memory");
     r->eval_batch = e->backend->host_memory ? EVAL_BATCH : EVAL_BATCH_GPU;
-    return MP_OK;
+    return mp_transfer_init(e, o);
 }
 
 /* The feature scaler, fitted on the training rows' molecule features (in

@@ -81,6 +81,12 @@ typedef struct {
                                       * stderr (the batch source's part too)    */
     const char     *registry;        /* dataset registry file for the task type *
                                       * (NULL: data/datasets.tsv)               */
+    const char     *init_model;      /* transfer learning (transfer.c): start  *
+                                      * from this model file's weights (NULL:  *
+                                      * fresh), a fresh head when its tasks    *
+                                      * differ                                 */
+    int             freeze_encoder;  /* 1: the D-MPNN encoder is not trained   */
+    int             freeze_ffn_layers;  /* the first K head layers are not     */
     const char     *save_dir;        /* NULL: nothing written                  */
     int             quiet;           /* 1: no progress output                  */
     const mp_train_inputs *inputs;   /* NULL: read and featurize data_path     */
@@ -112,6 +118,18 @@ typedef struct {
  * save_dir/metrics.json atomically.  Fails with a message on bad input.
  */
 mp_status mp_train(const mp_train_opts *opts, mp_train_result *res);
+
+/*
+ * Transfer learning (transfer.c), on a freshly built ensemble e (its task
+ * names and type set): with o->init_model, member i starts from member
+ * i % n of that model file, every tensor copied when the tasks (names and
+ * type) are the same, all but the head's last layer (left as initialized,
+ * a fresh head) when they differ; the architecture, atom layout and
+ * molecule features must match (MP_ERR_ARG naming the difference).  Then
+ * the freezing of o->freeze_encoder / o->freeze_ffn_layers
+ * (mp_model_set_frozen; freezing without an initial model is refused).
+ */
+mp_status mp_transfer_init(mp_ensemble *e, const mp_train_opts *o);
 void      mp_train_result_free(mp_train_result *res);
 
 #ifdef __cplusplus
