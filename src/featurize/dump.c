@@ -132,7 +132,7 @@ static mp_status open_out(out_file *o, const char *dir, const char *name, int gz
     if (gz) {
         /* zlib writes through its own descriptor; the FILE stays unused
          * until mp_afile_commit closes it and renames the file. */
-        int fd = dup(fileno(o->af.fp));
+        int fd = dup(o->af.fd);
         o->gz = fd >= 0 ? gzdopen(fd, "wb6") : NULL;
         if (!o->gz) {
             if (fd >= 0)
