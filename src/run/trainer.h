@@ -51,8 +51,18 @@ typedef struct {
     int             profile;         /* 1: where each epoch's time goes, one    *
                                       * "profile epoch" line per epoch on       *
                                       * stderr (the batch source's part too)    */
-    const char     *save_dir;        /* NULL: nothing written                  */
+    const char     *save_dir;        /* NULL: nothing written (NULL with       *
+                                      * resume: the resumed directory)          */
     int             quiet;           /* 1: no progress output                  */
+    int             checkpoint_every; /* epochs between checkpoints (0: none): *
+                                      * save_dir/checkpoint.mpc, replaced       *
+                                      * atomically, removed when the run ends   *
+                                      * well (checkpoint.h)                     */
+    const char     *resume;          /* a save directory holding a checkpoint: *
+                                      * continue that run (every option that    *
+                                      * decides the result must be the same;    *
+                                      * checkpoint_every, threads, quiet and    *
+                                      * profile may differ)                     */
 } mp_train_opts;
 
 mp_train_opts mp_train_opts_default(void);
@@ -73,6 +83,14 @@ typedef struct {
  * invalid rows, per-epoch lines or a progress bar, skipped tasks) go to
  * stderr unless opts->quiet.  Writes save_dir/model.mpm and
  * save_dir/metrics.json atomically.  Fails with a message on bad input.
+ *
+ * A stop request (mp_interrupt_request) ends it with MP_ERR_INTERRUPTED;
+ * like any other failure that leaves no temporary file and removes the
+ * save directory if this run made it, unless a checkpoint is in it: then
+ * the directory and the checkpoint stay, and the message says how to go on.
+ * With resume, the run continues from the checkpoint and ends with the
+ * model, bit for bit, of a run never interrupted; MP_ERR_ARG (naming the
+ * option) when an option or the data differ from the checkpoint's.
  */
 mp_status mp_train(const mp_train_opts *opts, mp_train_result *res);
 void      mp_train_result_free(mp_train_result *res);
