@@ -240,6 +240,7 @@ mp_status mp_features_dump(const mp_features *f, const char *const *smiles, cons
                                   file_names[i], gz ? ".gz" : "", dir);
         }
     }
+    int committed[N_FILES] = { 0 };   /* removed again if a later commit fails */
     for (int i = 0; i < N_FILES; i++) {
         if (!of[i].open)
             continue;
@@ -248,8 +249,14 @@ mp_status mp_features_dump(const mp_features *f, const char *const *smiles, cons
         if (st)
             mp_afile_abort(&of[i].af);   /* after a failure, no further file appears */
         else
-            st = mp_afile_commit(&of[i].af);
+            committed[i] = (st = mp_afile_commit(&of[i].af)) == MP_OK;
         mp_buf_free(&of[i].buf);
+    }
+    for (int i = 0; st && i < N_FILES; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.tsv%s", dir, file_names[i], gz ? ".gz" : "");
+        if (committed[i])
+            (void)unlink(path);   /* all the files or none */
     }
     return st;
 }

@@ -253,6 +253,7 @@ typedef struct {
     int                  feat_dim;
     int32_t              eval_batch;
     int                  made_dir;     /* this run made save_dir             */
+    int                  wrote;        /* outputs[0..wrote) are written      */
     int                  dir_slot;     /* ... and put it on the cleanup list */
     double               t_start;      /* when reading the CSV began         */
     mp_progress          prog;
@@ -690,26 +691,34 @@ static mp_status save_outputs(train_run *r)
     snprintf(path, sizeof path, "%s/%s", dir, outputs[0]);
     if ((st = mp_ensemble_save(r->e, path)))
         return st;
+    r->wrote = 1;
     snprintf(path, sizeof path, "%s/%s", dir, outputs[1]);
     if ((st = write_metrics_json(r->o, r->d, r->res, path)))
         return st;
+    r->wrote = 2;
     snprintf(path, sizeof path, "%s/%s", dir, outputs[2]);
-    return write_split(&r->sp, path);
+    if ((st = write_split(&r->sp, path)))
+        return st;
+    r->wrote = 3;
+    return MP_OK;
 }
 
-/* Frees the run; after a failure, removes a save_dir this run made unless
- * a checkpoint is in it.  After success, the checkpoint is not needed. */
+/* Frees the run.  After a failure: the outputs it wrote are removed (the
+ * three belong together), and a save_dir this run made too, unless a
+ * checkpoint is in it (rmdir keeps a directory that is not empty).  After
+ * success, the checkpoint is not needed. */
 static void train_free(train_run *r, int failed)
 {
     if (!failed && r->ck_path[0])
         (void)unlink(r->ck_path);
-    if (failed && r->made_dir && !r->ck_written) {
+    if (failed) {
         char path[4096];
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < r->wrote; i++) {
             snprintf(path, sizeof path, "%s/%s", r->o->save_dir, outputs[i]);
             (void)unlink(path);
         }
-        (void)rmdir(r->o->save_dir);
+        if (r->made_dir)
+            (void)rmdir(r->o->save_dir);
     }
     if (r->made_dir)
         mp_cleanup_remove(r->dir_slot);
