@@ -51,7 +51,7 @@ const char *mp_csv_path(const mp_csv_reader *r);
 #define MP_CSV_MAX_RECORD     (16u << 20)
 #define MP_CSV_MAX_FIELDS     100000u
 #define MP_CSV_GZ_MAX_RATIO   200
-#define MP_CSV_GZ_BOMB_BYTES  (256ull << 20)
+#define MP_CSV_GZ_BOMB_BYTES  (64ull << 20)
 void mp_csv_set_limits(mp_csv_reader *r, size_t max_record, size_t max_fields);
 void mp_csv_close(mp_csv_reader *r);
 

@@ -432,7 +432,7 @@ mp_status mp_dataset_load(mp_dataset **out, const char *path, const mp_column_sp
         if (grow_rows(d, &cap, d->n_rows + 1))
             goto nomem;
         size_t i = d->n_rows;
-        double *row = d->targets + i * d->n_tasks;
+        double *row = d->n_tasks ? d->targets + i * d->n_tasks : NULL;   /* none: no targets */
         for (size_t j = 0; j < n_tcols; j++)
             if (mp_parse_target(f[tcols[j]], &row[j]) != MP_OK) {
                 char cell[64];

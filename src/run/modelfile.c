@@ -3,6 +3,7 @@
  * header store, the writer (atomic, CRC computed on the way out) and the
  * reader, which trusts no length it has not checked against the bytes.
  */
+#define _GNU_SOURCE   /* qsort_r */
 #include "run/modelfile.h"
 
 #include <errno.h>
@@ -22,6 +23,8 @@ struct mp_kv {
 };
 
 #define KV_MAX_KEY 128
+#define KV_MAX_KEYS 4096   /* a header's keys, so a hostile one cannot make the
+                            * duplicate check (linear per key) take hours     */
 
 mp_status mp_kv_new(mp_kv **out)
 {
@@ -408,6 +411,9 @@ static mp_status parse_line(mp_kv *kv, const char *line, size_t n, size_t line_n
     char key[KV_MAX_KEY + 1];
     memcpy(key, line, klen);
     key[klen] = '\0';
+    if (kv->n >= KV_MAX_KEYS)
+        return mp_error_set(MP_ERR_FORMAT, "%s: header line %zu: more than %d keys", o, line_no,
+                            KV_MAX_KEYS);
     if (kv_find(kv, key) >= 0)
         return mp_error_set(MP_ERR_FORMAT, "%s: header line %zu: key '%s' appears twice", o,
                             line_no, key);
@@ -611,6 +617,38 @@ static void cw_put(crc_writer *w, const void *p, size_t n)
     fwrite(p, 1, n, w->fp);
 }
 
+static int cmp_tensor(const void *a, const void *b, void *ctx)
+{
+    const mp_tensor *t = ctx;
+    const mp_tensor *x = &t[*(const size_t *)a], *y = &t[*(const size_t *)b];
+    if (x->block != y->block)
+        return x->block < y->block ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* 1 when two of t[0..n) have the same block and name (the first such pair
+ * in sorted order into *dup), 0 when none, -1 out of memory.  Sorted, so a
+ * file of a million tensors is checked in a second, not in days. */
+static int find_repeat(const mp_tensor *t, size_t n, size_t *dup)
+{
+    if (n < 2)
+        return 0;
+    size_t *ix = mp_malloc(sizeof(size_t) * n);
+    if (!ix)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        ix[i] = i;
+    qsort_r(ix, n, sizeof *ix, cmp_tensor, (void *)t);
+    int found = 0;
+    for (size_t i = 1; i < n && !found; i++)
+        if (cmp_tensor(&ix[i - 1], &ix[i], (void *)t) == 0) {
+            *dup = ix[i];
+            found = 1;
+        }
+    mp_free(ix);
+    return found;
+}
+
 /* Checks every tensor (name, ndim, size, data, no repeats) and adds their
  * record sizes to *total. */
 static mp_status check_tensors(const char *path, const mp_tensor *tensors, size_t n_tensors,
@@ -630,12 +668,15 @@ static mp_status check_tensors(const char *path, const mp_tensor *tensors, size_
             return mp_error_set(MP_ERR_ARG, "%s: tensor %s is too large", path, t->name);
         if (!t->data && mp_tensor_numel(t) > 0)
             return mp_error_set(MP_ERR_ARG, "%s: tensor %s has no data", path, t->name);
-        for (size_t j = 0; j < i; j++)
-            if (tensors[j].block == t->block && strcmp(tensors[j].name, t->name) == 0)
-                return mp_error_set(MP_ERR_ARG, "%s: tensor %s of member %u given twice", path,
-                                    t->name, t->block);
         *total += rs;
     }
+    size_t dup;
+    int r = find_repeat(tensors, n_tensors, &dup);
+    if (r < 0)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", path);
+    if (r)
+        return mp_error_set(MP_ERR_ARG, "%s: tensor %s of member %u given twice", path,
+                            tensors[dup].name, tensors[dup].block);
     return MP_OK;
 }
 
@@ -768,10 +809,6 @@ static mp_status store_tensor(mp_modelfile *mf, uint32_t i, const unsigned char 
     t->data = dst;
     if (block + 1 > mf->n_blocks)
         mf->n_blocks = block + 1;
-    for (uint32_t j = 0; j < i; j++)
-        if (mf->tensors[j].block == block && strcmp(mf->tensors[j].name, nm) == 0)
-            return mp_error_set(MP_ERR_FORMAT, "%s: tensor %s of member %u appears twice",
-                                origin, nm, block);
     return MP_OK;
 }
 
@@ -895,6 +932,13 @@ mp_status mp_modelfile_parse(mp_modelfile **out, const void *bytes, size_t n, co
         mf->n_tensors = n_tensors;
         st = walk_tensors(mf, c, n_tensors, origin, &n_floats, &n_names);
     }
+    size_t dup;
+    int r = st == MP_OK ? find_repeat(mf->tensors, mf->n_tensors, &dup) : 0;
+    if (r < 0)
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", origin);
+    else if (r)
+        st = mp_error_set(MP_ERR_FORMAT, "%s: tensor %s of member %u appears twice", origin,
+                          mf->tensors[dup].name, mf->tensors[dup].block);
     if (st) {
         mp_modelfile_free(mf);
         return st;
