@@ -7,6 +7,7 @@
  */
 #include "robust_test.h"
 #include "run/checkpoint.h"
+#include "run/modelfile.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -249,11 +250,20 @@ MP_TEST(robust_resume_refuses_what_differs)
     CHECK_EQ_INT(mp_train(&x, &r), MP_ERR_ARG);
     CHECK(strstr(mp_error_message(), "rows = 1128") != NULL);
 
-    /* threads and quiet may differ; the refused tries left the checkpoint */
-    x = o;
-    x.resume = dir;
+    /* the refused tries left the checkpoint; `train --resume D` alone: the
+     * options come back from it (threads and quiet may differ) */
+    x = mp_train_opts_default();
     x.threads = 2;
-    CHECK_OK(mp_train(&x, &r));
+    x.quiet = 1;
+    mp_kv *keep = NULL;
+    CHECK_OK(mp_train_opts_from_checkpoint(dir, &x, &keep));
+    int same = x.hidden == 32 && x.epochs == 4 && x.threads == 2 && x.task == -1 &&
+               !strcmp(x.data_path, o.data_path) && !strcmp(x.backend, "cpu") &&
+               x.resume == dir && !x.columns.smiles_column && x.split.sizes[0] == 0.8;
+    mp_status st = same ? mp_train(&x, &r) : MP_ERR_INTERNAL;
+    mp_kv_free(keep);
+    CHECK(same);
+    CHECK_OK(st);
     mp_train_result_free(&r);
     /* finished: nothing left to resume */
     CHECK_EQ_INT(mp_train(&x, &r), MP_ERR_IO);

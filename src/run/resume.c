@@ -4,6 +4,8 @@
  */
 #include "run/resume.h"
 
+#include "run/checkpoint.h"
+
 #include <string.h>
 
 static const char *str_or(const char *s, const char *dflt) { return s ? s : dflt; }
@@ -15,7 +17,8 @@ mp_status mp_train_identity_opts(const mp_train_opts *o, mp_kv *kv)
     static const char *const agg[3] = { "mean", "sum", "norm" };
     int a = o->aggregation >= 0 && o->aggregation <= 2 ? (int)o->aggregation : 0;
     mp_status st;
-    if ((st = mp_kv_set(kv, "opt.smiles-column", str_or(o->columns.smiles_column, ""))) ||
+    if ((st = mp_kv_set(kv, "run.data", str_or(o->data_path, ""))) ||
+        (st = mp_kv_set(kv, "opt.smiles-column", str_or(o->columns.smiles_column, ""))) ||
         (st = mp_kv_set(kv, "opt.target-columns", str_or(o->columns.target_columns, ""))) ||
         (st = mp_kv_set(kv, "opt.ignore-columns", str_or(o->columns.ignore_columns, ""))) ||
         (st = mp_kv_set(kv, "opt.task", o->task < 0 ? "auto"
@@ -47,6 +50,120 @@ mp_status mp_train_identity_opts(const mp_train_opts *o, mp_kv *kv)
         (st = mp_kv_set_int(kv, "opt.slot-classes", o->slot_classes)))
         return st;
     return MP_OK;
+}
+
+/* ===================================================================== */
+/* Options back from a checkpoint                                         */
+/* ===================================================================== */
+
+static mp_status get_int(const mp_kv *kv, const char *key, int *out)
+{
+    long long v;
+    mp_status st = mp_kv_get_int(kv, key, INT32_MIN, INT32_MAX, &v);
+    if (st == MP_OK)
+        *out = (int)v;
+    return st;
+}
+
+/* "" (as written for NULL) back to NULL. */
+static const char *null_if_empty(const char *s) { return s && *s ? s : NULL; }
+
+static mp_status opts_from_kv(const mp_kv *kv, mp_train_opts *o)
+{
+    const char *s;
+    long long seed;
+    double *sizes = NULL;
+    size_t n_sizes = 0;
+    mp_status st;
+    if ((st = mp_kv_get_str(kv, "run.data", &s)))
+        return st;
+    o->data_path = s;
+    if ((st = mp_kv_get_str(kv, "opt.smiles-column", &s)))
+        return st;
+    o->columns.smiles_column = null_if_empty(s);
+    if ((st = mp_kv_get_str(kv, "opt.target-columns", &s)))
+        return st;
+    o->columns.target_columns = null_if_empty(s);
+    if ((st = mp_kv_get_str(kv, "opt.ignore-columns", &s)))
+        return st;
+    o->columns.ignore_columns = null_if_empty(s);
+    if ((st = mp_kv_get_str(kv, "opt.task", &s)))
+        return st;
+    mp_task_type task;
+    if (!strcmp(s, "auto"))
+        o->task = -1;
+    else if ((st = mp_task_type_parse(s, &task)) == MP_OK)
+        o->task = (int)task;
+    else
+        return st;
+    if ((st = mp_kv_get_str(kv, "opt.metric", &s)))
+        return st;
+    o->metric = strcmp(s, "default") ? s : NULL;
+    if ((st = mp_kv_get_str(kv, "opt.model", &s)))
+        return st;
+    o->model = !strcmp(s, "ffn") ? MP_MODEL_FFN : MP_MODEL_DMPNN;
+    if ((st = mp_kv_get_str(kv, "opt.features", &s)) || (st = mp_feature_set_parse(s, &o->features)) ||
+        (st = mp_kv_get_str(kv, "opt.atom-layout", &s)) || (st = mp_atom_layout_parse(s, &o->layout)) ||
+        (st = mp_kv_get_str(kv, "opt.split", &s)) || (st = mp_split_type_parse(s, &o->split.type)) ||
+        (st = get_int(kv, "opt.folds", &o->split.n_folds)) ||
+        (st = mp_kv_get_int(kv, "opt.seed", 0, INT64_MAX, &seed)) ||
+        (st = get_int(kv, "opt.epochs", &o->epochs)) ||
+        (st = get_int(kv, "opt.batch-size", &o->batch_size)) ||
+        (st = mp_kv_get_double(kv, "opt.warmup-epochs", &o->warmup_epochs)) ||
+        (st = mp_kv_get_double(kv, "opt.init-lr", &o->init_lr)) ||
+        (st = mp_kv_get_double(kv, "opt.max-lr", &o->max_lr)) ||
+        (st = mp_kv_get_double(kv, "opt.final-lr", &o->final_lr)) ||
+        (st = get_int(kv, "opt.hidden", &o->hidden)) ||
+        (st = get_int(kv, "opt.depth", &o->depth)) ||
+        (st = get_int(kv, "opt.ffn-layers", &o->ffn_layers)) ||
+        (st = get_int(kv, "opt.ffn-hidden", &o->ffn_hidden)) ||
+        (st = mp_kv_get_double(kv, "opt.dropout", &o->dropout)) ||
+        (st = mp_kv_get_str(kv, "opt.aggregation", &s)))
+        return st;
+    o->seed = (uint64_t)seed;
+    o->aggregation = !strcmp(s, "sum") ? MP_AGG_SUM : !strcmp(s, "norm") ? MP_AGG_NORM
+                                                                          : MP_AGG_MEAN;
+    if ((st = get_int(kv, "opt.ensemble-size", &o->ensemble_size)) ||
+        (st = mp_kv_get_str(kv, "opt.backend", &s)))
+        return st;
+    o->backend = s;
+    if ((st = get_int(kv, "opt.resident", &o->resident)) ||
+        (st = get_int(kv, "opt.graph", &o->graph)) ||
+        (st = get_int(kv, "opt.slot-classes", &o->slot_classes)) ||
+        (st = mp_kv_get_doubles(kv, "opt.split-sizes", &sizes, &n_sizes)))
+        return st;
+    if (n_sizes == 3)
+        memcpy(o->split.sizes, sizes, sizeof o->split.sizes);
+    mp_free(sizes);
+    if (n_sizes != 3)
+        return mp_error_set(MP_ERR_FORMAT, "%s: opt.split-sizes holds %zu values",
+                            mp_kv_origin(kv), n_sizes);
+    return MP_OK;
+}
+
+mp_status mp_train_opts_from_checkpoint(const char *dir, mp_train_opts *o, mp_kv **keep)
+{
+    *keep = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, MP_CHECKPOINT_FILE);
+    mp_modelfile *mf = NULL;
+    mp_status st = mp_modelfile_read(&mf, path);
+    if (st)
+        return st;
+    const char *fmt = mp_kv_get(mf->header, "format");
+    if (!fmt || strcmp(fmt, "molprop-checkpoint") != 0)
+        st = mp_error_set(MP_ERR_FORMAT, "%s: not a molprop checkpoint", path);
+    mp_train_opts t = *o;
+    if (st == MP_OK)
+        st = opts_from_kv(mf->header, &t);
+    if (st == MP_OK) {
+        t.resume = dir;
+        *o = t;
+        *keep = mf->header;   /* the strings of *o point into it */
+        mf->header = NULL;
+    }
+    mp_modelfile_free(mf);
+    return st;
 }
 
 /* CRC-32 of what the run learns from: every row's SMILES (with its NUL)

@@ -18,7 +18,8 @@ extern "C" {
 
 /* The options of o that decide its result (not threads, quiet, profile,
  * save_dir, checkpoint_every, resume), as "opt.<name>" keys named like the
- * command line's flags ("opt.epochs", "opt.batch-size", ...). */
+ * command line's flags ("opt.epochs", "opt.batch-size", ...), and the data
+ * file's path as "run.data" (not compared: the data's CRC is). */
 mp_status mp_train_identity_opts(const mp_train_opts *o, mp_kv *kv);
 
 /* "data.*": rows, CRC-32 of every SMILES and label row, task names, task

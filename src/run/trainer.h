@@ -93,6 +93,17 @@ typedef struct {
  * option) when an option or the data differ from the checkpoint's.
  */
 mp_status mp_train(const mp_train_opts *opts, mp_train_result *res);
+
+/*
+ * `molprop train --resume D` with no other option: every option that
+ * decides the result, and the data file, as the checkpoint in D records
+ * them, into *o (the rest of *o, threads, quiet, profile, checkpoint_every,
+ * stays as the caller set it), and o->resume = dir.  The strings of *o then
+ * point into *keep: free it with mp_kv_free after the run (run/modelfile.h).
+ * MP_ERR_IO when D holds no checkpoint, MP_ERR_FORMAT for a damaged one.
+ */
+struct mp_kv;
+mp_status mp_train_opts_from_checkpoint(const char *dir, mp_train_opts *o, struct mp_kv **keep);
 void      mp_train_result_free(mp_train_result *res);
 
 #ifdef __cplusplus
