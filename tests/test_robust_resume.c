@@ -299,3 +299,47 @@ MP_TEST(robust_interrupt_without_checkpoint_leaves_nothing)
     list_dir(dir, names, sizeof names);
     CHECK_MSG(!strcmp(names, ""), "left %s", names);
 }
+
+MP_TEST(robust_resume_refuses_damaged_checkpoint)
+{
+    const char *dir = tmp("damaged");
+    mp_train_opts o, x;
+    mp_train_result r;
+    CHECK(stopped_run(dir, &o));
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, MP_CHECKPOINT_FILE);
+    size_t n;
+    char *good = mp_test_slurp(path, &n);
+    CHECK(good != NULL && n > 100);
+
+    /* one byte flipped: the CRC says so, naming the file */
+    good[n / 2] ^= 0x40;
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    fwrite(good, 1, n, fp);
+    fclose(fp);
+    good[n / 2] ^= 0x40;
+    x = o;
+    x.resume = dir;
+    mp_status st = mp_train(&x, &r);
+    CHECK_EQ_INT(st, MP_ERR_CHECKSUM);
+    CHECK(strstr(mp_error_message(), path) != NULL);
+
+    /* a checkpoint that adds up but whose epoch order indexes rows outside
+     * the training set: refused before any step reads them */
+    mp_modelfile *mf = NULL;
+    st = mp_modelfile_parse(&mf, good, n, path);
+    mp_free(good);
+    CHECK_OK(st);
+    for (size_t i = 0; i < mf->n_tensors; i++)
+        if (!strcmp(mf->tensors[i].name, "order")) {
+            uint32_t *w = (uint32_t *)mf->tensors[i].data;
+            w[0] = 1000000;
+        }
+    st = mp_modelfile_write(path, mf->header, mf->tensors, mf->n_tensors);
+    mp_modelfile_free(mf);
+    CHECK_OK(st);
+    st = mp_train(&x, &r);
+    CHECK_EQ_INT(st, MP_ERR_FORMAT);
+    CHECK_MSG(strstr(mp_error_message(), "epoch order") != NULL, "%s", mp_error_message());
+}

@@ -8,6 +8,7 @@
 #include "models/schedule.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MP_STREAM_SHUFFLE 201    /* mp_rng stream for the epoch order */
@@ -196,6 +197,31 @@ static mp_status member_checkpoint(member *mb, int epoch)
     return st;
 }
 
+static int cmp_sz(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* order[0..n) is a permutation of the training rows (a checkpoint's order
+ * indexes the store: a damaged one must not read outside it). */
+static int is_train_order(const mp_batch_data *b, const size_t *order)
+{
+    size_t n = (size_t)b->n_train;
+    size_t *x = mp_malloc(sizeof(size_t) * (n ? 2 * n : 1));
+    if (!x)
+        return -1;
+    size_t *y = x + n;
+    memcpy(x, order, sizeof(size_t) * n);
+    for (size_t i = 0; i < n; i++)
+        y[i] = (size_t)b->train[i];
+    qsort(x, n, sizeof *x, cmp_sz);
+    qsort(y, n, sizeof *y, cmp_sz);
+    int same = n == 0 || memcmp(x, y, sizeof(size_t) * n) == 0;
+    mp_free(x);
+    return same;
+}
+
 /* The member where a checkpoint left it: its streams, schedule, best so
  * far, model and source, and the epoch after the checkpoint prepared as
  * the interrupted run had prepared it. */
@@ -207,6 +233,12 @@ static mp_status member_resume(member *mb, const mp_fit_state *s)
         return mp_error_set(MP_ERR_FORMAT, "checkpoint of member %d does not fit this run "
                             "(%d training molecules, %d steps, %zu parameters, epoch %d)",
                             s->k, (int)s->n_train, (int)s->n_steps, s->n_params, s->epoch);
+    int perm = s->prepared ? is_train_order(&c->batches, s->order) : 1;
+    if (perm < 0)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory resuming");
+    if (!perm)
+        return mp_error_set(MP_ERR_FORMAT, "checkpoint of member %d: its epoch order is not "
+                            "an order of this run's training set", s->k);
     mb->rng = s->rng;
     mb->noam = s->noam;
     memcpy(mb->order, s->order, sizeof(size_t) * (size_t)s->n_train);
