@@ -348,3 +348,84 @@ MP_TEST(robust_model_file_many_tensors_and_keys)
     CHECK_EQ_INT(st, MP_ERR_FORMAT);
     CHECK(strstr(mp_error_message(), "more than 4096 keys") != NULL);
 }
+
+/* ===================================================================== */
+/* A read interrupted by a signal (standard input from a pipe, a handler  */
+/* without SA_RESTART)                                                    */
+/* ===================================================================== */
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t alarms;
+static int alarm_stops;   /* 1: the handler requests a stop, as the CLI's does */
+
+static void on_alarm(int sig)
+{
+    alarms++;
+    if (alarm_stops)
+        mp_interrupt_request(SIGINT);
+}
+
+static void *late_writer(void *arg)
+{
+    int fd = *(int *)arg;
+    usleep(300000);
+    static const char text[] = "smiles,y\nCCO,1\n";
+    ssize_t w = write(fd, text, sizeof text - 1);
+    (void)w;
+    close(fd);
+    return NULL;
+}
+
+/* Reads the pipe's records after a 100 ms alarm interrupts the blocked read. */
+static mp_status read_pipe_interrupted(int stops, size_t *n_records)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return MP_ERR_INTERNAL;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;   /* no SA_RESTART: the blocked read returns EINTR */
+    sigaction(SIGALRM, &sa, &old);
+    alarm_stops = stops;
+    alarms = 0;
+    pthread_t th;
+    int wfd = p[1];
+    pthread_create(&th, NULL, late_writer, &wfd);
+    struct itimerval it = { { 0, 0 }, { 0, 100000 } };
+    setitimer(ITIMER_REAL, &it, NULL);
+    char path[64];
+    snprintf(path, sizeof path, "/dev/fd/%d", p[0]);
+    mp_csv_reader *r = NULL;
+    mp_status st = mp_csv_open(&r, path);
+    *n_records = 0;
+    for (;;) {
+        char **f;
+        size_t nf, line;
+        if (st || (st = mp_csv_next(r, &f, &nf, &line)) || nf == 0)
+            break;
+        (*n_records)++;
+    }
+    mp_csv_close(r);
+    pthread_join(th, NULL);
+    close(p[0]);
+    sigaction(SIGALRM, &old, NULL);
+    return st;
+}
+
+MP_TEST(robust_csv_read_interrupted_by_a_signal)
+{
+    size_t n;
+    mp_interrupt_clear();
+    /* a signal that asks for nothing: the read goes on */
+    CHECK_OK(read_pipe_interrupted(0, &n));
+    CHECK(alarms == 1 && n == 2);
+    /* a stop request: the read ends with it, not with an I/O error */
+    mp_status st = read_pipe_interrupted(1, &n);
+    mp_interrupt_clear();
+    CHECK_EQ_INT(st, MP_ERR_INTERRUPTED);
+    CHECK(strstr(mp_error_message(), "SIGINT") != NULL);
+}

@@ -136,11 +136,23 @@ mp_status mp_csv_open(mp_csv_reader **out, const char *path)
     }
 
     /* The first bytes decide: gzip magic 1f 8b, or plain text. */
-    size_t n = fread(r->text, 1, 2, r->fp);
-    if (ferror(r->fp)) {
+    size_t n = 0;
+    while (n < 2) {
+        size_t got = fread(r->text + n, 1, 2 - n, r->fp);
+        n += got;
+        if (got > 0 && ferror(r->fp) && errno == EINTR)
+            clearerr(r->fp);   /* interrupted after a byte: the next read goes on */
+        if (got > 0 || !ferror(r->fp))
+            break;
         int e = errno;
+        mp_status st = e == EINTR ? mp_interrupt_poll() : MP_ERR_IO;
+        if (st == MP_OK) {   /* a signal that asked for nothing: read again */
+            clearerr(r->fp);
+            continue;
+        }
         mp_csv_close(r);
-        return mp_error_set(MP_ERR_IO, "cannot read %s: %s", path, strerror(e));
+        return st == MP_ERR_IO ? mp_error_set(MP_ERR_IO, "cannot read %s: %s", path, strerror(e))
+                               : st;
     }
     if (n == 2 && (unsigned char)r->text[0] == 0x1f && (unsigned char)r->text[1] == 0x8b) {
         r->gz = 1;
@@ -191,8 +203,18 @@ void mp_csv_set_limits(mp_csv_reader *r, size_t max_record, size_t max_fields)
 /* Getting text: plain reads or inflate                                   */
 /* ===================================================================== */
 
-static mp_status read_error(mp_csv_reader *r)
+/* A read that failed: a signal that interrupted it (a pipe or a terminal
+ * on standard input, a handler installed without SA_RESTART) is a stop
+ * request or nothing (then *retry: read again); anything else an error. */
+static mp_status read_error(mp_csv_reader *r, int *retry)
 {
+    *retry = 0;
+    if (errno == EINTR) {
+        clearerr(r->fp);
+        mp_status st = mp_interrupt_poll();
+        *retry = st == MP_OK;
+        return st;
+    }
     return mp_error_set(MP_ERR_IO, "%s:%zu: read error: %s", r->path, r->line, strerror(errno));
 }
 
@@ -203,11 +225,15 @@ static mp_status inflate_some(mp_csv_reader *r, size_t room)
         if (r->z.avail_in == 0 && !r->in_eof) {
             size_t n = fread(r->zin, 1, GZ_CHUNK, r->fp);
             r->z_in_total += n;
-            if (n == 0) {
-                if (ferror(r->fp))
-                    return read_error(r);
-                r->in_eof = 1;
+            if (n == 0 && ferror(r->fp)) {
+                int retry;
+                mp_status st = read_error(r, &retry);
+                if (retry)
+                    continue;
+                return st;
             }
+            if (n == 0)
+                r->in_eof = 1;
             r->z.next_in = r->zin;
             r->z.avail_in = (uInt)n;
         }
@@ -286,11 +312,13 @@ static mp_status fill(mp_csv_reader *r)
     if (r->gz)
         return inflate_some(r, room);
     size_t n = fread(r->text + r->len, 1, room, r->fp);
-    if (n == 0) {
-        if (ferror(r->fp))
-            return read_error(r);
-        r->eof = 1;
+    if (n == 0 && ferror(r->fp)) {
+        int retry;
+        st = read_error(r, &retry);
+        return retry ? MP_OK : st;   /* MP_OK with nothing read: the caller reads again */
     }
+    if (n == 0)
+        r->eof = 1;
     r->len += n;
     return MP_OK;
 }
