@@ -92,7 +92,10 @@ static ssize_t sink_write(void *cookie, const char *buf, size_t n)
             if (!s->err)
                 s->err = e;
             errno = e;
-            return done ? (ssize_t)done : -1;
+            /* fewer bytes than asked, never -1: glibc's stdio takes a cookie
+             * write's -1 as a huge count and then reads past the caller's
+             * buffer (ASan caught it); a short count sets the stream's error */
+            return (ssize_t)done;
         }
         done += (size_t)w;
     }

@@ -505,6 +505,10 @@ mp_status mp_csv_next(mp_csv_reader *r, char ***fields, size_t *n_fields, size_t
             }
         }
 
+        /* libcsv grows its field buffer by blk_size at a time: growing it by
+         * the record's size so far makes a long field cost linear time, not
+         * quadratic (a 16 MiB field took minutes under ASan's realloc) */
+        csv_set_blk_size(&r->p, r->rec_bytes > 1024 ? r->rec_bytes : 1024);
         size_t used = csv_parse(&r->p, s, n, on_field, on_record, r);
         r->pos += n;
         if (used != n) {
