@@ -1,6 +1,11 @@
 # molprop - build, test and run.
 #
-#   make            build build/molprop (CLI) and build/libmolprop.a (library)
+#   make            build build/molprop (CLI), build/libmolprop.a and
+#                   build/libmolprop.so (the library; include/molprop.h)
+#   make install PREFIX=/usr/local   the CLI, both libraries, the header and
+#                   lib/pkgconfig/molprop.pc (DESTDIR is honoured)
+#   make examples   build/examples/*: the programs in examples/, built
+#                   against build/libmolprop.so
 #   make check      install missing packages, build, run the tests, then run
 #                   them again under AddressSanitizer + UBSan (the CI command)
 #   make test       the tests once, normal build
@@ -44,21 +49,28 @@ CPPFLAGS += -Iinclude -Isrc -isystem /usr/include/rdkit -DMP_HAVE_CUDA=$(CUDA)
 CFLAGS   += -std=gnu11 $(OPT) $(WARN) -fopenmp $(SANFLAGS) -MMD -MP
 CXXFLAGS += -std=c++17 $(OPT) $(WARN) -fopenmp $(SANFLAGS) -MMD -MP \
             -Wno-deprecated-declarations
+# The library's objects go into the archive and the shared library alike:
+# position-independent, and calls between our own functions bound inside it.
+PICFLAGS := -fPIC -fno-semantic-interposition
+# The command line sees the public header only (include/molprop.h).
+CLI_CPPFLAGS := -Iinclude
+VERSION  := $(shell sed -n 's/^\#define MP_VERSION "\(.*\)"/\1/p' include/molprop.h)
+SOVER    := $(firstword $(subst ., ,$(VERSION)))
 
-RDKIT_LIBS := -lRDKitDescriptors -lRDKitFingerprints -lRDKitChemTransforms \
-              -lRDKitSubstructMatch -lRDKitSmilesParse -lRDKitGraphMol \
+RDKIT_LIBS := -lRDKitDescriptors -lRDKitPartialCharges -lRDKitFingerprints \
+              -lRDKitChemTransforms -lRDKitSubstructMatch -lRDKitSmilesParse -lRDKitGraphMol \
               -lRDKitDataStructs -lRDKitRDGeometryLib -lRDKitRDGeneral
-LDLIBS   := $(RDKIT_LIBS) -lopenblas -lcsv -lz -lcjson -lcrypto -lcurl -lm
+LDLIBS   := $(RDKIT_LIBS) -lopenblas -lcsv -lz -lcjson -linih -lcrypto -lcurl -lm
 LDFLAGS  += -fopenmp $(SANFLAGS)
 
 ifeq ($(CUDA),1)
 NVCCFLAGS := -O2 -std=c++17 -Iinclude -Isrc -DMP_HAVE_CUDA=1 \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
-             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -MMD -MP
+             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC -MMD -MP
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 endif
 
-MODULES  := core data graph featurize backend models run
+MODULES  := core data graph featurize backend models run api bench
 LIB_C    := $(foreach m,$(MODULES),$(wildcard src/$(m)/*.c))
 LIB_CXX  := $(wildcard src/featurize/*.cpp)
 LIB_CU   := $(if $(filter 1,$(CUDA)),$(wildcard src/gpu/*.cu),)
@@ -71,8 +83,8 @@ LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cpp=$(BUILD)/%.o) $(LIB_CU:%.c
 CLI_OBJ  := $(CLI_C:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_C:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test test-san test-gpu bench-gpu check demo bench clean fuzz
-all: $(BUILD)/molprop $(BUILD)/libmolprop.a
+.PHONY: all deps test test-san test-gpu bench-gpu check demo bench clean install examples fuzz
+all: $(BUILD)/molprop $(BUILD)/libmolprop.a $(BUILD)/libmolprop.so
 
 deps:
 	@sh scripts/deps.sh
@@ -87,6 +99,13 @@ $(BUILD)/libmolprop.a: $(LIB_OBJ) $(BUILD)/cuda.stamp
 	@rm -f $@
 	ar rcs $@ $(LIB_OBJ)
 
+# The shared library exports the public API only (src/libmolprop.map lists
+# it; tests/install_example.sh checks the list against molprop.h).
+$(BUILD)/libmolprop.so: $(LIB_OBJ) $(BUILD)/cuda.stamp src/libmolprop.map
+	$(CXX) -shared -Wl,-soname,libmolprop.so.$(SOVER) -Wl,--version-script=src/libmolprop.map \
+	    $(LDFLAGS) -o $@ $(LIB_OBJ) $(LDLIBS)
+	ln -sf libmolprop.so $(BUILD)/libmolprop.so.$(SOVER)
+
 $(BUILD)/molprop: $(CLI_OBJ) $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libmolprop.a $(LDLIBS)
 
@@ -97,11 +116,26 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
 # The cpu kernels vectorize only without errno semantics (sqrtf in Adam) and
 # without trapping-math (selects like "y > 0 ? dy * s : 0" stay branches
 # otherwise, and mispredict on every other element).
-$(BUILD)/src/backend/cpu.o: CFLAGS += -fno-math-errno -fno-trapping-math
+$(BUILD)/src/backend/cpu.o $(BUILD)/src/backend/cpu_graph.o: CFLAGS += -fno-math-errno -fno-trapping-math
+
+# The normalization table is embedded (.incbin) into this object.
+$(BUILD)/src/featurize/norm_table.o: data/rdkit2d_normalization.tsv
 
 # Model microbenchmark (bench/train_step.c): D-MPNN training steps on the cpu.
 $(BUILD)/bench_train_step: $(BUILD)/bench/train_step.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/src/cli/%.o: src/cli/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CLI_CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/src/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PICFLAGS) -c $< -o $@
+
+$(BUILD)/src/%.o: src/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(PICFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -121,8 +155,12 @@ MOLPROP_SHARED      ?= $(abspath ../shared)
 MOLPROP_DATA_MIRROR ?= $(MOLPROP_SHARED)/datasets
 export MOLPROP_SHARED MOLPROP_DATA_MIRROR
 
-test: $(BUILD)/run_tests $(BUILD)/molprop
-	MOLPROP_BIN=$(abspath $(BUILD)/molprop) ./$(BUILD)/run_tests $(T)
+# tests/install_example.sh (run by tests/test_install.c) installs this build
+# into a scratch prefix with these make variables and builds examples/
+# against it through pkg-config.
+test: $(BUILD)/run_tests $(BUILD)/molprop $(BUILD)/libmolprop.so
+	MOLPROP_BIN=$(abspath $(BUILD)/molprop) MOLPROP_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) BUILD=$(BUILD)" \
+	    MOLPROP_EXAMPLE_CFLAGS="$(SANFLAGS)" ./$(BUILD)/run_tests $(T)
 
 test-san:
 	$(MAKE) SAN=1 test
@@ -163,7 +201,7 @@ demo: deps all
 	sh scripts/demo.sh
 
 # Featurization benchmarks (bench/featurize.sh runs them and prints medians).
-bench: $(BUILD)/bench/parse_rate $(BUILD)/bench/featurize_rate
+bench: $(BUILD)/bench/parse_rate $(BUILD)/bench/featurize_rate $(BUILD)/bench/desc_rate
 
 $(BUILD)/bench/parse_rate: bench/parse_rate.cpp
 	@mkdir -p $(dir $@)
@@ -189,6 +227,45 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(BUILD)/libmolprop.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -DMP_FUZZ_MAIN -c -o $@.o $<
 	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $@.o $(BUILD)/libmolprop.a $(LDLIBS)
 endif
+
+# ---------------------------------------------------------------------
+# Install: bin/molprop, lib/libmolprop.{a,so}, include/molprop.h and
+# lib/pkgconfig/molprop.pc.  Libs.private lists what a static link needs
+# (pkg-config --static); the shared library records its own dependencies.
+PREFIX  ?= /usr/local
+LIBDIR  ?= $(PREFIX)/lib
+INCDIR  ?= $(PREFIX)/include
+BINDIR  ?= $(PREFIX)/bin
+PC_LIBS_PRIVATE := $(LDLIBS) -lstdc++ -lgomp -lpthread
+
+$(BUILD)/molprop.pc: molprop.pc.in FORCE
+	@mkdir -p $(dir $@)
+	@sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(PC_LIBS_PRIVATE)|' $< > $@.tmp
+	@mv $@.tmp $@
+
+install: all $(BUILD)/molprop.pc
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR)
+	install -m 755 $(BUILD)/molprop $(DESTDIR)$(BINDIR)/molprop
+	install -m 644 $(BUILD)/libmolprop.a $(DESTDIR)$(LIBDIR)/libmolprop.a
+	install -m 755 $(BUILD)/libmolprop.so $(DESTDIR)$(LIBDIR)/libmolprop.so.$(VERSION)
+	ln -sf libmolprop.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmolprop.so.$(SOVER)
+	ln -sf libmolprop.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libmolprop.so
+	install -m 644 include/molprop.h $(DESTDIR)$(INCDIR)/molprop.h
+	install -m 644 $(BUILD)/molprop.pc $(DESTDIR)$(LIBDIR)/pkgconfig/molprop.pc
+
+# The example programs, against the shared library of this build.
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+examples: $(EXAMPLES)
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libmolprop.so include/molprop.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -Wall -Wextra $(OPT) $(SANFLAGS) -Iinclude -o $@ $< -L$(BUILD) -lmolprop \
+	    -Wl,-rpath,$(abspath $(BUILD))
+
+# Chemprop's descriptor sets beside descriptastorus (bench/descriptors.sh).
+$(BUILD)/bench/desc_rate: bench/desc_rate.c $(BUILD)/libmolprop.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
 
 clean:
 	rm -rf build build-san build-nocuda build-fuzz

@@ -9,7 +9,7 @@
  * --check-morgan then compares every molecule's Morgan counts with RDKit's
  * own GetHashedMorganFingerprint (untimed) and exits 1 on any difference.
  */
-#include "molprop.h"
+#include "internal.h"   /* every module header */
 #include "featurize/rdkit_bridge.h"
 
 #include <stdlib.h>

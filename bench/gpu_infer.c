@@ -26,7 +26,7 @@
  *   build/gpu_infer [--n N] [--prec fp32|tf32|bf16|all] [--ops 0|1] [batch ...]
  *   (default: --n 262144 --prec all --ops 1, batches 4096 16384 65536)
  */
-#include "molprop.h"
+#include "internal.h"   /* every module header */
 #include "gpu/gpu.h"
 #include "run/ensemble.h"
 #include "models/model.h"
@@ -134,62 +134,48 @@ static void s_atom_embed(mp_backend *b, void *out, const int16_t *hot, const flo
     real.atom_embed(&real, out, hot, mass, w, bias, n, h, mass_row);
     t_end();
 }
-static void s_edge_embed(mp_backend *b, void *h0, const int32_t *src, const int8_t *bh,
-                         const void *a, const void *wb, int32_t n, int h)
+static void s_edge_embed(mp_backend *b, void *h0, void *m0, mp_stype st, const int32_t *src,
+                         const int8_t *bh, const void *a, const void *wb, int32_t n, int h)
 {
-    t_begin("edge_embed (%ld edges)", n, 0, 0);
-    real.edge_embed(&real, h0, src, bh, a, wb, n, h);
+    t_begin(m0 ? "edge_embed + M_0 (%ld edges)" : "edge_embed (%ld edges)", n, 0, 0);
+    real.edge_embed(&real, h0, m0, st, src, bh, a, wb, n, h);
     t_end();
 }
-static void s_edge_embed_relu(mp_backend *b, void *h0, void *m0, const int32_t *src,
-                              const int8_t *bh, const void *a, const void *wb, int32_t n, int h)
-{
-    t_begin("edge_embed_relu (%ld edges)", n, 0, 0);
-    real.edge_embed_relu(&real, h0, m0, src, bh, a, wb, n, h);
-    t_end();
-}
-static void s_relu_dropout(mp_backend *b, void *y, const void *x, size_t n, double p,
-                           uint64_t key)
+static void s_relu_dropout(mp_backend *b, void *y, const void *x, mp_stype st, size_t n, double p,
+                           mp_key key)
 {
     t_begin("relu_dropout (%ld values)", (long)n, 0, 0);
-    real.relu_dropout(&real, y, x, n, p, key);
+    real.relu_dropout(&real, y, x, st, n, p, key);
     t_end();
 }
-static void s_message(mp_backend *b, void *msg, void *s, const int32_t *is, const int32_t *ie,
-                      const int32_t *src, const void *m, int32_t na, int32_t ne, int h)
+static void s_message(mp_backend *b, void *msg, mp_stype msg_st, void *s, const int32_t *is,
+                      const int32_t *ie, const int32_t *src, const void *m, mp_stype m_st,
+                      int relu_in, int32_t na, int32_t ne, int h)
 {
-    t_begin("message (%ld atoms, %ld edges)", na, ne, 0);
-    real.message(&real, msg, s, is, ie, src, m, na, ne, h);
-    t_end();
-}
-static void s_message_direct(mp_backend *b, void *msg, const int32_t *is, const int32_t *ie,
-                             const int32_t *src, const void *m, int relu_in, int32_t na,
-                             int32_t ne, int h)
-{
-    t_begin(relu_in ? "message_direct, ReLU on read (%ld edges)" : "message_direct (%ld edges)",
-            ne, 0, 0);
-    real.message_direct(&real, msg, is, ie, src, m, relu_in, na, ne, h);
+    t_begin(relu_in ? "message, ReLU on read (%ld atoms, %ld edges)" : "message (%ld atoms, %ld edges)",
+            na, ne, 0);
+    real.message(&real, msg, msg_st, s, is, ie, src, m, m_st, relu_in, na, ne, h);
     t_end();
 }
 static void s_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, int lda,
-                            const void *w, int ldw, const void *r, int ldr, void *c, int ldc)
+                            const void *w, int ldw, mp_stype aw_st, const void *r, int ldr, void *c,
+                            int ldc, mp_stype rc_st)
 {
     t_begin("gemm_res_relu %ld x %ld x %ld", m, n, k);
-    real.gemm_res_relu(&real, m, n, k, a, lda, w, ldw, r, ldr, c, ldc);
+    real.gemm_res_relu(&real, m, n, k, a, lda, w, ldw, aw_st, r, ldr, c, ldc, rc_st);
     t_end();
 }
-static void s_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double alpha,
-                   const void *a, int lda, const void *bm, int ldb, double beta, void *c, int ldc)
+static void s_gemm(mp_backend *b, int count, const mp_gemm *g)
 {
-    t_begin("gemm %ld x %ld x %ld", m, n, k);
-    real.gemm(&real, ta, tb, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc);
+    t_begin("gemm %ld x %ld x %ld", g->m, g->n, g->k);
+    real.gemm(&real, count, g);
     t_end();
 }
-static void s_atom_sum(mp_backend *b, void *a, const int32_t *is, const int32_t *ie,
-                       const void *m, int32_t na, int h)
+static void s_atom_sum(mp_backend *b, void *a, mp_stype a_st, const int32_t *is,
+                       const int32_t *ie, const void *m, mp_stype m_st, int32_t na, int h)
 {
     t_begin("atom_sum (%ld atoms)", na, 0, 0);
-    real.atom_sum(&real, a, is, ie, m, na, h);
+    real.atom_sum(&real, a, a_st, is, ie, m, m_st, na, h);
     t_end();
 }
 static void s_pool(mp_backend *b, void *out, int ldo, const int32_t *ma, const void *x,
@@ -199,10 +185,11 @@ static void s_pool(mp_backend *b, void *out, int ldo, const int32_t *ma, const v
     real.pool(&real, out, ldo, ma, x, nm, h, agg, norm);
     t_end();
 }
-static void s_fill_rows(mp_backend *b, void *y, int ldy, const void *row, int32_t n, int cols)
+static void s_copy2d(mp_backend *b, void *dst, mp_stype dst_st, int ldd, const void *src,
+                     mp_stype src_st, int lds, int32_t n, int cols)
 {
-    t_begin("fill_rows %ld x %ld", n, cols, 0);
-    real.fill_rows(&real, y, ldy, row, n, cols);
+    t_begin(lds ? "copy2d %ld x %ld" : "copy2d (bias rows) %ld x %ld", n, cols, 0);
+    real.copy2d(&real, dst, dst_st, ldd, src, src_st, lds, n, cols);
     t_end();
 }
 
@@ -212,18 +199,13 @@ static mp_backend *shim_of(mp_backend *b)
     shim = *b;
     shim.atom_embed = s_atom_embed;
     shim.edge_embed = s_edge_embed;
-    if (b->edge_embed_relu)
-        shim.edge_embed_relu = s_edge_embed_relu;
     shim.relu_dropout = s_relu_dropout;
     shim.message = s_message;
-    if (b->message_direct)
-        shim.message_direct = s_message_direct;
-    if (b->gemm_res_relu)
-        shim.gemm_res_relu = s_gemm_res_relu;
+    shim.gemm_res_relu = s_gemm_res_relu;
     shim.gemm = s_gemm;
     shim.atom_sum = s_atom_sum;
     shim.pool = s_pool;
-    shim.fill_rows = s_fill_rows;
+    shim.copy2d = s_copy2d;
     t_stream = (cudaStream_t)mp_backend_cuda_stream(b);
     for (int i = 0; i < 2 * MAX_T; i++)
         if (!t_ev[i] && cudaEventCreate(&t_ev[i]) != cudaSuccess)
@@ -391,8 +373,8 @@ int main(int argc, char **argv)
             dev_graph d;
             dev_graph_make(&d, b, &g);
             double fwd_ms = time_forward(b, m, &d.bt, NULL);
-            /* the same without the inference fusions (ops_cuda_infer.cu), and
-             * whether they give the same bits */
+            /* the same on the unfused kernels (gpu.h plain_ops), and whether
+             * they give the same bits */
             static mp_backend plain;
             plain = *b;
             mp_backend_cuda_plain_ops(&plain);

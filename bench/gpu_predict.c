@@ -12,7 +12,7 @@
  *   build/gpu_predict DATA.csv[.gz] [batch ...]     (default 50 4096)
  *   MOLPROP_PREDICT_BACKENDS="cuda:fp32,cpu" build/gpu_predict ...  (others)
  */
-#include "molprop.h"
+#include "internal.h"   /* every module header */
 
 #include <stdio.h>
 #include <stdlib.h>

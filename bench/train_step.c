@@ -17,7 +17,7 @@
  * as 1 thread then.  (libgomp reads the variable at load time, so the
  * program cannot set it for itself.)
  */
-#include "molprop.h"
+#include "internal.h"   /* every module header */
 #include "../tests/randgraph.h"
 
 #include <stdio.h>
@@ -32,9 +32,9 @@ enum { T_GEMM, T_EMBED, T_EMBED_BW, T_EDGE, T_EDGE_BW, T_MSG, T_MSG_BW, T_SUM, T
        T_POOL, T_ELT, T_RELU, T_RELU_BW, T_COPY, T_BIAS, T_LOSS, T_ADAM, T_MEM, T_N };
 static const char *t_name[T_N] = { "gemm", "atom_embed", "atom_embed_bw", "edge_embed",
                                    "edge_embed_bw", "message", "message_bw", "atom_sum",
-                                   "atom_sum_bw", "pool(+bw)", "add/dropout", "relu(+dropout)",
+                                   "atom_sum_bw", "pool(+bw)", "dropout", "relu(+dropout)",
                                    "relu(+dropout)_bw", "copy",
-                                   "bias fill/colsum", "loss", "adam", "upload/zero" };
+                                   "col_sum", "loss", "adam", "upload/zero" };
 static double t_acc[T_N];
 static mp_backend *inner;
 
@@ -54,59 +54,60 @@ static mp_backend *inner;
         t_acc[slot] += mp_time_now() - t0;                                     \
     }
 
-WRAPV(T_GEMM, gemm, (mp_backend *b, int ta, int tb, int m, int n, int k, double al, const void *a,
-                     int lda, const void *bm, int ldb, double be, void *c, int ldc),
-      (inner, ta, tb, m, n, k, al, a, lda, bm, ldb, be, c, ldc))
-WRAPV(T_GEMM, gemm_batch, (mp_backend *b, int count, const mp_gemm *g), (inner, count, g))
+WRAPV(T_GEMM, gemm, (mp_backend *b, int count, const mp_gemm *g), (inner, count, g))
+WRAPV(T_GEMM, gemm_res_relu, (mp_backend *b, int m, int n, int k, const void *a, int lda,
+                              const void *w, int ldw, mp_stype aws, const void *r, int ldr,
+                              void *c, int ldc, mp_stype rcs),
+      (inner, m, n, k, a, lda, w, ldw, aws, r, ldr, c, ldc, rcs))
 WRAPV(T_EMBED, atom_embed, (mp_backend *b, void *o, const int16_t *h, const float *ms,
                             const void *w, const void *bi, int32_t n, int hd, int mr),
       (inner, o, h, ms, w, bi, n, hd, mr))
 WRAPV(T_EMBED_BW, atom_embed_backward, (mp_backend *b, void *dw, const int16_t *h, const float *ms,
                                         const void *d, int32_t n, int hd, int mr),
       (inner, dw, h, ms, d, n, hd, mr))
-WRAPV(T_EDGE, edge_embed, (mp_backend *b, void *h0, const int32_t *s, const int8_t *bh,
-                           const void *a, const void *wb, int32_t n, int h),
-      (inner, h0, s, bh, a, wb, n, h))
+WRAPV(T_EDGE, edge_embed, (mp_backend *b, void *h0, void *m0, mp_stype st, const int32_t *s,
+                           const int8_t *bh, const void *a, const void *wb, int32_t n, int h),
+      (inner, h0, m0, st, s, bh, a, wb, n, h))
 WRAPV(T_EDGE_BW, edge_embed_backward, (mp_backend *b, void *da, void *dwb, const int32_t *is,
                                        const int32_t *ie, const int8_t *bh, const void *d,
                                        int32_t na, int32_t ne, int h),
       (inner, da, dwb, is, ie, bh, d, na, ne, h))
-WRAPV(T_MSG, message, (mp_backend *b, void *msg, void *s, const int32_t *is, const int32_t *ie,
-                       const int32_t *src, const void *m, int32_t na, int32_t ne, int h),
-      (inner, msg, s, is, ie, src, m, na, ne, h))
-WRAPV(T_MSG_BW, message_backward, (mp_backend *b, void *dm, void *ds, const int32_t *is,
-                                   const int32_t *ie, const int32_t *dst, const void *d,
-                                   int32_t na, int32_t ne, int h),
-      (inner, dm, ds, is, ie, dst, d, na, ne, h))
-WRAPV(T_SUM, atom_sum, (mp_backend *b, void *a, const int32_t *is, const int32_t *ie,
-                        const void *m, int32_t na, int h),
-      (inner, a, is, ie, m, na, h))
-WRAPV(T_SUM_BW, atom_sum_backward, (mp_backend *b, void *dm, const int32_t *dst, const void *da,
-                                    int32_t ne, int h),
-      (inner, dm, dst, da, ne, h))
+WRAPV(T_MSG, message, (mp_backend *b, void *msg, mp_stype mst, void *s, const int32_t *is,
+                       const int32_t *ie, const int32_t *src, const void *m, mp_stype ms,
+                       int relu, int32_t na, int32_t ne, int h),
+      (inner, msg, mst, s, is, ie, src, m, ms, relu, na, ne, h))
+WRAPV(T_MSG_BW, message_backward, (mp_backend *b, void *dz, mp_stype zs, void *dh0, void *ds,
+                                   const int32_t *is, const int32_t *ie, const int32_t *dst,
+                                   const void *d, mp_stype dst_s, const void *y, mp_stype ys,
+                                   double p, int32_t na, int32_t ne, int h),
+      (inner, dz, zs, dh0, ds, is, ie, dst, d, dst_s, y, ys, p, na, ne, h))
+WRAPV(T_SUM, atom_sum, (mp_backend *b, void *a, mp_stype as, const int32_t *is, const int32_t *ie,
+                        const void *m, mp_stype ms, int32_t na, int h),
+      (inner, a, as, is, ie, m, ms, na, h))
+WRAPV(T_SUM_BW, atom_sum_backward, (mp_backend *b, void *dm, void *dmo, mp_stype os,
+                                    const int32_t *dst, const void *da, const void *y,
+                                    mp_stype ys, double p, int32_t ne, int h),
+      (inner, dm, dmo, os, dst, da, y, ys, p, ne, h))
 WRAPV(T_POOL, pool, (mp_backend *b, void *o, int ldo, const int32_t *ma, const void *x,
                      int32_t nm, int h, mp_aggregation ag, double no),
       (inner, o, ldo, ma, x, nm, h, ag, no))
 WRAPV(T_POOL, pool_backward, (mp_backend *b, void *dx, const int32_t *ma, const void *d, int ldo,
                               int32_t nm, int h, mp_aggregation ag, double no),
       (inner, dx, ma, d, ldo, nm, h, ag, no))
-WRAPV(T_ELT, add, (mp_backend *b, void *y, const void *x, size_t n), (inner, y, x, n))
-WRAPV(T_RELU, relu_dropout, (mp_backend *b, void *y, const void *x, size_t n, double p, uint64_t k),
-      (inner, y, x, n, p, k))
-WRAPV(T_RELU_BW, relu_dropout_backward, (mp_backend *b, void *dx, const void *y, const void *dy,
-                                     size_t n, double p),
-      (inner, dx, y, dy, n, p))
+WRAPV(T_RELU, relu_dropout, (mp_backend *b, void *y, const void *x, mp_stype st, size_t n,
+                             double p, mp_key k),
+      (inner, y, x, st, n, p, k))
+WRAPV(T_RELU_BW, relu_dropout_backward, (mp_backend *b, void *dx, void *dxo, mp_stype os,
+                                         const void *y, mp_stype ys, const void *dy, size_t n,
+                                         double p),
+      (inner, dx, dxo, os, y, ys, dy, n, p))
 WRAPV(T_ELT, dropout, (mp_backend *b, void *y, const void *x, int32_t r, int c, int ld, double p,
-                       uint64_t k),
+                       mp_key k),
       (inner, y, x, r, c, ld, p, k))
-WRAPV(T_ELT, dropout_backward, (mp_backend *b, void *dx, const void *dy, int32_t r, int c, int ld,
-                                double p, uint64_t k),
-      (inner, dx, dy, r, c, ld, p, k))
 WRAPV(T_COPY, copy, (mp_backend *b, void *d, const void *s, size_t n), (inner, d, s, n))
-WRAPV(T_COPY, copy2d, (mp_backend *b, void *d, int ldd, const void *s, int lds, int32_t r, int c),
-      (inner, d, ldd, s, lds, r, c))
-WRAPV(T_BIAS, fill_rows, (mp_backend *b, void *y, int ldy, const void *row, int32_t r, int c),
-      (inner, y, ldy, row, r, c))
+WRAPV(T_COPY, copy2d, (mp_backend *b, void *d, mp_stype dst, int ldd, const void *s, mp_stype sst,
+                       int lds, int32_t r, int c),
+      (inner, d, dst, ldd, s, sst, lds, r, c))
 WRAPV(T_BIAS, col_sum, (mp_backend *b, void *d, const void *x, int ldx, int32_t r, int c),
       (inner, d, x, ldx, r, c))
 WRAPV(T_LOSS, loss, (mp_backend *b, void *l, void *dy, const void *y, const void *t,
@@ -125,7 +126,7 @@ static mp_backend *make_timed(mp_backend *b)
     inner = b;
     timed = *b;
     timed.gemm = w_gemm;
-    timed.gemm_batch = w_gemm_batch;
+    timed.gemm_res_relu = w_gemm_res_relu;
     timed.atom_embed = w_atom_embed;
     timed.atom_embed_backward = w_atom_embed_backward;
     timed.edge_embed = w_edge_embed;
@@ -136,14 +137,11 @@ static mp_backend *make_timed(mp_backend *b)
     timed.atom_sum_backward = w_atom_sum_backward;
     timed.pool = w_pool;
     timed.pool_backward = w_pool_backward;
-    timed.add = w_add;
     timed.relu_dropout = w_relu_dropout;
     timed.relu_dropout_backward = w_relu_dropout_backward;
     timed.dropout = w_dropout;
-    timed.dropout_backward = w_dropout_backward;
     timed.copy = w_copy;
     timed.copy2d = w_copy2d;
-    timed.fill_rows = w_fill_rows;
     timed.col_sum = w_col_sum;
     timed.loss = w_loss;
     timed.adam = w_adam;

@@ -8,7 +8,7 @@
 #define MP_GPU_TEST_H
 
 #include "test.h"
-#include "molprop.h"
+#include "internal.h"   /* every module header */
 #include "gpu/gpu.h"
 
 /* 1 when environment variable `name` is set to something other than "" or "0". */

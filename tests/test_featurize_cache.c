@@ -166,7 +166,9 @@ MP_TEST(cache_refuses_damage)
     mp_status s_crc = load_status(bad);
 
     /* damage behind a valid checksum: the structural checks catch it */
-    size_t mol_atom_off = 64 + (((size_t)n_mols + 7) & ~(size_t)7);
+    uint32_t header_size;
+    memcpy(&header_size, d + 12, 4);   /* after magic and version */
+    size_t mol_atom_off = header_size + (((size_t)n_mols + 7) & ~(size_t)7);
     int32_t v, big = 1 << 30;
     memcpy(&v, d + mol_atom_off + 4, 4);
     memcpy(d + mol_atom_off + 4, &big, 4);   /* mol_atom[1]: offsets no longer monotone */

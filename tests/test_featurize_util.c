@@ -166,7 +166,8 @@ static int same_strings(char **a, char **b, int32_t n)
 
 #define SAME_ARRAY(x, y, count) (memcmp((x), (y), (size_t)(count) * sizeof *(x)) == 0)
 
-/* Every array of two results byte for byte (descriptors bitwise, NaN too). */
+/* Every array of two results byte for byte (descriptors and the MP_SET_*
+ * matrices bitwise, NaN too). */
 int tf_same_features(const mp_features *a, const mp_features *b)
 {
     const mp_graphs *x = &a->g, *y = &b->g;
@@ -179,6 +180,20 @@ int tf_same_features(const mp_features *a, const mp_features *b)
          !SAME_ARRAY(a->morgan_bit, b->morgan_bit, a->morgan_start[nm]) ||
          !SAME_ARRAY(a->morgan_count, b->morgan_count, a->morgan_start[nm])))
         return 0;
+    if (!a->morgan2_start != !b->morgan2_start ||
+        (a->morgan2_start &&
+         (!SAME_ARRAY(a->morgan2_start, b->morgan2_start, nm + 1) ||
+          !SAME_ARRAY(a->morgan2_bit, b->morgan2_bit, a->morgan2_start[nm]) ||
+          !SAME_ARRAY(a->morgan2_count, b->morgan2_count, a->morgan2_start[nm]))))
+        return 0;
+    for (int k = 0; k < MP_N_MATS; k++) {
+        const mp_molmat *p = &a->mat[k], *q = &b->mat[k];
+        if (p->n_cols != q->n_cols || !p->values != !q->values)
+            return 0;
+        if (p->values && (!SAME_ARRAY(p->values, q->values, (size_t)nm * (size_t)p->n_cols) ||
+                          !same_strings(p->names, q->names, p->n_cols)))
+            return 0;
+    }
     return SAME_ARRAY(x->valid, y->valid, nm) && SAME_ARRAY(x->mol_atom, y->mol_atom, nm + 1) &&
            SAME_ARRAY(x->mol_edge, y->mol_edge, nm + 1) &&
            SAME_ARRAY(x->atom_hot, y->atom_hot, (size_t)na * MP_ATOM_MAX_HOT) &&

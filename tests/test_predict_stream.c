@@ -3,8 +3,8 @@
  * mp_ensemble_predict, two batch slots, packed page-locked uploads,
  * asynchronous outputs) against an independent computation (per batch a
  * select and a synchronous mp_model_forward per member, un-scaled and
- * averaged here), and the fused edge_embed_relu op of the host backends
- * against the ops it replaces.
+ * averaged here), and edge_embed with M_0 on the host backends against the
+ * ops it replaces.
  *
  * The two must give bitwise the same means and standard deviations for
  * every model kind the path packs differently (D-MPNN alone, D-MPNN with
@@ -331,7 +331,7 @@ MP_TEST(predict_stream_refusals)
     CHECK(s2 == MP_ERR_ARG && s3 == MP_ERR_ARG);
 }
 
-/* The composed edge_embed_relu of the host backends is edge_embed then ReLU. */
+/* edge_embed with M_0 on the host backends is edge_embed then ReLU, bit for bit. */
 MP_TEST(ops_edge_embed_relu_host)
 {
     const char *names[] = { "cpu", "ref", "ref64" };
@@ -354,8 +354,8 @@ MP_TEST(ops_edge_embed_relu_host)
     char why[200] = "";
     for (int k = 0; ok && k < 3; k++) {
         mp_backend *b = NULL;
-        if (mp_backend_open(&b, names[k]) != MP_OK || !b->edge_embed_relu) {
-            snprintf(why, sizeof why, "%s: no edge_embed_relu", names[k]);
+        if (mp_backend_open(&b, names[k]) != MP_OK) {
+            snprintf(why, sizeof why, "%s: %s", names[k], mp_error_message());
             mp_backend_close(b);
             ok = 0;
             break;
@@ -368,9 +368,9 @@ MP_TEST(ops_edge_embed_relu_host)
         memset(m0a, 0xFF, bytes);
         memset(h0b, 0x7F, bytes);
         memset(m0b, 0x7F, bytes);
-        b->edge_embed_relu(b, h0a, m0a, g.edge_src, g.bond_hot, a, w, g.n_edges, h);
-        b->edge_embed(b, h0b, g.edge_src, g.bond_hot, a, w, g.n_edges, h);
-        b->relu_dropout(b, m0b, h0b, E * h, 0.0, 0);
+        b->edge_embed(b, h0a, m0a, MP_ST_ELEM, g.edge_src, g.bond_hot, a, w, g.n_edges, h);
+        b->edge_embed(b, h0b, NULL, MP_ST_ELEM, g.edge_src, g.bond_hot, a, w, g.n_edges, h);
+        b->relu_dropout(b, m0b, h0b, MP_ST_ELEM, E * h, 0.0, mp_key_host(0));
         int neg = 0;
         for (size_t i = 0; i < E * h; i++)
             neg += dbl ? ((double *)h0a)[i] < 0 : ((float *)h0a)[i] < 0;
@@ -420,10 +420,10 @@ MP_TEST(gpu_predict_stream)
         }
         /* the streaming ops are there, so mp_ensemble_predict takes this path */
         ok = b->host_alloc && b->upload_async && b->download_async && b->fence_record &&
-             b->fence_wait && b->fence_sync && b->edge_embed_relu;
+             b->fence_wait && b->fence_sync;
         mp_backend_close(b);
         if (!ok) {
-            snprintf(why, sizeof why, "%s: streaming or inference ops missing", names[k]);
+            snprintf(why, sizeof why, "%s: streaming ops missing", names[k]);
             break;
         }
         ok = all_cases(names[k], f, batches, 3, why, sizeof why);
@@ -432,9 +432,11 @@ MP_TEST(gpu_predict_stream)
     CHECK_MSG(ok, "%s", why);
 }
 
-/* The inference forward with the fused ops of ops_cuda_infer.cu (edge_embed
- * without a stored M_0, message_direct reading H0 through ReLU; depth 1:
- * edge_embed_relu) against the same model on the plain ops: the same bits. */
+/* The inference forward with the fused kernels (M_0 never stored, the
+ * message summed per atom in registers reading H0 through ReLU; depth 1:
+ * H0 and M_0 in one pass) against the same model on the unfused kernels
+ * (mp_backend_cuda_plain_ops: two-pass message, a separate ReLU pass): the
+ * same bits. */
 MP_TEST(gpu_infer_forward_fused_equals_plain)
 {
     char why[300];

@@ -318,12 +318,16 @@ MP_TEST(registry_rejects_malformed_files)
     CHECK(mp_registry_load(&reg, p) == MP_ERR_FORMAT);
     CHECK(strstr(mp_error_message(), "no header line") != NULL);
     CHECK(mp_registry_load(&reg, tmp_path("absent.tsv")) == MP_ERR_IO);
-    /* $MOLPROP_REGISTRY names the default */
+    /* the library reads no environment: $MOLPROP_REGISTRY is the command
+     * line's default (cli_data_registry_from_the_environment) */
     saved_env s = { 0 };
     env_set(&s, "MOLPROP_REGISTRY", tmp_path("absent2.tsv"));
     mp_status st = mp_registry_load(&reg, NULL);
     env_restore(&s);
-    CHECK(st == MP_ERR_IO && strstr(mp_error_message(), "absent2.tsv"));
+    CHECK_MSG(st == MP_OK, "%s", mp_error_message());
+    CHECK(mp_registry_count(reg) == reg->n && mp_registry_at(reg, 0) == &reg->items[0] &&
+          mp_registry_at(reg, reg->n) == NULL);
+    mp_registry_free(reg);
     /* a good one with CRLF line ends and a no-file entry */
     const char *good = "name\tfile\trows\ttasks\ttask_type\tmetric\tsha256\r\n"
                        "x\t-\t-\t-\tclassification\tPRC-AUC\t-\r\n";
@@ -367,8 +371,9 @@ MP_TEST(registry_fetch_from_mirror)
     CHECK_OK(mp_registry_load(&reg, NULL));
     const char *dest = tmp_path("fetch1/sub");   /* created, parents too */
     mp_fetch_result how = MP_FETCH_PRESENT;
+    mp_fetch_source src_dirs = { .mirror = mirror };
     long live = mp_alloc_live();
-    mp_status st = mp_registry_fetch(reg, "bace", dest, &how);
+    mp_status st = mp_registry_fetch(reg, "bace", dest, &src_dirs, &how);
     if (st) {
         mp_registry_free(reg);
         MP_FAIL("fetch: %s", mp_error_message());
@@ -381,11 +386,11 @@ MP_TEST(registry_fetch_from_mirror)
     CHECK_EQ_STR(hex, mp_registry_find(reg, "bace")->sha256);
     CHECK_EQ_INT(count_entries(dest), 1);   /* no temporary left */
     /* a second fetch finds it in place */
-    CHECK_OK(mp_registry_fetch(reg, "BACE", dest, &how));
+    CHECK_OK(mp_registry_fetch(reg, "BACE", dest, NULL, &how));   /* present: no source needed */
     CHECK(how == MP_FETCH_PRESENT);
     /* a damaged local copy is replaced */
     copy_file(src, path, 1);
-    CHECK_OK(mp_registry_fetch(reg, "bace", dest, &how));
+    CHECK_OK(mp_registry_fetch(reg, "bace", dest, &src_dirs, &how));
     CHECK(how == MP_FETCH_MIRROR);
     CHECK_OK(mp_sha256_file(path, hex));
     CHECK_EQ_STR(hex, mp_registry_find(reg, "bace")->sha256);
@@ -410,24 +415,19 @@ MP_TEST(registry_fetch_checksum_mismatch_leaves_nothing)
     copy_file(src, bad, 1);
     const char *dest = tmp_path("fetch_bad");
 
-    saved_env m = { 0 }, u = { 0 };
-    env_set(&m, "MOLPROP_DATA_MIRROR", fake);
-    env_set(&u, "MOLPROP_DATA_URL", NULL);
+    mp_fetch_source from = { .mirror = fake };
     long live = mp_alloc_live();
-    mp_status st1 = mp_registry_fetch(reg, "esol", dest, NULL);
+    mp_status st1 = mp_registry_fetch(reg, "esol", dest, &from, NULL);
     char msg1[2048];
     snprintf(msg1, sizeof msg1, "%s", mp_error_message());
     int left1 = count_entries(dest);
     /* the same through a file:// URL (the download path) */
     char url[1400];
     snprintf(url, sizeof url, "file://%s", fake);
-    env_set(&m, "MOLPROP_DATA_MIRROR", NULL);
-    env_set(&u, "MOLPROP_DATA_URL", url);
-    mp_status st2 = mp_registry_fetch(reg, "esol", dest, NULL);
+    from = (mp_fetch_source){ .url = url };
+    mp_status st2 = mp_registry_fetch(reg, "esol", dest, &from, NULL);
     int left2 = count_entries(dest);
     long leaked = mp_alloc_live() - live;
-    env_restore(&u);
-    env_restore(&m);
     mp_registry_free(reg);
 
     CHECK(st1 == MP_ERR_CHECKSUM);
@@ -448,51 +448,49 @@ MP_TEST(registry_fetch_by_url_and_errors)
     const char *dest = tmp_path("fetch_url");
     char url[1400];
     snprintf(url, sizeof url, "file://%s/", mirror);   /* a trailing slash is fine */
-    saved_env m = { 0 }, u = { 0 };
     mp_fetch_result how = MP_FETCH_PRESENT;
 
-    env_set(&m, "MOLPROP_DATA_MIRROR", NULL);
-    env_set(&u, "MOLPROP_DATA_URL", url);
-    mp_status st_url = mp_registry_fetch(reg, "freesolv", dest, &how);
+    mp_fetch_source src = { .url = url };
+    mp_status st_url = mp_registry_fetch(reg, "freesolv", dest, &src, &how);
     mp_fetch_result how_url = how;
     /* a mirror without the file falls back to the URL */
-    env_set(&m, "MOLPROP_DATA_MIRROR", tmp_path("fetch_url"));
-    mp_status st_fallback = mp_registry_fetch(reg, "pdbbind_core", tmp_path("fetch_url2"), &how);
+    src.mirror = tmp_path("fetch_url");
+    mp_status st_fallback = mp_registry_fetch(reg, "pdbbind_core", tmp_path("fetch_url2"), &src, &how);
     mp_fetch_result how_fallback = how;
     /* ... and without a URL it is an error */
-    env_set(&u, "MOLPROP_DATA_URL", NULL);
-    mp_status st_nofile = mp_registry_fetch(reg, "lipo", tmp_path("fetch_url3"), NULL);
+    src.url = NULL;
+    mp_status st_nofile = mp_registry_fetch(reg, "lipo", tmp_path("fetch_url3"), &src, NULL);
     char msg_nofile[2048];
     snprintf(msg_nofile, sizeof msg_nofile, "%s", mp_error_message());
-    /* neither variable */
-    env_set(&m, "MOLPROP_DATA_MIRROR", NULL);
-    mp_status st_none = mp_registry_fetch(reg, "lipo", tmp_path("fetch_url3"), NULL);
+    /* neither source ("" counts as none) */
+    src.mirror = "";
+    mp_status st_none = mp_registry_fetch(reg, "lipo", tmp_path("fetch_url3"), &src, NULL);
     char msg_none[2048];
     snprintf(msg_none, sizeof msg_none, "%s", mp_error_message());
+    mp_status st_null = mp_registry_fetch(reg, "lipo", tmp_path("fetch_url3"), NULL, NULL);
     /* a URL that has no such file */
     snprintf(url, sizeof url, "file://%s/nowhere", mp_test_tmpdir());
-    env_set(&u, "MOLPROP_DATA_URL", url);
-    mp_status st_404 = mp_registry_fetch(reg, "lipo", tmp_path("fetch_url3"), NULL);
-    env_restore(&u);
-    env_restore(&m);
+    src = (mp_fetch_source){ .url = url };
+    mp_status st_404 = mp_registry_fetch(reg, "lipo", tmp_path("fetch_url3"), &src, NULL);
 
     CHECK_MSG(st_url == MP_OK, "url: %s", mp_status_name(st_url));
     CHECK(how_url == MP_FETCH_DOWNLOADED);
     CHECK_EQ_INT(count_entries(dest), 1);
     CHECK(st_fallback == MP_OK && how_fallback == MP_FETCH_DOWNLOADED);
-    CHECK(st_nofile == MP_ERR_IO && strstr(msg_nofile, "lipo.csv.gz not found in MOLPROP_DATA_MIRROR"));
-    CHECK(st_none == MP_ERR_ARG);
-    CHECK(strstr(msg_none, "MOLPROP_DATA_MIRROR") && strstr(msg_none, "MOLPROP_DATA_URL"));
+    CHECK(st_nofile == MP_ERR_IO && strstr(msg_nofile, "lipo.csv.gz not found in the mirror"));
+    CHECK(st_none == MP_ERR_ARG && st_null == MP_ERR_ARG);
+    CHECK(strstr(msg_none, "no source for lipo.csv.gz") && strstr(msg_none, "mirror") &&
+          strstr(msg_none, "URL"));
     CHECK(st_404 == MP_ERR_IO);
     CHECK_EQ_INT(count_entries(tmp_path("fetch_url3")), 0);
 
     /* names the registry does not know, or knows without a file */
-    CHECK(mp_registry_fetch(reg, "nope", dest, NULL) == MP_ERR_ARG);
+    CHECK(mp_registry_fetch(reg, "nope", dest, NULL, NULL) == MP_ERR_ARG);
     CHECK(strstr(mp_error_message(), "unknown dataset 'nope'") &&
           strstr(mp_error_message(), "esol, freesolv"));
-    CHECK(mp_registry_fetch(reg, "pcba", dest, NULL) == MP_ERR_ARG);
+    CHECK(mp_registry_fetch(reg, "pcba", dest, NULL, NULL) == MP_ERR_ARG);
     CHECK(strstr(mp_error_message(), "'pcba' is not available") != NULL);
-    CHECK(mp_registry_fetch(reg, "chembl", dest, NULL) == MP_ERR_ARG);
+    CHECK(mp_registry_fetch(reg, "chembl", dest, NULL, NULL) == MP_ERR_ARG);
     CHECK(strstr(mp_error_message(), "'chembl' is not available") != NULL);
     mp_registry_free(reg);
 }
@@ -620,4 +618,49 @@ MP_TEST(cli_data_fetch_and_verify)
     CHECK_EQ_INT(count_entries(dest3), 17);
     snprintf(args, sizeof args, "data verify all --dest '%s'", dest3);
     CHECK_EQ_INT(run_cli("", args, out, sizeof out), 0);
+}
+
+/* The library reads no environment; the command line takes its defaults
+ * from it ($MOLPROP_REGISTRY, $MOLPROP_DATA_MIRROR, $MOLPROP_DATA_URL), and
+ * --registry, --mirror, --url and a [data] section of --config override. */
+MP_TEST(cli_data_sources_from_environment_flags_and_config)
+{
+    const char *mirror = mirror_dir();
+    if (!getenv("MOLPROP_BIN"))
+        MP_SKIP("MOLPROP_BIN is not set (run through make test)");
+    if (!mirror)
+        MP_SKIP("MOLPROP_DATA_MIRROR is not a directory");
+    static char out[16384];
+    char env[1400], args[2800];
+    /* a registry named by the environment, then overridden by the flag */
+    snprintf(env, sizeof env, "MOLPROP_REGISTRY='%s'", tmp_path("env_registry.tsv"));
+    CHECK_EQ_INT(run_cli(env, "data list", out, sizeof out), 1);
+    CHECK_MSG(strstr(out, "molprop data: cannot open") && strstr(out, "env_registry.tsv"), "%s", out);
+    CHECK_EQ_INT(run_cli(env, "data list --registry data/datasets.tsv", out, sizeof out), 0);
+    CHECK(strstr(out, "toxcast") != NULL);
+    /* --mirror without the environment */
+    const char *dest = tmp_path("cli_flag_mirror");
+    snprintf(args, sizeof args, "data fetch esol --dest '%s' --mirror '%s'", dest, mirror);
+    CHECK_EQ_INT(run_cli("-u MOLPROP_DATA_URL -u MOLPROP_DATA_MIRROR", args, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "esol") && strstr(out, "copied from --mirror"), "%s", out);
+    CHECK_EQ_INT(count_entries(dest), 1);
+    /* the flag wins over the environment's (bad) mirror; a --url as file:// */
+    snprintf(env, sizeof env, "-u MOLPROP_DATA_URL MOLPROP_DATA_MIRROR='%s'", tmp_path("nowhere"));
+    snprintf(args, sizeof args, "data fetch freesolv --dest '%s' --mirror '' --url 'file://%s'",
+             dest, mirror);
+    CHECK_EQ_INT(run_cli(env, args, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "downloaded from --url"), "%s", out);
+    /* the same from a [data] section */
+    const char *ini = tmp_path("data.ini");
+    char text[1400];
+    snprintf(text, sizeof text, "[data]\ndest = %s\nmirror = %s\n", tmp_path("cli_ini_mirror"),
+             mirror);
+    write_bytes(ini, text, strlen(text));
+    snprintf(args, sizeof args, "data fetch bace --config '%s'", ini);
+    CHECK_EQ_INT(run_cli("-u MOLPROP_DATA_URL -u MOLPROP_DATA_MIRROR", args, out, sizeof out), 0);
+    CHECK_EQ_INT(count_entries(tmp_path("cli_ini_mirror")), 1);
+    snprintf(text, sizeof text, "[data]\nmirrors = %s\n", mirror);
+    write_bytes(ini, text, strlen(text));
+    CHECK_EQ_INT(run_cli("", args, out, sizeof out), 1);
+    CHECK(strstr(out, "data.ini:2: unknown key 'mirrors' in [data]") != NULL);
 }

@@ -7,7 +7,7 @@
  * given the same key; resident steps with dropout (keyed, several slot
  * classes) give bitwise the host loop's model on ref (whose sums run in
  * order, so padding changes no bit) and leave the dropout stream where the
- * host loop leaves it; on cpu keyed == drawn keys bitwise; the plan puts
+ * host loop leaves it; on cpu they follow the host loop; the plan puts
  * every batch in the smallest class holding it; padded == unpadded
  * gradients in every class.  With a GPU (names gpu_resident_cuda_*, skipped
  * without one, failed under MOLPROP_REQUIRE_GPU=1): the keyed kernels ==
@@ -38,15 +38,15 @@ static mp_status data_load(void) { return mp_test_esol(&g_data, &g_fs); }
 /* Keyed ops == plain ops                                                 */
 /* ===================================================================== */
 
-/* Each keyed op against its plain twin with the key the device index picks
- * (k = 2 of 3 steps, 3 keys a step, layer 1), on poisoned outputs; and the
- * key matters (another key drops other units). */
+/* Each dropout op with its key read on the device (ops.h mp_key_dev: the
+ * key the device index picks, k = 2 of 3 steps, 3 keys a step, layer 1)
+ * against the same op given that key by value, on poisoned outputs; and
+ * the key matters (another key drops other units). */
 static void keyed_check(mp_test_result *mp__r, const char *backend)
 {
     enum { N = 1003, ROWS = 37, COLS = 21, LD = 27, STEPS = 3, LAYERS = 3 };
     mp_backend *b = NULL;
     CHECK_OK(mp_backend_open(&b, backend));
-    CHECK(b->relu_dropout_keyed && b->dropout_keyed && b->dropout_backward_keyed);
     size_t es = b->esize, nx = (size_t)ROWS * LD > N ? (size_t)ROWS * LD : N;
     double *xd = mp_malloc(sizeof(double) * nx);
     void *hx = mp_malloc(es * nx), *h1 = mp_malloc(es * nx), *h2 = mp_malloc(es * nx);
@@ -71,21 +71,19 @@ static void keyed_check(mp_test_result *mp__r, const char *backend)
     CHECK_OK(b->upload(b, dkeys, keys, sizeof keys));
     CHECK_OK(b->upload(b, dk, &k, sizeof k));
     const uint64_t key = keys[k * LAYERS + 1];
-    for (int op = 0; op < 3; op++) {
+    const mp_key dev = mp_key_dev(dkeys + 1, dk, LAYERS), host = mp_key_host(key);
+    for (int op = 0; op < 2; op++) {
         memset(h1, 0x7f, es * nx);   /* poison: NaN-ish patterns differ from results */
         memset(h2, 0x3c, es * nx);
         CHECK_OK(b->upload(b, y1, h1, es * nx));
         CHECK_OK(b->upload(b, y2, h2, es * nx));
         double p = op == 0 ? 0.3 : 0.45;
         if (op == 0) {
-            b->relu_dropout_keyed(b, y1, x, N, p, dkeys + 1, dk, LAYERS);
-            b->relu_dropout(b, y2, x, N, p, key);
-        } else if (op == 1) {
-            b->dropout_keyed(b, y1, x, ROWS, COLS, LD, p, dkeys + 1, dk, LAYERS);
-            b->dropout(b, y2, x, ROWS, COLS, LD, p, key);
+            b->relu_dropout(b, y1, x, MP_ST_ELEM, N, p, dev);
+            b->relu_dropout(b, y2, x, MP_ST_ELEM, N, p, host);
         } else {
-            b->dropout_backward_keyed(b, y1, x, ROWS, COLS, LD, p, dkeys + 1, dk, LAYERS);
-            b->dropout_backward(b, y2, x, ROWS, COLS, LD, p, key);
+            b->dropout(b, y1, x, ROWS, COLS, LD, p, dev);
+            b->dropout(b, y2, x, ROWS, COLS, LD, p, host);
         }
         CHECK_OK(b->sync(b));
         CHECK_OK(b->download(b, h1, y1, es * nx));
@@ -110,8 +108,8 @@ static void keyed_check(mp_test_result *mp__r, const char *backend)
     /* another step's key drops other units */
     k = 1;
     CHECK_OK(b->upload(b, dk, &k, sizeof k));
-    b->relu_dropout_keyed(b, y1, x, N, 0.3, dkeys + 1, dk, LAYERS);
-    b->relu_dropout(b, y2, x, N, 0.3, key);
+    b->relu_dropout(b, y1, x, MP_ST_ELEM, N, 0.3, dev);
+    b->relu_dropout(b, y2, x, MP_ST_ELEM, N, 0.3, host);
     CHECK_OK(b->sync(b));
     CHECK_OK(b->download(b, h1, y1, es * N));
     CHECK_OK(b->download(b, h2, y2, es * N));
@@ -155,7 +153,6 @@ typedef struct {
     int           n_classes;
     int           hidden;
     int           steps;
-    int           no_keyed;    /* resident without the keyed ops (keys drawn as issued) */
 } run_cfg;
 
 typedef struct {
@@ -245,11 +242,6 @@ static mp_status run(const run_cfg *c, run_out *o)
     }
     if ((st = mp_backend_open(&b, c->backend)))
         goto done;
-    if (c->no_keyed) {
-        b->relu_dropout_keyed = NULL;
-        b->dropout_keyed = NULL;
-        b->dropout_backward_keyed = NULL;
-    }
     mp_model_config cfg = mp_model_config_default();
     cfg.kind = c->kind;
     cfg.hidden = c->hidden;
@@ -380,22 +372,21 @@ MP_TEST(resident_dropout_matches_host_loop_ref)
     }
 }
 
-MP_TEST(resident_dropout_keyed_equals_drawn_cpu)
+/* (Every backend reads dropout keys from device memory now (ops.h mp_key),
+ * so resident steps always take the keyed path; the keys drawn as issued
+ * are the host loop's, compared below.) */
+MP_TEST(resident_dropout_keyed_follows_host_loop_cpu)
 {
     enum { S = 8 };
     run_cfg c = { .backend = "cpu", .mode = 1, .kind = MP_MODEL_DMPNN, .dropout = 0.2,
                   .n_classes = 3, .hidden = 32, .steps = S };
-    run_out keyed, drawn, host, nodrop;
+    run_out keyed, host, nodrop;
     CHECK_OK(run(&c, &keyed));
-    c.no_keyed = 1;
-    CHECK_OK(run(&c, &drawn));
-    c.no_keyed = 0;
     c.mode = 0;
     CHECK_OK(run(&c, &host));
     c.mode = 1;
     c.dropout = 0;
     CHECK_OK(run(&c, &nodrop));
-    CHECK(same_run(&keyed, &drawn, S));
     /* cpu padding moves the BLAS blocking: near, not bitwise, the host loop;
      * the same keys drawn, the stream left in the same state */
     double e = max_rel_diff(keyed.losses, host.losses, S + 1);
@@ -404,7 +395,6 @@ MP_TEST(resident_dropout_keyed_equals_drawn_cpu)
     /* and the dropout did something */
     CHECK(max_rel_diff(keyed.losses, nodrop.losses, S + 1) > 1e-4);
     run_out_free(&keyed);
-    run_out_free(&drawn);
     run_out_free(&host);
     run_out_free(&nodrop);
 }
@@ -685,21 +675,19 @@ MP_TEST(gpu_resident_cuda_trainer_dropout_graph_equals_eager)
 }
 
 /* Where a gpu/cpu difference comes from (D-MPNN, fp32): the losses of the
- * cpu host loop against the cuda host loop, resident eager with drawn keys,
- * resident eager keyed and resident graph, printed; keyed graph == keyed
- * eager checked.  On an H200 (2026-11-30): hidden 300 with dropout 0.1, all
+ * cpu host loop against the cuda host loop, resident eager (device keys)
+ * and resident graph, printed; graph == eager checked.  On an H200 (2026-11-30): hidden 300 with dropout 0.1, all
  * four gpu runs drift from the cpu alike (2.4e-2, from step 9); hidden 32,
  * or no dropout: <= 5e-7. */
 static void dropout_diag(mp_test_result *mp__r, int hidden, double dropout)
 {
-    enum { S = 50, V = 5 };
-    static const char *names[V] = { "cpu host", "gpu host", "gpu eager drawn",
-                                    "gpu eager keyed", "gpu graph" };
+    enum { S = 50, V = 4 };
+    static const char *names[V] = { "cpu host", "gpu host", "gpu eager keyed", "gpu graph" };
     run_out o[V];
     for (int v = 0; v < V; v++) {
-        run_cfg c = { .backend = v ? "cuda:fp32" : "cpu", .mode = v <= 1 ? 0 : v == 4 ? 2 : 1,
+        run_cfg c = { .backend = v ? "cuda:fp32" : "cpu", .mode = v <= 1 ? 0 : v == 3 ? 2 : 1,
                       .kind = MP_MODEL_DMPNN, .dropout = dropout, .n_classes = 1,
-                      .hidden = hidden, .steps = S, .no_keyed = v == 2 };
+                      .hidden = hidden, .steps = S };
         CHECK_OK(run(&c, &o[v]));
     }
     printf("    diag hidden %d dropout %.2f:", hidden, dropout);
@@ -716,7 +704,7 @@ static void dropout_diag(mp_test_result *mp__r, int hidden, double dropout)
         for (int v = 0; v < V; v++)
             printf("%s%.9g", v ? " " : "\n      ", o[v].losses[i]);
     printf("\n");
-    CHECK(same_run(&o[3], &o[4], S));
+    CHECK(same_run(&o[2], &o[3], S));
     for (int v = 0; v < V; v++)
         run_out_free(&o[v]);
 }

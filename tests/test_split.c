@@ -6,7 +6,7 @@
  * errors, allocation failures, and `molprop split` end to end.
  */
 #include "test.h"
-#include "molprop.h"
+#include "internal.h"   /* every module header */
 #include "data/split.h"
 
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * every kind (bad CSV, bad labels, invalid SMILES, damaged model files).
  */
 #include "test.h"
-#include "molprop.h"
+#include "internal.h"   /* every module header */
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

@@ -1,20 +1,10 @@
 /*
- * ops_cpu.c - the cpu backend: the ops of ops.h over float host buffers,
+ * cpu.c - the cpu backend: the ops of ops.h over float host buffers,
  * with OpenBLAS for the dense products and OpenMP for everything else.
- *
- * Threads and determinism.  The result of every op is bitwise the same for
- * any thread count, by construction:
- *   - row ops (gathers, CSR segment sums, pooling, elementwise) give each
- *     output row or element one writer that sums in a fixed order;
- *   - scatters into weight rows (the backward of the one-hot gathers) give
- *     each weight row to one thread, which adds its input rows in ascending
- *     order (through a slot index, see scatter_by_slot); the bias column
- *     sums split the columns, so each element is still summed over the rows
- *     in the same order;
- *   - gemm: OpenBLAS runs single-threaded inside our OpenMP threads, on row
- *     blocks of C whose size depends only on the problem shape, never on the
- *     thread count (each block is one deterministic sgemm call).  So there is
- *     one thread pool (ours), not two fighting over the cores.
+ * This file: OpenBLAS set-up, memory, the dense and elementwise ops, loss,
+ * Adam and the backend's open; the graph ops are in cpu_graph.c, what both
+ * share in cpu_impl.h (with the rules that keep every bit independent of
+ * the thread count).
  *
  * OpenBLAS core type.  Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not know
  * recent Xeons (e.g. family 6 model 207) and falls back to its "Prescott" SSE3
@@ -25,7 +15,7 @@
  * points gotoblas_dynamic_quit/_init that its DYNAMIC_ARCH builds export
  * (looked up with dlsym, so a build without them simply keeps its choice).
  */
-#include "backend/ops.h"
+#include "backend/cpu_impl.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -34,132 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-/* Below this many elements an op runs on one thread: a parallel region costs
- * a few microseconds, which is what ~16k float adds cost. */
-#define PAR_MIN 16384
-
-static int threads_for(size_t work)
-{
-    if (work < PAR_MIN)
-        return 1;
-    int nt = mp_threads_get();
-    return nt > 0 ? nt : 1;
-}
-
-static int thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static int thread_count(void)
-{
-#ifdef _OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
-
-/* [*a, *z): this thread's contiguous share of [0, n), cut at multiples of
- * `align` (16 floats = one cache line, so no two threads share a line). */
-static void my_range(size_t n, size_t align, size_t *a, size_t *z)
-{
-    size_t nt = (size_t)thread_count(), t = (size_t)thread_id();
-    size_t per = ((n + nt - 1) / nt + align - 1) / align * align;
-    size_t x = t * per, y = x + per;
-    *a = x < n ? x : n;
-    *z = y < n ? y : n;
-}
-
-/* Columns [*c0, *c1) of h for this thread, in chunks of 16 floats. */
-static void my_columns(int h, int *c0, int *c1)
-{
-    size_t a, z;
-    my_range((size_t)h, 16, &a, &z);
-    *c0 = (int)a;
-    *c1 = (int)z;
-}
-
-/*
- * Runs the statement (the variadic part) with size_t a, z bound to this
- * thread's share of [0, n), or to all of it without a parallel region when
- * nt <= 1.  Why not "parallel for if (nt > 1)": GCC compiles the if(0) path
- * of a combined "parallel for simd" as a plain scalar loop, 20x slower here.
- * Needs a variable `nt` in scope.
- */
-#define PARALLEL_RANGE(n, align, ...)                                        \
-    do {                                                                     \
-        if (nt <= 1) {                                                       \
-            size_t a = 0, z = (n);                                           \
-            __VA_ARGS__;                                                     \
-        } else {                                                             \
-            _Pragma("omp parallel num_threads(nt)")                          \
-            {                                                                \
-                size_t a, z;                                                 \
-                my_range((n), (align), &a, &z);                              \
-                __VA_ARGS__;                                                 \
-            }                                                                \
-        }                                                                    \
-    } while (0)
-
-/* Runs the statement with int c0, c1 bound to this thread's columns of h. */
-#define PARALLEL_COLUMNS(h, ...)                                             \
-    do {                                                                     \
-        if (nt <= 1) {                                                       \
-            int c0 = 0, c1 = (h);                                            \
-            __VA_ARGS__;                                                     \
-        } else {                                                             \
-            _Pragma("omp parallel num_threads(nt)")                          \
-            {                                                                \
-                int c0, c1;                                                  \
-                my_columns((h), &c0, &c1);                                   \
-                __VA_ARGS__;                                                 \
-            }                                                                \
-        }                                                                    \
-    } while (0)
-
-/* The kernels below are compiled three times (AVX-512, AVX2, baseline) and
- * the best one for the CPU is picked at load time.  Results can differ in
- * the last bit between those versions (FMA contraction), never between runs
- * or thread counts on one machine. */
-#if defined(__x86_64__)
-#define KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define KERNEL
-#endif
-
-/* Row kernels: the inner loops every graph op is made of.  "omp simd"
- * because GCC's -O2 cost model would otherwise leave them scalar. */
-static inline void row_add(float *restrict y, const float *restrict x, int n)
-{
-#pragma omp simd
-    for (int j = 0; j < n; j++)
-        y[j] += x[j];
-}
-
-static inline void row_axpy(float *restrict y, float s, const float *restrict x, int n)
-{
-#pragma omp simd
-    for (int j = 0; j < n; j++)
-        y[j] += s * x[j];
-}
-
-static inline void row_sub(float *restrict y, const float *restrict x, const float *restrict r,
-                           int n)
-{
-#pragma omp simd
-    for (int j = 0; j < n; j++)
-        y[j] = x[j] - r[j];
-}
 
 /* ===================================================================== */
 /* OpenBLAS set-up                                                        */
@@ -331,26 +195,24 @@ static int gemm_trivial(const mp_gemm *g)
     return 1;
 }
 
-static void cpu_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double alpha,
-                     const void *av, int lda, const void *bv, int ldb, double beta,
-                     void *cv, int ldc)
+/* One product, split into row blocks of C (the shape decides the blocks). */
+static void gemm_one(const mp_gemm *g)
 {
-    mp_gemm g = { ta, tb, m, n, k, alpha, beta, av, bv, cv, lda, ldb, ldc };
-    if (gemm_trivial(&g))
+    if (gemm_trivial(g))
         return;
-    int rows = gemm_block_rows(m, n, k);
+    int m = g->m, rows = gemm_block_rows(m, g->n, g->k);
     int nblk = (m + rows - 1) / rows;
     int nt = mp_threads_get();
     if (nt > nblk)
         nt = nblk;
     if (nt <= 1) {
         for (int q = 0; q < nblk; q++)
-            gemm_rows(&g, q * rows, m - q * rows < rows ? m - q * rows : rows);
+            gemm_rows(g, q * rows, m - q * rows < rows ? m - q * rows : rows);
         return;
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int q = 0; q < nblk; q++)
-        gemm_rows(&g, q * rows, m - q * rows < rows ? m - q * rows : rows);
+        gemm_rows(g, q * rows, m - q * rows < rows ? m - q * rows : rows);
 }
 
 /* In a batch each product is one block unless it is big enough to keep
@@ -372,7 +234,8 @@ typedef struct {
     double work;
 } gemm_task;
 
-static void cpu_gemm_batch(mp_backend *b, int count, const mp_gemm *g)
+/* Several products: the products themselves are the parallel tasks. */
+static void gemm_batch(int count, const mp_gemm *g)
 {
     gemm_task t[64];
     int n_tasks = 0;
@@ -405,15 +268,19 @@ static void cpu_gemm_batch(mp_backend *b, int count, const mp_gemm *g)
         gemm_rows(&g[t[i].g], t[i].r0, t[i].r);
 }
 
-static void cpu_fill_rows(mp_backend *b, void *yv, int ldy, const void *rowv,
-                          int32_t n_rows, int n_cols)
+static void cpu_gemm(mp_backend *b, int count, const mp_gemm *g)
 {
-    float *y = yv;
-    const float *row = rowv;
-    int nt = threads_for((size_t)n_rows * n_cols);
-    PARALLEL_RANGE((size_t)n_rows, 1,
-        for (size_t i = a; i < z; i++)
-            memcpy(y + i * ldy, row, (size_t)n_cols * sizeof(float)));
+    for (int i = 0; i < count; i++) {
+        CPU_ELEM(g[i].a_st);
+        CPU_ELEM(g[i].b_st);
+        CPU_ELEM(g[i].c_st);
+    }
+    /* one product keeps the single product's blocking, several the batch's
+     * (the same calls, hence bits, as before the two ops were one) */
+    if (count == 1)
+        gemm_one(g);
+    else
+        gemm_batch(count, g);
 }
 
 static void cpu_col_sum(mp_backend *b, void *dstv, const void *xv, int ldx,
@@ -427,11 +294,20 @@ static void cpu_col_sum(mp_backend *b, void *dstv, const void *xv, int ldx,
             row_add(dst + c0, x + (size_t)i * ldx + c0, c1 - c0));
 }
 
-static void cpu_copy2d(mp_backend *b, void *dstv, int ldd, const void *srcv, int lds,
-                       int32_t n_rows, int n_cols)
+static void cpu_copy2d(mp_backend *b, void *dstv, mp_stype dst_st, int ldd, const void *srcv,
+                       mp_stype src_st, int lds, int32_t n_rows, int n_cols)
 {
+    CPU_ELEM(dst_st);
+    CPU_ELEM(src_st);
     float *dst = dstv;
     const float *src = srcv;
+    if (lds == 0) {   /* one row into every row (a bias): rows in parallel */
+        int nt = threads_for((size_t)n_rows * n_cols);
+        PARALLEL_RANGE((size_t)n_rows, 1,
+            for (size_t i = a; i < z; i++)
+                memcpy(dst + i * ldd, src, (size_t)n_cols * sizeof(float)));
+        return;
+    }
     for (int32_t i = 0; i < n_rows; i++)
         memcpy(dst + (size_t)i * ldd, src + (size_t)i * lds, (size_t)n_cols * sizeof(float));
 }
@@ -447,7 +323,7 @@ KERNEL static void add_range(float *restrict y, const float *restrict x, size_t 
         y[i] += x[i];
 }
 
-static void cpu_add(mp_backend *b, void *y, const void *x, size_t n)
+void mp_cpu_add(float *y, const float *x, size_t n)
 {
     int nt = threads_for(n);
     PARALLEL_RANGE(n, 16, add_range(y, x, a, z));
@@ -471,8 +347,7 @@ static void relu_dropout_range(float *y, const float *x, size_t a, size_t z, uin
     }
 }
 
-static void cpu_relu_dropout(mp_backend *b, void *y, const void *x, size_t n,
-                             double p, uint64_t key)
+void mp_cpu_relu_dropout(float *y, const float *x, size_t n, double p, uint64_t key)
 {
     uint32_t thr = mp_dropout_threshold(p);
     int nt = threads_for(n);
@@ -482,6 +357,13 @@ static void cpu_relu_dropout(mp_backend *b, void *y, const void *x, size_t n,
     }
     float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
     PARALLEL_RANGE(n, 16, relu_dropout_range(y, x, a, z, thr, scale, key));
+}
+
+static void cpu_relu_dropout(mp_backend *b, void *y, const void *x, mp_stype st, size_t n,
+                             double p, mp_key key)
+{
+    CPU_ELEM(st);
+    mp_cpu_relu_dropout(y, x, n, p, mp_key_value(key));
 }
 
 KERNEL static void relu_back_range(float *dx, const float *y, const float *dy, size_t a, size_t z,
@@ -494,19 +376,32 @@ KERNEL static void relu_back_range(float *dx, const float *y, const float *dy, s
     }
 }
 
-static void cpu_relu_dropout_backward(mp_backend *b, void *dx, const void *y,
-                                      const void *dy, size_t n, double p)
+void mp_cpu_relu_backward(float *dx, const float *y, const float *dy, size_t n, double p)
 {
     float scale = p > 0 && p < 1 ? (float)(1.0 / (1.0 - p)) : 1.0f;
     int nt = threads_for(n);
     PARALLEL_RANGE(n, 16, relu_back_range(dx, y, dy, a, z, scale));
 }
 
+static void cpu_relu_dropout_backward(mp_backend *b, void *dx, void *dxo, mp_stype dxo_st,
+                                      const void *y, mp_stype y_st, const void *dy, size_t n,
+                                      double p)
+{
+    CPU_ELEM(y_st);
+    mp_cpu_relu_backward(dx, y, dy, n, p);
+    if (dxo != dx) {
+        CPU_ELEM(dxo_st);
+        if (n)
+            memcpy(dxo, dx, n * sizeof(float));
+    }
+}
+
 static void cpu_dropout(mp_backend *b, void *yv, const void *xv, int32_t n_rows,
-                        int n_cols, int ld, double p, uint64_t key)
+                        int n_cols, int ld, double p, mp_key kd)
 {
     float *y = yv;
     const float *x = xv;
+    uint64_t key = mp_key_value(kd);
     uint32_t thr = mp_dropout_threshold(p);
     float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
     int nt = threads_for((size_t)n_rows * n_cols);
@@ -518,387 +413,33 @@ static void cpu_dropout(mp_backend *b, void *yv, const void *xv, int32_t n_rows,
             });
 }
 
-static void cpu_dropout_backward(mp_backend *b, void *dx, const void *dy, int32_t n_rows,
-                                 int n_cols, int ld, double p, uint64_t key)
-{
-    cpu_dropout(b, dx, dy, n_rows, n_cols, ld, p, key);
-}
-
 /* ===================================================================== */
-/* Graph                                                                  */
+/* Fused product                                                          */
 /* ===================================================================== */
 
-static void cpu_atom_embed(mp_backend *b, void *outv, const int16_t *hot, const float *mass,
-                           const void *wv, const void *biasv, int32_t n_atoms, int h,
-                           int mass_row)
+/* c = ReLU(r + a w) as the unfused ops: copy the residual, the product with
+ * beta 1, the ReLU (bit for bit what the model computed before the fusion). */
+static void cpu_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, int lda,
+                              const void *w, int ldw, mp_stype aw_st, const void *r, int ldr,
+                              void *c, int ldc, mp_stype rc_st)
 {
-    float *out = outv;
-    const float *w = wv, *bias = biasv, *wm = w + (size_t)mass_row * h;
-    int nt = threads_for((size_t)n_atoms * h * 4);
-    PARALLEL_RANGE((size_t)n_atoms, 1,
-        for (size_t v = a; v < z; v++) {
-            float *o = out + v * h;
-            if (bias)
-                memcpy(o, bias, (size_t)h * sizeof(float));
-            else
-                memset(o, 0, (size_t)h * sizeof(float));
-            const int16_t *hv = hot + v * MP_ATOM_MAX_HOT;
-            for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
-                if (hv[q] >= 0)
-                    row_add(o, w + (size_t)hv[q] * h, h);
-            row_axpy(o, mass[v], wm, h);
-        });
-}
-
-/*
- * The scatters of the one-hot backward (dW[s] += rows that hit slot s) are
- * split by weight rows, not columns: a column split of a 300-float row puts
- * both threads on one cache line of every row they touch.  A slot index
- * (counting sort: for each slot, the input rows that hit it, ascending) lets
- * each thread own whole rows and sum them in ascending input order, the same
- * order as a plain sequential scatter, so any thread count gives the same
- * bits.  The index is built per call (a few KB); if it cannot be allocated
- * the column-split loop below does the job.
- */
-typedef struct {
-    int      n_slots;       /* rows of the index (max slot + 1)           */
-    int32_t *start;         /* n_slots + 1                                */
-    int32_t *list;          /* input rows, grouped by slot, ascending     */
-} slot_index;
-
-static void slot_index_free(slot_index *ix)
-{
-    mp_free(ix->start);
-    mp_free(ix->list);
-}
-
-/* Slot q of input row i: slots are int16 (atoms) or int8 (bonds), -1 = none. */
-static inline int slot_at(const void *slots, int is16, size_t k)
-{
-    return is16 ? ((const int16_t *)slots)[k] : ((const int8_t *)slots)[k];
-}
-
-/* Builds the index of slots[i * width + q] over n_rows input rows.  Returns
- * 0 (and leaves ix to slot_index_free) when out of memory. */
-static int slot_index_build(slot_index *ix, const void *slots, int is16, int width, int32_t n_rows)
-{
-    size_t tot = (size_t)n_rows * (size_t)width;
-    int max = -1;
-    for (size_t k = 0; k < tot; k++)
-        if (slot_at(slots, is16, k) > max)
-            max = slot_at(slots, is16, k);
-    ix->n_slots = max + 1;
-    ix->start = mp_calloc((size_t)ix->n_slots + 1, sizeof(int32_t));
-    ix->list = mp_malloc((tot ? tot : 1) * sizeof(int32_t));
-    int32_t *fill = mp_malloc(((size_t)ix->n_slots + 1) * sizeof(int32_t));
-    if (!ix->start || !ix->list || !fill) {
-        mp_free(fill);
-        return 0;
-    }
-    for (size_t k = 0; k < tot; k++)
-        if (slot_at(slots, is16, k) >= 0)
-            ix->start[slot_at(slots, is16, k) + 1]++;
-    for (int sl = 0; sl < ix->n_slots; sl++)
-        ix->start[sl + 1] += ix->start[sl];
-    memcpy(fill, ix->start, (size_t)ix->n_slots * sizeof(int32_t));
-    for (size_t k = 0; k < tot; k++) {
-        int sl = slot_at(slots, is16, k);
-        if (sl >= 0)
-            ix->list[fill[sl]++] = (int32_t)(k / (size_t)width);
-    }
-    mp_free(fill);
-    return 1;
-}
-
-/* This thread's rows [*r0, *r1) of n_rows whose cumulative work (cum[r],
- * cum[n_rows] = total) starts inside its equal share of the total. */
-static void my_work_rows(const int64_t *cum, int n_rows, int *r0, int *r1)
-{
-    int64_t nt = thread_count(), t = thread_id(), total = cum[n_rows];
-    int64_t lo = total * t / nt, hi = total * (t + 1) / nt;
-    int a = 0, z;
-    while (a < n_rows && cum[a] < lo)
-        a++;
-    z = a;
-    while (z < n_rows && (cum[z] < hi || t == nt - 1))
-        z++;
-    *r0 = a;
-    *r1 = z;
-}
-
-/* dw[s] += sum_{i in ix slot s} g[input row i] for every slot, plus, when
- * scale is given, dw[extra_row] += sum_i scale[i] g[i] over all n_in rows
- * (the mass row).  Rows are shared out by work. */
-static void scatter_by_slot(float *dw, const slot_index *ix, const float *g, int h,
-                            const float *scale, int extra_row, int32_t n_in, int nt)
-{
-    int n_rows = ix->n_slots + (scale ? 1 : 0);
-    int64_t cum_local[64], *cum = n_rows < 64 ? cum_local : mp_malloc(((size_t)n_rows + 1) * sizeof *cum);
-    if (!cum)
-        nt = 1;   /* no memory for the split: one thread does every row */
-    int64_t c = 0;
-    for (int r = 0; r < n_rows && cum; r++) {
-        cum[r] = c;
-        c += r < ix->n_slots ? ix->start[r + 1] - ix->start[r] : n_in;
-    }
-    if (cum)
-        cum[n_rows] = c;
-#define SCATTER_ROWS(r0, r1)                                                   \
-    for (int r = (r0); r < (r1); r++) {                                        \
-        if (r < ix->n_slots) {                                                 \
-            float *dst = dw + (size_t)r * h;                                   \
-            for (int32_t k = ix->start[r]; k < ix->start[r + 1]; k++)          \
-                row_add(dst, g + (size_t)ix->list[k] * h, h);                  \
-        } else {                                                               \
-            float *dst = dw + (size_t)extra_row * h;                           \
-            for (int32_t i = 0; i < n_in; i++)                                 \
-                row_axpy(dst, scale[i], g + (size_t)i * h, h);                 \
-        }                                                                      \
-    }
-    if (nt <= 1) {
-        SCATTER_ROWS(0, n_rows);
-    } else {
-#pragma omp parallel num_threads(nt)
-        {
-            int r0, r1;
-            my_work_rows(cum, n_rows, &r0, &r1);
-            SCATTER_ROWS(r0, r1);
-        }
-    }
-#undef SCATTER_ROWS
-    if (cum != cum_local)
-        mp_free(cum);
-}
-
-static void cpu_atom_embed_backward(mp_backend *b, void *dwv, const int16_t *hot,
-                                    const float *mass, const void *doutv, int32_t n_atoms,
-                                    int h, int mass_row)
-{
-    float *dw = dwv;
-    const float *dout = doutv;
-    int nt = threads_for((size_t)n_atoms * h * 4);
-    slot_index ix = { 0, NULL, NULL };
-    if (slot_index_build(&ix, hot, 1, MP_ATOM_MAX_HOT, n_atoms)) {
-        scatter_by_slot(dw, &ix, dout, h, mass, mass_row, n_atoms, nt);
-        slot_index_free(&ix);
+    CPU_ELEM(aw_st);
+    CPU_ELEM(rc_st);
+    if (m <= 0 || n <= 0)
+        return;
+    if (c != r)
+        cpu_copy2d(b, c, MP_ST_ELEM, ldc, r, MP_ST_ELEM, ldr, m, n);
+    mp_gemm g = { 0, 0, m, n, k, 1.0, 1.0, a, w, c, lda, ldw, ldc, MP_ST_ELEM, MP_ST_ELEM,
+                  MP_ST_ELEM };
+    gemm_one(&g);
+    if (ldc == n) {
+        mp_cpu_relu_dropout(c, c, (size_t)m * n, 0.0, 0);
         return;
     }
-    slot_index_free(&ix);
-    PARALLEL_COLUMNS(h,
-        float *dwm = dw + (size_t)mass_row * h;
-        for (int32_t v = 0; v < n_atoms && c0 < c1; v++) {
-            const float *g = dout + (size_t)v * h;
-            const int16_t *hv = hot + (size_t)v * MP_ATOM_MAX_HOT;
-            for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
-                if (hv[q] >= 0)
-                    row_add(dw + (size_t)hv[q] * h + c0, g + c0, c1 - c0);
-            row_axpy(dwm + c0, mass[v], g + c0, c1 - c0);
-        });
-}
-
-static void cpu_edge_embed(mp_backend *b, void *h0v, const int32_t *edge_src,
-                           const int8_t *bond_hot, const void *av, const void *wbv,
-                           int32_t n_edges, int h)
-{
-    float *h0 = h0v;
-    const float *at = av, *wb = wbv;
-    int nt = threads_for((size_t)n_edges * h * 2);
-    PARALLEL_RANGE((size_t)n_edges, 2,
-        for (size_t e = a; e < z; e++) {
-            float *o = h0 + e * h;
-            memcpy(o, at + (size_t)edge_src[e] * h, (size_t)h * sizeof(float));
-            const int8_t *bh = bond_hot + (e >> 1) * MP_BOND_MAX_HOT;
-            for (int q = 0; q < MP_BOND_MAX_HOT; q++)
-                if (bh[q] >= 0)
-                    row_add(o, wb + (size_t)bh[q] * h, h);
-        });
-}
-
-/* o = sum over the CSR segment of v of the rows x[in_edge[k] ^ flip]. */
-static inline void csr_row_sum(float *restrict o, const int32_t *in_start,
-                               const int32_t *in_edge, const float *x, size_t v,
-                               int32_t flip, int h)
-{
-    int32_t k0 = in_start[v], k1 = in_start[v + 1];
-    if (k0 == k1) {
-        memset(o, 0, (size_t)h * sizeof(float));
-        return;
+    for (int i = 0; i < m; i++) {
+        float *row = (float *)c + (size_t)i * ldc;
+        mp_cpu_relu_dropout(row, row, (size_t)n, 0.0, 0);
     }
-    memcpy(o, x + (size_t)(in_edge[k0] ^ flip) * h, (size_t)h * sizeof(float));
-    for (int32_t k = k0 + 1; k < k1; k++)
-        row_add(o, x + (size_t)(in_edge[k] ^ flip) * h, h);
-}
-
-static void cpu_edge_embed_backward(mp_backend *b, void *dav, void *dwbv,
-                                    const int32_t *in_start, const int32_t *in_edge,
-                                    const int8_t *bond_hot, const void *dh0v,
-                                    int32_t n_atoms, int32_t n_edges, int h)
-{
-    float *da = dav, *dwb = dwbv;
-    const float *dh0 = dh0v;
-    int nt = threads_for((size_t)n_edges * h * 2);
-    PARALLEL_RANGE((size_t)n_atoms, 1,
-        for (size_t v = a; v < z; v++)
-            csr_row_sum(da + v * h, in_start, in_edge, dh0, v, 1, h));
-    /* Bond rows: index the bonds by slot, then each edge of a bond adds its
-     * row (edges 2k and 2k+1 in that order, as a sequential scatter would). */
-    slot_index ix = { 0, NULL, NULL };
-    if (slot_index_build(&ix, bond_hot, 0, MP_BOND_MAX_HOT, n_edges / 2)) {
-        int32_t *elist = mp_malloc(((size_t)ix.start[ix.n_slots] * 2 + 1) * sizeof *elist);
-        int32_t *estart = mp_malloc(((size_t)ix.n_slots + 1) * sizeof *estart);
-        if (elist && estart) {
-            for (int sl = 0; sl <= ix.n_slots; sl++)
-                estart[sl] = 2 * ix.start[sl];
-            for (int32_t k = 0; k < ix.start[ix.n_slots]; k++) {
-                elist[2 * k] = 2 * ix.list[k];
-                elist[2 * k + 1] = 2 * ix.list[k] + 1;
-            }
-            slot_index ex = { ix.n_slots, estart, elist };
-            scatter_by_slot(dwb, &ex, dh0, h, NULL, 0, n_edges, nt);
-            slot_index_free(&ex);
-            slot_index_free(&ix);
-            return;
-        }
-        mp_free(elist);
-        mp_free(estart);
-    }
-    slot_index_free(&ix);
-    PARALLEL_COLUMNS(h,
-        for (int32_t e = 0; e < n_edges && c0 < c1; e++) {
-            const int8_t *bh = bond_hot + (size_t)(e >> 1) * MP_BOND_MAX_HOT;
-            for (int q = 0; q < MP_BOND_MAX_HOT; q++)
-                if (bh[q] >= 0)
-                    row_add(dwb + (size_t)bh[q] * h + c0, dh0 + (size_t)e * h + c0, c1 - c0);
-        });
-}
-
-static void cpu_atom_sum(mp_backend *b, void *av, const int32_t *in_start,
-                         const int32_t *in_edge, const void *mv, int32_t n_atoms, int h)
-{
-    float *out = av;
-    const float *m = mv;
-    int nt = threads_for((size_t)n_atoms * h * 2);
-    PARALLEL_RANGE((size_t)n_atoms, 1,
-        for (size_t v = a; v < z; v++)
-            csr_row_sum(out + v * h, in_start, in_edge, m, v, 0, h));
-}
-
-/* The two phases of message / message_backward: per-atom sums, then per
- * edge "sum at one end minus the reverse edge". */
-KERNEL static void msg_atoms(float *s, const int32_t *in_start, const int32_t *in_edge, const float *m,
-                      int32_t flip, size_t a, size_t z, int h)
-{
-    for (size_t v = a; v < z; v++)
-        csr_row_sum(s + v * h, in_start, in_edge, m, v, flip, h);
-}
-
-KERNEL static void msg_edges(float *out, const float *s, const int32_t *end, const float *m, size_t a,
-                      size_t z, int h)
-{
-    for (size_t e = a; e < z; e++)
-        row_sub(out + e * h, s + (size_t)end[e] * h, m + (e ^ 1) * h, h);
-}
-
-static void message_both(float *out, float *s, const int32_t *in_start, const int32_t *in_edge,
-                         const int32_t *end, const float *m, int32_t flip, int32_t n_atoms,
-                         int32_t n_edges, int h)
-{
-    int nt = threads_for((size_t)n_edges * h * 2);
-    if (nt <= 1) {
-        msg_atoms(s, in_start, in_edge, m, flip, 0, (size_t)n_atoms, h);
-        msg_edges(out, s, end, m, 0, (size_t)n_edges, h);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        size_t a, z;
-        my_range((size_t)n_atoms, 1, &a, &z);
-        msg_atoms(s, in_start, in_edge, m, flip, a, z, h);
-#pragma omp barrier
-        my_range((size_t)n_edges, 2, &a, &z);
-        msg_edges(out, s, end, m, a, z, h);
-    }
-}
-
-static void cpu_message(mp_backend *b, void *msg, void *s, const int32_t *in_start,
-                        const int32_t *in_edge, const int32_t *edge_src, const void *m,
-                        int32_t n_atoms, int32_t n_edges, int h)
-{
-    message_both(msg, s, in_start, in_edge, edge_src, m, 0, n_atoms, n_edges, h);
-}
-
-static void cpu_message_backward(mp_backend *b, void *dm, void *ds, const int32_t *in_start,
-                                 const int32_t *in_edge, const int32_t *edge_dst,
-                                 const void *dmsg, int32_t n_atoms, int32_t n_edges, int h)
-{
-    message_both(dm, ds, in_start, in_edge, edge_dst, dmsg, 1, n_atoms, n_edges, h);
-}
-
-static void cpu_atom_sum_backward(mp_backend *b, void *dmv, const int32_t *edge_dst,
-                                  const void *dav, int32_t n_edges, int h)
-{
-    float *dm = dmv;
-    const float *da = dav;
-    int nt = threads_for((size_t)n_edges * h);
-    PARALLEL_RANGE((size_t)n_edges, 1,
-        for (size_t e = a; e < z; e++)
-            memcpy(dm + e * h, da + (size_t)edge_dst[e] * h, (size_t)h * sizeof(float)));
-}
-
-KERNEL static void pool_one(float *restrict o, const float *x, int32_t a0, int32_t a1, int h,
-                     mp_aggregation agg, double norm)
-{
-    memset(o, 0, (size_t)h * sizeof(float));
-    for (int32_t v = a0; v < a1; v++)
-        row_add(o, x + (size_t)v * h, h);
-    if (a1 == a0 || agg == MP_AGG_SUM)
-        return;
-    /* mean divides, as torch's sum / a_size does, rather than multiplying */
-    float d = agg == MP_AGG_MEAN ? (float)(a1 - a0) : (float)norm;
-#pragma omp simd
-    for (int j = 0; j < h; j++)
-        o[j] /= d;
-}
-
-static void cpu_pool(mp_backend *b, void *outv, int ldo, const int32_t *mol_atom,
-                     const void *xv, int32_t n_mols, int h, mp_aggregation agg, double norm)
-{
-    float *out = outv;
-    const float *x = xv;
-    int nt = threads_for((size_t)mol_atom[n_mols] * h);
-    PARALLEL_RANGE((size_t)n_mols, 1,
-        for (size_t i = a; i < z; i++)
-            pool_one(out + i * ldo, x, mol_atom[i], mol_atom[i + 1], h, agg, norm));
-}
-
-KERNEL static void pool_back_one(float *dx, const float *restrict g, int32_t a0, int32_t a1, int h,
-                          mp_aggregation agg, double norm)
-{
-    if (a1 == a0)
-        return;
-    float *restrict o = dx + (size_t)a0 * h;
-    if (agg == MP_AGG_SUM) {
-        memcpy(o, g, (size_t)h * sizeof(float));
-    } else {
-        float d = agg == MP_AGG_MEAN ? (float)(a1 - a0) : (float)norm;
-#pragma omp simd
-        for (int j = 0; j < h; j++)
-            o[j] = g[j] / d;
-    }
-    for (int32_t v = a0 + 1; v < a1; v++)
-        memcpy(dx + (size_t)v * h, o, (size_t)h * sizeof(float));
-}
-
-static void cpu_pool_backward(mp_backend *b, void *dxv, const int32_t *mol_atom,
-                              const void *doutv, int ldo, int32_t n_mols, int h,
-                              mp_aggregation agg, double norm)
-{
-    float *dx = dxv;
-    const float *dout = doutv;
-    int nt = threads_for((size_t)mol_atom[n_mols] * h);
-    PARALLEL_RANGE((size_t)n_mols, 1,
-        for (size_t i = a; i < z; i++)
-            pool_back_one(dx, dout + i * ldo, mol_atom[i], mol_atom[i + 1], h, agg, norm));
 }
 
 /* ===================================================================== */
@@ -1012,34 +553,19 @@ mp_status mp_backend_cpu_open(mp_backend **out)
     b->zero = cpu_zero;
     b->copy = cpu_copy;
     b->sync = cpu_sync;
+    b->act_st = MP_ST_ELEM;
     b->gemm = cpu_gemm;
-    b->gemm_batch = cpu_gemm_batch;
-    b->fill_rows = cpu_fill_rows;
-    b->col_sum = cpu_col_sum;
+    b->gemm_res_relu = cpu_gemm_res_relu;
     b->copy2d = cpu_copy2d;
-    b->add = cpu_add;
+    b->col_sum = cpu_col_sum;
     b->relu_dropout = cpu_relu_dropout;
     b->relu_dropout_backward = cpu_relu_dropout_backward;
     b->dropout = cpu_dropout;
-    b->dropout_backward = cpu_dropout_backward;
-    b->atom_embed = cpu_atom_embed;
-    b->atom_embed_backward = cpu_atom_embed_backward;
-    b->edge_embed = cpu_edge_embed;
-    b->edge_embed_backward = cpu_edge_embed_backward;
-    b->message = cpu_message;
-    b->message_backward = cpu_message_backward;
-    b->atom_sum = cpu_atom_sum;
-    b->atom_sum_backward = cpu_atom_sum_backward;
-    b->pool = cpu_pool;
-    b->pool_backward = cpu_pool_backward;
+    mp_cpu_graph_ops(b);
     b->loss = cpu_loss;
     b->adam = cpu_adam;
-    b->gemm_res_relu = mp_ops_gemm_res_relu_composed;
-    b->message_backward_relu = mp_ops_message_backward_relu_composed;
-    b->edge_embed_relu = mp_ops_edge_embed_relu_composed;
     b->adam_sched = cpu_adam_sched;
     b->step_end = cpu_step_end;
-    mp_ops_keyed_host(b);
     *out = b;
     return MP_OK;
 }

@@ -1,14 +1,22 @@
 /*
- * ops_ref.c - the reference backend: every op of ops.h as the plainest loop
+ * ref.c - the reference backend: every op of ops.h as the plainest loop
  * that states its definition, single-threaded, accumulating in double.  It
- * is the oracle the cpu backend (and later the cuda one) is tested against,
- * and, opened as "ref64" with double buffers, the backend the
- * finite-difference gradient checks run the whole models on.
+ * is the oracle the cpu and cuda backends are tested against, and, opened as
+ * "ref64" with double buffers, the backend the finite-difference gradient
+ * checks run the whole models on.
  *
- * One body serves both element types: loads and stores go through LD/ST,
- * which read or write float or double according to the backend's dtype.
- * That costs a branch per element, which an oracle can afford, and keeps a
- * single copy of each definition.
+ * One body serves every storage type: loads and stores go through LDS/STS,
+ * which read or write float, double or bfloat16 according to the operand's
+ * storage type (ops.h mp_stype) and the backend's dtype.  That costs a
+ * branch per element, which an oracle can afford, and keeps a single copy of
+ * each definition.  A bf16 operand is widened exactly when read and rounded
+ * to nearest even (mp_bf16_round, from the value made float first) when
+ * written, as the cuda backend does; every sum in between is in double.
+ *
+ * The bf16 mode ("ref:bf16", "ref64:bf16") is the same backend reporting
+ * act_st = MP_ST_BF16, so that the model stores its product operands in
+ * bf16 exactly where it does on the GPU at bf16: the bf16 path of the model
+ * runs, and is checked, on machines without a GPU.
  */
 #include "backend/ops.h"
 
@@ -21,21 +29,30 @@
 
 #define F64(b) ((b)->dtype == MP_F64)
 
-static inline double load_el(const mp_backend *b, const void *p, size_t i)
+static inline double load_st(const mp_backend *b, const void *p, mp_stype st, size_t i)
 {
+    if (st == MP_ST_BF16)
+        return mp_bf16_value(((const uint16_t *)p)[i]);
     return F64(b) ? ((const double *)p)[i] : (double)((const float *)p)[i];
 }
 
-static inline void store_el(const mp_backend *b, void *p, size_t i, double v)
+static inline void store_st(const mp_backend *b, void *p, mp_stype st, size_t i, double v)
 {
-    if (F64(b))
+    if (st == MP_ST_BF16)
+        ((uint16_t *)p)[i] = mp_bf16_round((float)v);
+    else if (F64(b))
         ((double *)p)[i] = v;
     else
         ((float *)p)[i] = (float)v;
 }
 
-#define LD(p, i)    load_el(b, (p), (size_t)(i))
-#define ST(p, i, v) store_el(b, (p), (size_t)(i), (v))
+#define LDS(p, st, i)    load_st(b, (p), (st), (size_t)(i))
+#define STS(p, st, i, v) store_st(b, (p), (st), (size_t)(i), (v))
+#define LD(p, i)         LDS(p, MP_ST_ELEM, i)
+#define ST(p, i, v)      STS(p, MP_ST_ELEM, i, v)
+
+/* 1 / (1 - p) for a dropout probability, 1 when no unit is dropped. */
+static double drop_scale(double p) { return p > 0 && p < 1 ? 1.0 / (1.0 - p) : 1.0; }
 
 /* ===================================================================== */
 /* Memory                                                                 */
@@ -76,36 +93,51 @@ static mp_status ref_sync(mp_backend *b) { return MP_OK; }
 /* Dense                                                                  */
 /* ===================================================================== */
 
-static void ref_gemm(mp_backend *b, int ta, int tb, int m, int n, int k, double alpha,
-                     const void *a, int lda, const void *bm, int ldb, double beta,
-                     void *c, int ldc)
+static void ref_gemm_one(mp_backend *b, const mp_gemm *g)
+{
+    for (int i = 0; i < g->m; i++)
+        for (int j = 0; j < g->n; j++) {
+            double s = 0;
+            for (int l = 0; l < g->k; l++) {
+                double x = g->ta ? LDS(g->a, g->a_st, (size_t)l * g->lda + i)
+                                 : LDS(g->a, g->a_st, (size_t)i * g->lda + l);
+                double y = g->tb ? LDS(g->b, g->b_st, (size_t)j * g->ldb + l)
+                                 : LDS(g->b, g->b_st, (size_t)l * g->ldb + j);
+                s += x * y;
+            }
+            size_t ci = (size_t)i * g->ldc + j;
+            double c0 = g->beta == 0 ? 0 : g->beta * LDS(g->c, g->c_st, ci);
+            STS(g->c, g->c_st, ci, g->alpha * s + c0);
+        }
+}
+
+static void ref_gemm(mp_backend *b, int count, const mp_gemm *g)
+{
+    for (int i = 0; i < count; i++)
+        ref_gemm_one(b, &g[i]);
+}
+
+static void ref_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, int lda,
+                              const void *w, int ldw, mp_stype aw_st, const void *r, int ldr,
+                              void *c, int ldc, mp_stype rc_st)
 {
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             double s = 0;
-            for (int l = 0; l < k; l++) {
-                double x = ta ? LD(a, (size_t)l * lda + i) : LD(a, (size_t)i * lda + l);
-                double y = tb ? LD(bm, (size_t)j * ldb + l) : LD(bm, (size_t)l * ldb + j);
-                s += x * y;
-            }
-            size_t ci = (size_t)i * ldc + j;
-            ST(c, ci, alpha * s + (beta == 0 ? 0 : beta * LD(c, ci)));
+            for (int l = 0; l < k; l++)
+                s += LDS(a, aw_st, (size_t)i * lda + l) * LDS(w, aw_st, (size_t)l * ldw + j);
+            /* c may be r: each element reads its own residual first */
+            double v = LDS(r, rc_st, (size_t)i * ldr + j) + s;
+            STS(c, rc_st, (size_t)i * ldc + j, v > 0 ? v : 0);
         }
 }
 
-static void ref_gemm_batch(mp_backend *b, int count, const mp_gemm *g)
-{
-    for (int i = 0; i < count; i++)
-        ref_gemm(b, g[i].ta, g[i].tb, g[i].m, g[i].n, g[i].k, g[i].alpha, g[i].a, g[i].lda,
-                 g[i].b, g[i].ldb, g[i].beta, g[i].c, g[i].ldc);
-}
-
-static void ref_fill_rows(mp_backend *b, void *y, int ldy, const void *row,
-                          int32_t n_rows, int n_cols)
+static void ref_copy2d(mp_backend *b, void *dst, mp_stype dst_st, int ldd, const void *src,
+                       mp_stype src_st, int lds, int32_t n_rows, int n_cols)
 {
     for (int32_t i = 0; i < n_rows; i++)
         for (int j = 0; j < n_cols; j++)
-            ST(y, (size_t)i * ldy + j, LD(row, j));
+            STS(dst, dst_st, (size_t)i * ldd + j, LDS(src, src_st, (size_t)i * lds + j));
 }
 
 static void ref_col_sum(mp_backend *b, void *dst, const void *x, int ldx,
@@ -119,63 +151,49 @@ static void ref_col_sum(mp_backend *b, void *dst, const void *x, int ldx,
     }
 }
 
-static void ref_copy2d(mp_backend *b, void *dst, int ldd, const void *src, int lds,
-                       int32_t n_rows, int n_cols)
-{
-    for (int32_t i = 0; i < n_rows; i++)
-        for (int j = 0; j < n_cols; j++)
-            ST(dst, (size_t)i * ldd + j, LD(src, (size_t)i * lds + j));
-}
-
 /* ===================================================================== */
 /* Elementwise                                                            */
 /* ===================================================================== */
 
-static void ref_add(mp_backend *b, void *y, const void *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        ST(y, i, LD(y, i) + LD(x, i));
-}
-
-static void ref_relu_dropout(mp_backend *b, void *y, const void *x, size_t n,
-                             double p, uint64_t key)
+static void ref_relu_dropout(mp_backend *b, void *y, const void *x, mp_stype st, size_t n,
+                             double p, mp_key key)
 {
     uint32_t thr = mp_dropout_threshold(p);
-    double scale = p > 0 && p < 1 ? 1.0 / (1.0 - p) : 1.0;
+    double scale = drop_scale(p);
+    uint64_t kv = mp_key_value(key);
     for (size_t i = 0; i < n; i++) {
-        double v = LD(x, i);
+        double v = LDS(x, st, i);
         v = v > 0 ? v : 0;
         if (thr)
-            v = mp_dropout_keep(key, i, thr) ? v * scale : 0;
-        ST(y, i, v);
+            v = mp_dropout_keep(kv, i, thr) ? v * scale : 0;
+        STS(y, st, i, v);
     }
 }
 
-static void ref_relu_dropout_backward(mp_backend *b, void *dx, const void *y,
-                                      const void *dy, size_t n, double p)
+static void ref_relu_dropout_backward(mp_backend *b, void *dx, void *dxo, mp_stype dxo_st,
+                                      const void *y, mp_stype y_st, const void *dy, size_t n,
+                                      double p)
 {
-    double scale = p > 0 && p < 1 ? 1.0 / (1.0 - p) : 1.0;
-    for (size_t i = 0; i < n; i++)
-        ST(dx, i, LD(y, i) > 0 ? LD(dy, i) * scale : 0);
+    double scale = drop_scale(p);
+    for (size_t i = 0; i < n; i++) {
+        double v = LDS(y, y_st, i) > 0 ? LD(dy, i) * scale : 0;
+        ST(dx, i, v);
+        if (dxo != dx)
+            STS(dxo, dxo_st, i, LD(dx, i));
+    }
 }
 
-static void ref_dropout(mp_backend *b, void *y, const void *x, int32_t n_rows,
-                        int n_cols, int ld, double p, uint64_t key)
+static void ref_dropout(mp_backend *b, void *y, const void *x, int32_t n_rows, int n_cols,
+                        int ld, double p, mp_key key)
 {
     uint32_t thr = mp_dropout_threshold(p);
-    double scale = p > 0 && p < 1 ? 1.0 / (1.0 - p) : 1.0;
+    double scale = drop_scale(p);
+    uint64_t kv = mp_key_value(key);
     for (int32_t i = 0; i < n_rows; i++)
         for (int j = 0; j < n_cols; j++) {
             size_t k = (size_t)i * ld + j;
-            ST(y, k, mp_dropout_keep(key, k, thr) ? LD(x, k) * scale : 0);
+            ST(y, k, mp_dropout_keep(kv, k, thr) ? LD(x, k) * scale : 0);
         }
-}
-
-static void ref_dropout_backward(mp_backend *b, void *dx, const void *dy, int32_t n_rows,
-                                 int n_cols, int ld, double p, uint64_t key)
-{
-    /* The same map as forward: dropout is linear and diagonal. */
-    ref_dropout(b, dx, dy, n_rows, n_cols, ld, p, key);
 }
 
 /* ===================================================================== */
@@ -216,9 +234,9 @@ static void ref_atom_embed_backward(mp_backend *b, void *dw, const int16_t *hot,
         }
 }
 
-static void ref_edge_embed(mp_backend *b, void *h0, const int32_t *edge_src,
-                           const int8_t *bond_hot, const void *a, const void *wb,
-                           int32_t n_edges, int h)
+static void ref_edge_embed(mp_backend *b, void *h0, void *m0, mp_stype st,
+                           const int32_t *edge_src, const int8_t *bond_hot, const void *a,
+                           const void *wb, int32_t n_edges, int h)
 {
     for (int32_t e = 0; e < n_edges; e++)
         for (int j = 0; j < h; j++) {
@@ -228,7 +246,26 @@ static void ref_edge_embed(mp_backend *b, void *h0, const int32_t *edge_src,
                 if (slot >= 0)
                     s += LD(wb, (size_t)slot * h + j);
             }
-            ST(h0, (size_t)e * h + j, s);
+            STS(h0, st, (size_t)e * h + j, s);
+            if (m0)
+                STS(m0, st, (size_t)e * h + j, s > 0 ? s : 0);
+        }
+}
+
+/* out[v] = sum over the CSR segment of v of x[in_edge[k] ^ flip] (through
+ * max(., 0) when relu), out of storage out_st, x of x_st. */
+static void csr_sums(mp_backend *b, void *out, mp_stype out_st, const int32_t *in_start,
+                     const int32_t *in_edge, const void *x, mp_stype x_st, int32_t flip,
+                     int relu, int32_t n_atoms, int h)
+{
+    for (int32_t v = 0; v < n_atoms; v++)
+        for (int j = 0; j < h; j++) {
+            double s = 0;
+            for (int32_t k = in_start[v]; k < in_start[v + 1]; k++) {
+                double t = LDS(x, x_st, (size_t)(in_edge[k] ^ flip) * h + j);
+                s += relu && !(t > 0) ? 0 : t;
+            }
+            STS(out, out_st, (size_t)v * h + j, s);
         }
 }
 
@@ -237,13 +274,7 @@ static void ref_edge_embed_backward(mp_backend *b, void *da, void *dwb,
                                     const int8_t *bond_hot, const void *dh0,
                                     int32_t n_atoms, int32_t n_edges, int h)
 {
-    for (int32_t v = 0; v < n_atoms; v++)
-        for (int j = 0; j < h; j++) {
-            double s = 0;
-            for (int32_t k = in_start[v]; k < in_start[v + 1]; k++)
-                s += LD(dh0, (size_t)(in_edge[k] ^ 1) * h + j);
-            ST(da, (size_t)v * h + j, s);
-        }
+    csr_sums(b, da, MP_ST_ELEM, in_start, in_edge, dh0, MP_ST_ELEM, 1, 0, n_atoms, h);
     for (int32_t e = 0; e < n_edges; e++)
         for (int q = 0; q < MP_BOND_MAX_HOT; q++) {
             int slot = bond_hot[(size_t)(e >> 1) * MP_BOND_MAX_HOT + q];
@@ -256,52 +287,64 @@ static void ref_edge_embed_backward(mp_backend *b, void *da, void *dwb,
         }
 }
 
-static void ref_atom_sum(mp_backend *b, void *a, const int32_t *in_start,
-                         const int32_t *in_edge, const void *m, int32_t n_atoms, int h)
+static void ref_atom_sum(mp_backend *b, void *a, mp_stype a_st, const int32_t *in_start,
+                         const int32_t *in_edge, const void *m, mp_stype m_st, int32_t n_atoms,
+                         int h)
 {
-    for (int32_t v = 0; v < n_atoms; v++)
-        for (int j = 0; j < h; j++) {
-            double s = 0;
-            for (int32_t k = in_start[v]; k < in_start[v + 1]; k++)
-                s += LD(m, (size_t)in_edge[k] * h + j);
-            ST(a, (size_t)v * h + j, s);
-        }
+    csr_sums(b, a, a_st, in_start, in_edge, m, m_st, 0, 0, n_atoms, h);
 }
 
-static void ref_message(mp_backend *b, void *msg, void *s, const int32_t *in_start,
-                        const int32_t *in_edge, const int32_t *edge_src, const void *m,
+static void ref_message(mp_backend *b, void *msg, mp_stype msg_st, void *s,
+                        const int32_t *in_start, const int32_t *in_edge,
+                        const int32_t *edge_src, const void *m, mp_stype m_st, int relu_in,
                         int32_t n_atoms, int32_t n_edges, int h)
 {
-    ref_atom_sum(b, s, in_start, in_edge, m, n_atoms, h);
+    csr_sums(b, s, MP_ST_ELEM, in_start, in_edge, m, m_st, 0, relu_in, n_atoms, h);
     for (int32_t e = 0; e < n_edges; e++)
-        for (int j = 0; j < h; j++)
-            ST(msg, (size_t)e * h + j,
-               LD(s, (size_t)edge_src[e] * h + j) - LD(m, (size_t)(e ^ 1) * h + j));
-}
-
-static void ref_message_backward(mp_backend *b, void *dm, void *ds, const int32_t *in_start,
-                                 const int32_t *in_edge, const int32_t *edge_dst,
-                                 const void *dmsg, int32_t n_atoms, int32_t n_edges, int h)
-{
-    for (int32_t v = 0; v < n_atoms; v++)
         for (int j = 0; j < h; j++) {
-            double t = 0;
-            for (int32_t k = in_start[v]; k < in_start[v + 1]; k++)
-                t += LD(dmsg, (size_t)(in_edge[k] ^ 1) * h + j);
-            ST(ds, (size_t)v * h + j, t);
+            double r = LDS(m, m_st, (size_t)(e ^ 1) * h + j);
+            if (relu_in && !(r > 0))
+                r = 0;
+            STS(msg, msg_st, (size_t)e * h + j, LD(s, (size_t)edge_src[e] * h + j) - r);
         }
-    for (int32_t e = 0; e < n_edges; e++)
-        for (int j = 0; j < h; j++)
-            ST(dm, (size_t)e * h + j,
-               LD(ds, (size_t)edge_dst[e] * h + j) - LD(dmsg, (size_t)(e ^ 1) * h + j));
 }
 
-static void ref_atom_sum_backward(mp_backend *b, void *dm, const int32_t *edge_dst,
-                                  const void *da, int32_t n_edges, int h)
+static void ref_message_backward(mp_backend *b, void *dz, mp_stype dz_st, void *dh0, void *ds,
+                                 const int32_t *in_start, const int32_t *in_edge,
+                                 const int32_t *edge_dst, const void *dmsg, mp_stype dmsg_st,
+                                 const void *y, mp_stype y_st, double p, int32_t n_atoms,
+                                 int32_t n_edges, int h)
 {
+    double scale = drop_scale(p);
+    csr_sums(b, ds, MP_ST_ELEM, in_start, in_edge, dmsg, dmsg_st, 1, 0, n_atoms, h);
     for (int32_t e = 0; e < n_edges; e++)
-        for (int j = 0; j < h; j++)
-            ST(dm, (size_t)e * h + j, LD(da, (size_t)edge_dst[e] * h + j));
+        for (int j = 0; j < h; j++) {
+            size_t o = (size_t)e * h + j;
+            double g = LD(ds, (size_t)edge_dst[e] * h + j) -
+                       LDS(dmsg, dmsg_st, (size_t)(e ^ 1) * h + j);
+            if (y)
+                g = LDS(y, y_st, o) > 0 ? g * scale : 0;
+            STS(dz, dz_st, o, g);
+            if (dh0)
+                ST(dh0, o, LD(dh0, o) + g);
+        }
+}
+
+static void ref_atom_sum_backward(mp_backend *b, void *dm, void *dmo, mp_stype dmo_st,
+                                  const int32_t *edge_dst, const void *da, const void *y,
+                                  mp_stype y_st, double p, int32_t n_edges, int h)
+{
+    double scale = drop_scale(p);
+    for (int32_t e = 0; e < n_edges; e++)
+        for (int j = 0; j < h; j++) {
+            size_t o = (size_t)e * h + j;
+            double g = LD(da, (size_t)edge_dst[e] * h + j);
+            if (y)
+                g = LDS(y, y_st, o) > 0 ? g * scale : 0;
+            ST(dm, o, g);
+            if (dmo != dm)
+                STS(dmo, dmo_st, o, LD(dm, o));
+        }
 }
 
 static double pool_scale(int32_t n_atoms, mp_aggregation agg, double norm)
@@ -344,7 +387,7 @@ static void ref_pool_backward(mp_backend *b, void *dx, const int32_t *mol_atom,
 }
 
 /* ===================================================================== */
-/* Loss and optimizer                                                     */
+/* Loss, optimizer and device-scheduled steps                             */
 /* ===================================================================== */
 
 static void ref_loss(mp_backend *b, void *loss, void *dy, const void *y, const void *target,
@@ -374,12 +417,11 @@ static void ref_loss(mp_backend *b, void *loss, void *dy, const void *y, const v
     ST(loss, 0, sum * inv);
 }
 
-static void ref_adam(mp_backend *b, void *p, void *m, void *v, const void *g, size_t n,
-                     double lr, double beta1, double beta2, double eps,
-                     double weight_decay, long t)
+/* The Adam update with the step's scalars (step = lr / bc1, bc2s = sqrt(bc2)). */
+static void adam_update(mp_backend *b, void *p, void *m, void *v, const void *g, size_t n,
+                        double step, double bc2s, double beta1, double beta2, double eps,
+                        double weight_decay)
 {
-    double bc1 = 1 - pow(beta1, (double)t), bc2 = 1 - pow(beta2, (double)t);
-    double step = lr / bc1, bc2s = sqrt(bc2);
     for (size_t i = 0; i < n; i++) {
         double gi = LD(g, i) + weight_decay * LD(p, i);
         double mi = beta1 * LD(m, i) + (1 - beta1) * gi;
@@ -390,21 +432,23 @@ static void ref_adam(mp_backend *b, void *p, void *m, void *v, const void *g, si
     }
 }
 
+static void ref_adam(mp_backend *b, void *p, void *m, void *v, const void *g, size_t n,
+                     double lr, double beta1, double beta2, double eps,
+                     double weight_decay, long t)
+{
+    double bc1 = 1 - pow(beta1, (double)t), bc2 = 1 - pow(beta2, (double)t);
+    adam_update(b, p, m, v, g, n, lr / bc1, sqrt(bc2), beta1, beta2, eps, weight_decay);
+}
+
 /* adam with the step's scalars (float) read at index k_dev[0]; the update
  * itself in the backend's way (double arithmetic). */
 static void ref_adam_sched(mp_backend *b, void *p, void *m, void *v, const void *g, size_t n,
                            const float *sched, const int32_t *k_dev, double beta1, double beta2,
                            double eps, double weight_decay)
 {
-    double step = sched[2 * (size_t)k_dev[0]], bc2s = sched[2 * (size_t)k_dev[0] + 1];
-    for (size_t i = 0; i < n; i++) {
-        double gi = LD(g, i) + weight_decay * LD(p, i);
-        double mi = beta1 * LD(m, i) + (1 - beta1) * gi;
-        double vi = beta2 * LD(v, i) + (1 - beta2) * gi * gi;
-        ST(m, i, mi);
-        ST(v, i, vi);
-        ST(p, i, LD(p, i) - step * mi / (sqrt(vi) / bc2s + eps));
-    }
+    size_t k = (size_t)k_dev[0];
+    adam_update(b, p, m, v, g, n, sched[2 * k], sched[2 * k + 1], beta1, beta2, eps,
+                weight_decay);
 }
 
 static void ref_step_end(mp_backend *b, int32_t *k_dev, void *losses, const void *loss)
@@ -414,69 +458,27 @@ static void ref_step_end(mp_backend *b, int32_t *k_dev, void *losses, const void
 }
 
 /* ===================================================================== */
-/* Fused ops, composed of the unfused ones (ops.h; cpu and ref use these)  */
-/* ===================================================================== */
-
-void mp_ops_gemm_res_relu_composed(mp_backend *b, int m, int n, int k, const void *a, int lda,
-                                   const void *w, int ldw, const void *r, int ldr, void *c,
-                                   int ldc)
-{
-    if (m <= 0 || n <= 0)
-        return;
-    if (c != r)
-        b->copy2d(b, c, ldc, r, ldr, m, n);
-    b->gemm(b, 0, 0, m, n, k, 1.0, a, lda, w, ldw, 1.0, c, ldc);
-    if (ldc == n) {
-        b->relu_dropout(b, c, c, (size_t)m * n, 0.0, 0);
-        return;
-    }
-    for (int i = 0; i < m; i++) {
-        void *row = (char *)c + (size_t)i * ldc * b->esize;
-        b->relu_dropout(b, row, row, (size_t)n, 0.0, 0);
-    }
-}
-
-void mp_ops_message_backward_relu_composed(mp_backend *b, void *dz, void *dh0, void *ds,
-                                           const int32_t *in_start, const int32_t *in_edge,
-                                           const int32_t *edge_dst, const void *dmsg,
-                                           const void *y, double p, int32_t n_atoms,
-                                           int32_t n_edges, int h)
-{
-    b->message_backward(b, dz, ds, in_start, in_edge, edge_dst, dmsg, n_atoms, n_edges, h);
-    if (n_edges <= 0 || h <= 0)
-        return;
-    const size_t n = (size_t)n_edges * h;
-    b->relu_dropout_backward(b, dz, y, dz, n, p);
-    b->add(b, dh0, dz, n);
-}
-
-void mp_ops_edge_embed_relu_composed(mp_backend *b, void *h0, void *m0, const int32_t *edge_src,
-                                     const int8_t *bond_hot, const void *a, const void *wb,
-                                     int32_t n_edges, int h)
-{
-    b->edge_embed(b, h0, edge_src, bond_hot, a, wb, n_edges, h);
-    if (n_edges > 0 && h > 0)
-        b->relu_dropout(b, m0, h0, (size_t)n_edges * h, 0.0, 0);
-}
-
-/* ===================================================================== */
 /* Open / close                                                           */
 /* ===================================================================== */
 
 static void ref_close(mp_backend *b) { mp_free(b); }
 
-mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype)
+mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype, mp_stype act_st)
 {
     *out = NULL;
     if (dtype != MP_F32 && dtype != MP_F64)
         return mp_error_set(MP_ERR_ARG, "reference backend: unknown element type %d", (int)dtype);
+    if (act_st != MP_ST_ELEM && act_st != MP_ST_BF16)
+        return mp_error_set(MP_ERR_ARG, "reference backend: unknown storage type %d", (int)act_st);
     mp_backend *b = mp_calloc(1, sizeof *b);
     if (!b)
         return mp_error_set(MP_ERR_NOMEM, "reference backend: out of memory");
-    b->name = dtype == MP_F64 ? "ref64" : "ref";
+    static const char *const names[2][2] = { { "ref", "ref:bf16" }, { "ref64", "ref64:bf16" } };
+    b->name = names[dtype == MP_F64][act_st == MP_ST_BF16];
     b->dtype = dtype;
     b->esize = dtype == MP_F64 ? sizeof(double) : sizeof(float);
     b->host_memory = 1;
+    b->act_st = act_st;
     b->close = ref_close;
     b->alloc = ref_alloc;
     b->free = ref_free;
@@ -486,15 +488,12 @@ mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype)
     b->copy = ref_copy;
     b->sync = ref_sync;
     b->gemm = ref_gemm;
-    b->gemm_batch = ref_gemm_batch;
-    b->fill_rows = ref_fill_rows;
-    b->col_sum = ref_col_sum;
+    b->gemm_res_relu = ref_gemm_res_relu;
     b->copy2d = ref_copy2d;
-    b->add = ref_add;
+    b->col_sum = ref_col_sum;
     b->relu_dropout = ref_relu_dropout;
     b->relu_dropout_backward = ref_relu_dropout_backward;
     b->dropout = ref_dropout;
-    b->dropout_backward = ref_dropout_backward;
     b->atom_embed = ref_atom_embed;
     b->atom_embed_backward = ref_atom_embed_backward;
     b->edge_embed = ref_edge_embed;
@@ -507,26 +506,31 @@ mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype)
     b->pool_backward = ref_pool_backward;
     b->loss = ref_loss;
     b->adam = ref_adam;
-    b->gemm_res_relu = mp_ops_gemm_res_relu_composed;
-    b->message_backward_relu = mp_ops_message_backward_relu_composed;
-    b->edge_embed_relu = mp_ops_edge_embed_relu_composed;
     b->adam_sched = ref_adam_sched;
     b->step_end = ref_step_end;
-    mp_ops_keyed_host(b);
     *out = b;
     return MP_OK;
 }
 
-/* "ref" (float) or "ref64" (double). */
+/* "ref" (float), "ref64" (double), each optionally ":bf16" (bf16 storage of
+ * the product operands). */
 static mp_status ref_open_name(mp_backend **out, const char *name)
 {
+    static const struct {
+        const char *name;
+        mp_dtype    dtype;
+        mp_stype    st;
+    } names[] = {
+        { "ref", MP_F32, MP_ST_ELEM },      { "ref:fp32", MP_F32, MP_ST_ELEM },
+        { "ref64", MP_F64, MP_ST_ELEM },    { "ref:fp64", MP_F64, MP_ST_ELEM },
+        { "ref:bf16", MP_F32, MP_ST_BF16 }, { "ref64:bf16", MP_F64, MP_ST_BF16 },
+    };
     *out = NULL;
-    if (strcmp(name, "ref") == 0 || strcmp(name, "ref:fp32") == 0)
-        return mp_backend_ref_open(out, MP_F32);
-    if (strcmp(name, "ref64") == 0 || strcmp(name, "ref:fp64") == 0)
-        return mp_backend_ref_open(out, MP_F64);
-    return mp_error_set(MP_ERR_ARG, "unknown reference backend '%s' (expected ref or ref64)",
-                        name);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i].name) == 0)
+            return mp_backend_ref_open(out, names[i].dtype, names[i].st);
+    return mp_error_set(MP_ERR_ARG, "unknown reference backend '%s' (expected ref, ref64, "
+                        "ref:bf16 or ref64:bf16)", name);
 }
 
 static int ref_available(char *why, size_t n)
@@ -536,6 +540,7 @@ static int ref_available(char *why, size_t n)
 }
 
 const mp_backend_provider mp_backend_ref_provider = {
-    "ref, ref64", "ref, ref64", "plain loops in float or double: the test oracle", ref_open_name,
+    "ref, ref64", "ref[:bf16], ref64[:bf16]",
+    "plain loops in float or double (bf16 storage with :bf16): the test oracle", ref_open_name,
     ref_available,
 };

@@ -2,6 +2,9 @@
  * cli.h - shared glue for the molprop command-line verbs.  Each verb lives in
  * its own file as `int cli_<verb>(int argc, char **argv)` and returns the
  * process exit status (0 success, 1 failure with a message already printed).
+ * The command line uses the public header alone (it is compiled with
+ * -Iinclude only): every option, check and default is the library's table
+ * (mp_options_*); this layer maps argv and the environment onto it.
  */
 #ifndef MP_CLI_H
 #define MP_CLI_H
@@ -21,15 +24,24 @@ int cli_fail(const char *verb, const char *fmt, ...) __attribute__((format(print
 /* Prints the library's last error as "molprop <verb>: <message>" and returns 1. */
 int cli_fail_status(const char *verb, mp_status st);
 
-/* Option-value parsers: print a message naming the option and return 1 on
- * bad input, else 0. */
-int cli_parse_int(const char *verb, const char *opt, const char *s, long lo, long hi, long *out);
-int cli_parse_double(const char *verb, const char *opt, const char *s, double lo, double hi, double *out);
+/*
+ * The options of `verb` from argv[1..argc): the environment's defaults
+ * (MOLPROP_REGISTRY, MOLPROP_DATA_MIRROR, MOLPROP_DATA_URL,
+ * MOLPROP_SLOT_CLASSES, MOLPROP_GPU_PROFILE where the verb has the option),
+ * then the [verb] section of each --config file in order,
+ * then every --key value, --key=value and --flag in order, so flags override
+ * the file.  Other arguments go to pos[0..*n_pos) (argv's own strings) when
+ * pos is not NULL, else they are an error.  --help or -h prints `usage`, the
+ * option list and returns 2.  Returns 0 with *out set (free it with
+ * mp_options_free), 1 after printing an error, 2 after the help.
+ */
+int cli_options(const char *verb, const char *usage, int argc, char **argv, mp_options **out,
+                char **pos, int *n_pos);
 
-/* Backend name for --device cpu|gpu and --precision fp32|tf32|bf16:
- * "cpu" or "cuda:<precision>".  Prints a message and returns 1 on a bad
- * combination, else 0. */
-int cli_backend_name(const char *verb, const char *device, const char *precision,
-                     char *out, size_t n);
+/* Prints a run's invalid rows to stderr as "molprop <verb>: FILE:LINE:
+ * invalid SMILES 'S'<sep>REASON<tail>", the first `max` of them, then how
+ * many more. */
+void cli_report_invalid(const char *verb, const mp_summary *s, const char *file, size_t max,
+                        const char *sep, const char *tail);
 
 #endif /* MP_CLI_H */

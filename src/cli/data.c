@@ -1,7 +1,9 @@
 /*
  * data.c - `molprop data list|fetch|verify`: the benchmark dataset registry
- * (data/datasets.tsv) seen from the command line.  Thin glue over
- * src/data/registry.h.
+ * (data/datasets.tsv) seen from the command line.  Thin glue over the
+ * registry functions of molprop.h; the sources (mirror directory, base URL)
+ * and the registry file come from the [data] options, whose defaults are
+ * $MOLPROP_DATA_MIRROR, $MOLPROP_DATA_URL and $MOLPROP_REGISTRY.
  */
 #include "cli.h"
 
@@ -17,80 +19,65 @@ static const char usage_main[] =
     "The benchmark datasets of Yang et al. 2019, listed in data/datasets.tsv.\n"
     "\n"
     "  list              show every dataset: rows, tasks, task type, metric, present locally\n"
-    "  fetch NAME...|all copy (from $MOLPROP_DATA_MIRROR) or download (from $MOLPROP_DATA_URL)\n"
-    "                    datasets into data/, checking their SHA-256\n"
+    "  fetch NAME...|all copy (from --mirror, default $MOLPROP_DATA_MIRROR) or download\n"
+    "                    (from --url, default $MOLPROP_DATA_URL) datasets into data/,\n"
+    "                    checking their SHA-256\n"
     "  verify [NAME...]  check the SHA-256 of local dataset files\n"
     "\n"
     "molprop data <command> --help for its options.\n";
 
 static const char usage_list[] =
-    "usage: molprop data list [--dest DIR] [--registry FILE]\n"
+    "usage: molprop data list [options]\n"
     "\n"
     "Prints a table of the registry's datasets: name, rows, tasks, task type, the\n"
-    "paper's metric, and whether the file is present in DIR (default data/).\n"
-    "\n"
-    "  --dest DIR       where fetched files live (default: data)\n"
-    "  --registry FILE  the registry (default: $MOLPROP_REGISTRY or data/datasets.tsv)\n";
+    "paper's metric, and whether the file is present in --dest.\n";
 
 static const char usage_fetch[] =
-    "usage: molprop data fetch NAME...|all [--dest DIR] [--registry FILE]\n"
+    "usage: molprop data fetch NAME...|all [options]\n"
     "\n"
-    "Puts each named dataset's file into DIR (default data/).  The source is the\n"
-    "directory $MOLPROP_DATA_MIRROR, or else $MOLPROP_DATA_URL + \"/\" + file\n"
-    "(http, https, file://).  The bytes are checked against the registry's SHA-256\n"
-    "before they are renamed into place, so a mismatch leaves nothing behind.  A\n"
-    "file already present with the right checksum is left alone.  'all' fetches\n"
-    "every dataset that has a file (pcba and chembl have none).\n"
-    "\n"
-    "  --dest DIR       target directory (default: data; created if missing)\n"
-    "  --registry FILE  the registry (default: $MOLPROP_REGISTRY or data/datasets.tsv)\n";
+    "Puts each named dataset's file into --dest.  The source is the directory\n"
+    "--mirror, or else --url + \"/\" + file (http, https, file://).  The bytes are\n"
+    "checked against the registry's SHA-256 before they are renamed into place, so\n"
+    "a mismatch leaves nothing behind.  A file already present with the right\n"
+    "checksum is left alone.  'all' fetches every dataset that has a file (pcba and\n"
+    "chembl have none).\n";
 
 static const char usage_verify[] =
-    "usage: molprop data verify [NAME...] [--dest DIR] [--registry FILE]\n"
+    "usage: molprop data verify [NAME...] [options]\n"
     "\n"
     "Checks the SHA-256 of local dataset files against the registry.  With names,\n"
-    "each must be present and correct; without, every dataset file present in DIR\n"
-    "is checked (absent ones are listed, not counted as failures).\n"
-    "\n"
-    "  --dest DIR       where the files are (default: data)\n"
-    "  --registry FILE  the registry (default: $MOLPROP_REGISTRY or data/datasets.tsv)\n";
+    "each must be present and correct; without, every dataset file present in\n"
+    "--dest is checked (absent ones are listed, not counted as failures).\n";
 
 typedef struct {
-    const char *dest;
-    const char *registry;
-    char      **names;
-    int         n_names;
+    const char     *dest;
+    const char     *registry;
+    mp_fetch_source source;
+    const char     *mirror_label, *url_label;   /* how messages name the sources */
+    mp_options     *o;
+    char          **names;
+    int             n_names;
 } data_args;
 
-/* Splits options from names.  Returns 0 to go on, 1 on error, 2 after --help. */
+/* The [data] options (the environment's, --config's, the flags) and the
+ * dataset names.  Returns 0 to go on, 1 on error, 2 after --help. */
 static int parse_args(int argc, char **argv, const char *usage, data_args *a)
 {
-    a->dest = "data";
-    a->registry = NULL;
+    memset(a, 0, sizeof *a);
     a->names = argv + 1;   /* names are compacted in place at the front */
-    a->n_names = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            fputs(usage, stdout);
-            return 2;
-        }
-        if (!strcmp(s, "--dest") || !strcmp(s, "--registry")) {
-            if (i + 1 >= argc)
-                return cli_fail(VERB, "%s needs a value", s);
-            if (!strcmp(s, "--dest"))
-                a->dest = argv[++i];
-            else
-                a->registry = argv[++i];
-            continue;
-        }
-        if (s[0] == '-' && s[1]) {
-            cli_fail(VERB, "unknown option '%s'", s);
-            fputs(usage, stderr);
-            return 1;
-        }
-        a->names[a->n_names++] = argv[i];
-    }
+    int rc = cli_options(VERB, usage, argc, argv, &a->o, a->names, &a->n_names);
+    if (rc)
+        return rc;
+    a->dest = mp_options_get(a->o, "dest");
+    a->registry = mp_options_get(a->o, "registry");
+    a->source.mirror = mp_options_get(a->o, "mirror");
+    a->source.url = mp_options_get(a->o, "url");
+    const char *env = getenv("MOLPROP_DATA_MIRROR");
+    a->mirror_label = env && a->source.mirror && !strcmp(env, a->source.mirror)
+                          ? "MOLPROP_DATA_MIRROR" : "--mirror";
+    env = getenv("MOLPROP_DATA_URL");
+    a->url_label = env && a->source.url && !strcmp(env, a->source.url) ? "MOLPROP_DATA_URL"
+                                                                         : "--url";
     return 0;
 }
 
@@ -117,7 +104,7 @@ static int load_registry(const data_args *a, mp_registry **reg)
 static char *local_path(const char *dest, const char *file)
 {
     size_t n = strlen(dest) + strlen(file) + 2;
-    char *p = mp_malloc(n);
+    char *p = malloc(n);
     if (p)
         snprintf(p, n, "%s/%s", dest, file);
     return p;
@@ -127,20 +114,17 @@ static char *local_path(const char *dest, const char *file)
 /* list                                                                   */
 /* ===================================================================== */
 
-static int data_list(int argc, char **argv)
+static int data_list(data_args *ap)
 {
-    data_args a;
-    int rc = parse_args(argc, argv, usage_list, &a);
-    if (rc)
-        return rc == 2 ? 0 : 1;
+    data_args a = *ap;
     if (a.n_names)
         return cli_fail(VERB, "list takes no dataset names (got '%s')", a.names[0]);
     mp_registry *reg;
     if (load_registry(&a, &reg))
         return 1;
     printf("%-16s %7s %6s  %-14s %-8s %s\n", "name", "rows", "tasks", "type", "metric", "local");
-    for (size_t i = 0; i < reg->n; i++) {
-        const mp_dataset_info *d = &reg->items[i];
+    for (size_t i = 0; i < mp_registry_count(reg); i++) {
+        const mp_dataset_info *d = mp_registry_at(reg, i);
         char rows[32] = "-", tasks[32] = "-";
         const char *local = "no (no file)";
         if (d->file) {
@@ -148,7 +132,7 @@ static int data_list(int argc, char **argv)
             snprintf(tasks, sizeof tasks, "%d", d->tasks);
             char *p = local_path(a.dest, d->file);
             local = p && access(p, F_OK) == 0 ? "yes" : "no";
-            mp_free(p);
+            free(p);
         }
         printf("%-16s %7s %6s  %-14s %-8s %s\n", d->name, rows, tasks,
                mp_task_type_name(d->task_type), d->metric, local);
@@ -161,12 +145,6 @@ static int data_list(int argc, char **argv)
 /* fetch                                                                  */
 /* ===================================================================== */
 
-static int env_set(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v;
-}
-
 /* 1 if names hold "all". */
 static int wants_all(const data_args *a)
 {
@@ -176,25 +154,34 @@ static int wants_all(const data_args *a)
     return 0;
 }
 
-static int fetch_one(const mp_registry *reg, const mp_dataset_info *d, const char *dest)
+static int have_source(const data_args *a)
+{
+    return (a->source.mirror && *a->source.mirror) || (a->source.url && *a->source.url);
+}
+
+static int fetch_one(const mp_registry *reg, const mp_dataset_info *d, const data_args *a)
 {
     mp_fetch_result how;
-    mp_status st = mp_registry_fetch(reg, d->name, dest, &how);
+    mp_status st = mp_registry_fetch(reg, d->name, a->dest, &a->source, &how);
+    if (st && d->file && !have_source(a))
+        return cli_fail(VERB, "%s: %s (set MOLPROP_DATA_MIRROR to a directory holding the "
+                        "dataset files, or MOLPROP_DATA_URL to a base URL; or pass --mirror "
+                        "DIR or --url URL)", d->name, mp_error_message());
     if (st)
         return cli_fail(VERB, "%s: %s", d->name, mp_error_message());
-    const char *src = how == MP_FETCH_MIRROR ? "copied from MOLPROP_DATA_MIRROR"
-                    : how == MP_FETCH_DOWNLOADED ? "downloaded from MOLPROP_DATA_URL"
-                    : "already present, checksum ok";
-    printf("%-16s %s/%s: %s\n", d->name, dest, d->file, src);
+    printf("%-16s %s/%s: ", d->name, a->dest, d->file);
+    if (how == MP_FETCH_MIRROR)
+        printf("copied from %s\n", a->mirror_label);
+    else if (how == MP_FETCH_DOWNLOADED)
+        printf("downloaded from %s\n", a->url_label);
+    else
+        printf("already present, checksum ok\n");
     return 0;
 }
 
-static int data_fetch(int argc, char **argv)
+static int data_fetch(data_args *ap)
 {
-    data_args a;
-    int rc = parse_args(argc, argv, usage_fetch, &a);
-    if (rc)
-        return rc == 2 ? 0 : 1;
+    data_args a = *ap;
     if (a.n_names == 0) {
         cli_fail(VERB, "fetch needs dataset names or 'all'");
         fputs(usage_fetch, stderr);
@@ -205,21 +192,22 @@ static int data_fetch(int argc, char **argv)
         return 1;
     int failed = 0;
     if (wants_all(&a)) {
-        for (size_t i = 0; i < reg->n; i++) {
-            if (reg->items[i].file) {
-                if (fetch_one(reg, &reg->items[i], a.dest)) {
+        for (size_t i = 0; i < mp_registry_count(reg); i++) {
+            const mp_dataset_info *d = mp_registry_at(reg, i);
+            if (d->file) {
+                if (fetch_one(reg, d, &a)) {
                     failed = 1;
-                    if (!env_set("MOLPROP_DATA_MIRROR") && !env_set("MOLPROP_DATA_URL"))
+                    if (!have_source(&a))
                         break;   /* no source: the rest would fail alike */
                 }
             }
             else
                 fprintf(stderr, "molprop data: note: %s has no file available; skipped\n",
-                        reg->items[i].name);
+                        d->name);
         }
     } else {
         for (int i = 0; i < a.n_names; i++)
-            failed |= fetch_one(reg, mp_registry_find(reg, a.names[i]), a.dest);
+            failed |= fetch_one(reg, mp_registry_find(reg, a.names[i]), &a);
     }
     mp_registry_free(reg);
     return failed;
@@ -256,23 +244,20 @@ static int verify_one(const mp_dataset_info *d, const char *dest, int named, int
         printf("%-16s %s: ok\n", d->name, p);
         ++*checked;
     }
-    mp_free(p);
+    free(p);
     return rc;
 }
 
-static int data_verify(int argc, char **argv)
+static int data_verify(data_args *ap)
 {
-    data_args a;
-    int rc = parse_args(argc, argv, usage_verify, &a);
-    if (rc)
-        return rc == 2 ? 0 : 1;
+    data_args a = *ap;
     mp_registry *reg;
     if (load_registry(&a, &reg))
         return 1;
     int failed = 0, checked = 0;
     if (a.n_names == 0 || wants_all(&a)) {
-        for (size_t i = 0; i < reg->n; i++)
-            failed |= verify_one(&reg->items[i], a.dest, 0, &checked);
+        for (size_t i = 0; i < mp_registry_count(reg); i++)
+            failed |= verify_one(mp_registry_at(reg, i), a.dest, 0, &checked);
         if (checked == 0)
             printf("no dataset files in %s (molprop data fetch NAME...|all)\n", a.dest);
     } else {
@@ -298,12 +283,25 @@ int cli_data(int argc, char **argv)
         fputs(usage_main, stdout);
         return 0;
     }
-    if (!strcmp(cmd, "list"))
-        return data_list(argc - 1, argv + 1);
-    if (!strcmp(cmd, "fetch"))
-        return data_fetch(argc - 1, argv + 1);
-    if (!strcmp(cmd, "verify"))
-        return data_verify(argc - 1, argv + 1);
+    static const struct {
+        const char *name, *usage;
+        int (*fn)(data_args *);
+    } cmds[] = {
+        { "list", usage_list, data_list },
+        { "fetch", usage_fetch, data_fetch },
+        { "verify", usage_verify, data_verify },
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        if (strcmp(cmd, cmds[i].name) != 0)
+            continue;
+        data_args a;
+        int rc = parse_args(argc - 1, argv + 1, cmds[i].usage, &a);
+        if (rc)
+            return rc == 2 ? 0 : 1;
+        rc = cmds[i].fn(&a);
+        mp_options_free(a.o);
+        return rc;
+    }
     cli_fail(VERB, "unknown command '%s' (list, fetch or verify)", cmd);
     fputs(usage_main, stderr);
     return 1;

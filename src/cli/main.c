@@ -1,9 +1,10 @@
 /*
- * main.c - the molprop command: dispatches to one verb per file.
+ * main.c - the molprop command: dispatches to one verb per file, and the
+ * glue they share (messages; argv, the environment and --config onto the
+ * library's option table).
  */
 #include "cli.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +27,12 @@ static void usage(FILE *fp)
 {
     fprintf(fp, "molprop %s - molecular property prediction (FFN and D-MPNN)\n\n"
                 "usage: molprop <command> [options]   (molprop <command> --help for more)\n\n",
-            MP_VERSION);
+            mp_version());
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         fprintf(fp, "  %-10s %s\n", verbs[i].name, verbs[i].what);
     fprintf(fp, "  %-10s %s\n", "version", "print versions of molprop and its libraries");
+    fprintf(fp, "\nEvery command also reads its options from the [command] section of an INI\n"
+                "file: --config FILE (see configs/); flags on the command line override it.\n");
 }
 
 int cli_fail(const char *verb, const char *fmt, ...)
@@ -49,47 +52,140 @@ int cli_fail_status(const char *verb, mp_status st)
     return cli_fail(verb, "%s", m && *m ? m : mp_status_name(st));
 }
 
-int cli_parse_int(const char *verb, const char *opt, const char *s, long lo, long hi, long *out)
+/* ===================================================================== */
+/* argv onto the option table                                             */
+/* ===================================================================== */
+
+/* Environment variables that give options their defaults. */
+static const struct {
+    const char *verb, *key, *env;
+} env_defaults[] = {
+    { "train", "registry", "MOLPROP_REGISTRY" },
+    { "train", "slot-classes", "MOLPROP_SLOT_CLASSES" },
+    { "train", "profile", "MOLPROP_GPU_PROFILE" },
+    { "bench", "registry", "MOLPROP_REGISTRY" },
+    { "data", "registry", "MOLPROP_REGISTRY" },
+    { "data", "mirror", "MOLPROP_DATA_MIRROR" },
+    { "data", "url", "MOLPROP_DATA_URL" },
+};
+
+static void print_help(const char *verb, const char *text, const mp_options *o)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return cli_fail(verb, "%s expects an integer in [%ld, %ld], got '%s'", opt, lo, hi, s);
-    *out = v;
-    return 0;
+    char *list = mp_options_help(o);
+    printf("%s\n%s", text, list ? list : "");
+    printf("  --config FILE            read the [%s] section of an INI file first;\n"
+           "                           the flags given here override it\n", verb);
+    mp_free(list);
 }
 
-int cli_parse_double(const char *verb, const char *opt, const char *s, double lo, double hi, double *out)
+int cli_options(const char *verb, const char *text, int argc, char **argv, mp_options **out,
+                char **pos, int *n_pos)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        return cli_fail(verb, "%s expects a number in [%g, %g], got '%s'", opt, lo, hi, s);
-    *out = v;
+    *out = NULL;
+    if (n_pos)
+        *n_pos = 0;
+    mp_options *o;
+    mp_status st = mp_options_create(&o, verb);
+    if (st)
+        return cli_fail_status(verb, st);
+    /* First pass: --help, --config, and the shape of every argument. */
+    const char *config[8];
+    int n_config = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            print_help(verb, text, o);
+            mp_options_free(o);
+            return 2;
+        }
+        if (strncmp(s, "--", 2) != 0 || !s[2]) {
+            if (pos && s[0] != '-') {
+                pos[(*n_pos)++] = argv[i];
+                continue;
+            }
+            mp_options_free(o);
+            if (s[0] == '-')
+                return cli_fail(verb, "unknown option '%s' (see molprop %s --help)", s, verb);
+            return cli_fail(verb, "unexpected argument '%s' (see molprop %s --help)", s, verb);
+        }
+        const char *eq = strchr(s, '=');
+        char key[128];
+        size_t len = eq ? (size_t)(eq - s - 2) : strlen(s + 2);
+        snprintf(key, sizeof key, "%.*s", (int)(len < sizeof key ? len : sizeof key - 1), s + 2);
+        int is_config = !strcmp(key, "config");
+        mp_option_type t = is_config ? MP_OPT_TEXT : mp_options_type(o, key);
+        if (t == MP_OPT_UNKNOWN) {
+            mp_options_free(o);
+            return cli_fail(verb, "unknown option '--%s' (see molprop %s --help)", key, verb);
+        }
+        if (t != MP_OPT_BOOL && !eq) {
+            if (i + 1 >= argc) {
+                mp_options_free(o);
+                return cli_fail(verb, "--%s needs a value", key);
+            }
+            i++;
+        }
+        if (is_config && n_config == (int)(sizeof config / sizeof config[0])) {
+            mp_options_free(o);
+            return cli_fail(verb, "more than %d --config files", n_config);
+        }
+        if (is_config)
+            config[n_config++] = eq ? eq + 1 : argv[i];
+    }
+    /* Then the layers, each overriding the one before. */
+    for (size_t k = 0; k < sizeof env_defaults / sizeof env_defaults[0]; k++) {
+        const char *v = getenv(env_defaults[k].env);
+        if (strcmp(env_defaults[k].verb, verb) != 0 || !v || !*v)
+            continue;
+        char origin[64];
+        snprintf(origin, sizeof origin, "$%s", env_defaults[k].env);
+        if ((st = mp_options_set_from(o, env_defaults[k].key, v, origin)))
+            goto fail;
+    }
+    for (int k = 0; k < n_config; k++)   /* in order: a later file overrides */
+        if ((st = mp_options_read_config(o, config[k])))
+            goto fail;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (strncmp(s, "--", 2) != 0)
+            continue;   /* a positional argument */
+        const char *eq = strchr(s, '=');
+        char key[128];
+        size_t len = eq ? (size_t)(eq - s - 2) : strlen(s + 2);
+        snprintf(key, sizeof key, "%.*s", (int)(len < sizeof key ? len : sizeof key - 1), s + 2);
+        int is_config = !strcmp(key, "config");
+        const char *value = eq ? eq + 1 : NULL;
+        if ((is_config || mp_options_type(o, key) != MP_OPT_BOOL) && !eq)
+            value = argv[++i];
+        if (!is_config && (st = mp_options_set(o, key, value)))
+            goto fail;
+    }
+    *out = o;
     return 0;
+fail:
+    mp_options_free(o);
+    return cli_fail_status(verb, st);
 }
 
-int cli_backend_name(const char *verb, const char *device, const char *precision,
-                     char *out, size_t n)
+void cli_report_invalid(const char *verb, const mp_summary *s, const char *file, size_t max,
+                        const char *sep, const char *tail)
 {
-    if (!strcmp(device, "cpu")) {
-        if (precision && strcmp(precision, "fp32") != 0)
-            return cli_fail(verb, "--precision %s needs --device gpu (the CPU computes in fp32)",
-                            precision);
-        snprintf(out, n, "cpu");
-        return 0;
+    size_t n = mp_summary_invalid_count(s), shown = 0;
+    for (size_t k = 0; k < n && shown < max; k++, shown++) {
+        size_t line;
+        const char *smiles, *reason;
+        if (mp_summary_invalid(s, k, &line, &smiles, &reason) == MP_OK)
+            fprintf(stderr, "molprop %s: %s:%zu: invalid SMILES '%s'%s%s%s\n", verb, file, line,
+                    smiles, sep, reason, tail);
     }
-    if (!strcmp(device, "gpu") || !strcmp(device, "cuda")) {
-        const char *p = precision ? precision : "fp32";
-        if (strcmp(p, "fp32") && strcmp(p, "tf32") && strcmp(p, "bf16"))
-            return cli_fail(verb, "--precision expects fp32, tf32 or bf16, got '%s'", p);
-        snprintf(out, n, "cuda:%s", p);
-        return 0;
-    }
-    return cli_fail(verb, "--device expects cpu or gpu, got '%s'", device);
+    if (n > shown)
+        fprintf(stderr, "molprop %s: ... and %zu more invalid rows (%zu in all)\n", verb,
+                n - shown, n);
 }
+
+/* ===================================================================== */
+/* Dispatch                                                               */
+/* ===================================================================== */
 
 int main(int argc, char **argv)
 {
@@ -103,7 +199,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(v, "version") || !strcmp(v, "--version")) {
-        printf("molprop %s (RDKit %s)\n", MP_VERSION, mp_rdkit_version());
+        printf("molprop %s (RDKit %s)\n", mp_version(), mp_rdkit_version());
         return 0;
     }
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)

@@ -10,40 +10,26 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "molprop.h"   /* the public types: mp_status, ... */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define MP_VERSION "0.1.0"
 
 /* ===================================================================== */
 /* Status and errors                                                      */
 /* ===================================================================== */
 
-typedef enum {
-    MP_OK = 0,
-    MP_ERR_IO,        /* a file could not be opened, read or written       */
-    MP_ERR_FORMAT,    /* malformed input: CSV, model file, cache file      */
-    MP_ERR_ARG,       /* a bad argument or option value                    */
-    MP_ERR_NOMEM,     /* an allocation failed                              */
-    MP_ERR_CHECKSUM,  /* a checksum did not match                          */
-    MP_ERR_NODEVICE,  /* no usable GPU                                     */
-    MP_ERR_INTERNAL,  /* a library we call failed unexpectedly             */
-    MP_ERR_INTERRUPTED /* a stop was requested (SIGINT, SIGTERM): the run   *
-                        * unwound and left no temporary file behind        */
-} mp_status;
-
 /*
- * The last error message is kept per thread, like errno, so a library call can
+ * mp_status, mp_error_message, mp_error_clear and mp_status_name are public
+ * (molprop.h, which every internal header reaches through this one).  The
+ * last error message is kept per thread, like errno, so a library call can
  * return a status and the caller can read the detail (file, line, column,
  * molecule).  mp_error_set formats it and returns `st` so callers can write
  * `return mp_error_set(MP_ERR_FORMAT, "%s:%zu: ...", path, line);`.
  */
 mp_status   mp_error_set(mp_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-const char *mp_error_message(void);   /* "" when no error was recorded */
-void        mp_error_clear(void);
-const char *mp_status_name(mp_status st);
 
 /* Assertions on our own invariants: print file:line and abort.  Cheap ones
  * always; MP_DEBUG_ASSERT only in debug builds. */

@@ -3,6 +3,8 @@
  * lookup by name or file, SHA-256 of files, and fetching a dataset from a
  * local mirror directory or a base URL into data/ (temp file, checksum, then
  * rename, so nothing half-made or wrong is ever left at the target).
+ * Which registry file and which sources are arguments: nothing here reads
+ * the environment (the command line does, and passes them in).
  */
 #include "data/registry.h"
 
@@ -14,7 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define REGISTRY_DEFAULT "data/datasets.tsv"
 #define IO_CHUNK (64u << 10)
 
 static const char *const registry_columns[7] = {
@@ -169,11 +170,10 @@ mp_status mp_registry_load(mp_registry **out, const char *path)
 {
     *out = NULL;
     const char *hint = "";
-    if (!path) {
-        const char *env = getenv("MOLPROP_REGISTRY");
-        path = env && *env ? env : REGISTRY_DEFAULT;
-        if (!(env && *env))
-            hint = " (run molprop from its checkout, or set MOLPROP_REGISTRY to the registry file)";
+    if (!path || !*path) {
+        path = MP_REGISTRY_DEFAULT;
+        hint = " (run molprop from its checkout, or name the registry file: --registry FILE "
+               "or MOLPROP_REGISTRY)";
     }
     mp_buf b = { 0 };
     mp_registry *reg = mp_calloc(1, sizeof *reg);
@@ -267,6 +267,16 @@ fail:
 /* ===================================================================== */
 /* Lookup                                                                 */
 /* ===================================================================== */
+
+size_t mp_registry_count(const mp_registry *reg)
+{
+    return reg ? reg->n : 0;
+}
+
+const mp_dataset_info *mp_registry_at(const mp_registry *reg, size_t i)
+{
+    return reg && i < reg->n ? &reg->items[i] : NULL;
+}
 
 const mp_dataset_info *mp_registry_find(const mp_registry *reg, const char *name)
 {
@@ -497,7 +507,7 @@ static char *join_path(const char *a, const char *sep, const char *b)
 }
 
 mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char *dest_dir,
-                            mp_fetch_result *result)
+                            const mp_fetch_source *source, mp_fetch_result *result)
 {
     const mp_dataset_info *d = mp_registry_find(reg, name);
     if (!d) {
@@ -510,8 +520,8 @@ mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char
     if (!d->file)
         return mp_error_set(MP_ERR_ARG, "dataset '%s' is not available: the registry has no file for it",
                             d->name);
-    const char *mirror = getenv("MOLPROP_DATA_MIRROR");
-    const char *base = getenv("MOLPROP_DATA_URL");
+    const char *mirror = source ? source->mirror : NULL;
+    const char *base = source ? source->url : NULL;
     if (mirror && !*mirror)
         mirror = NULL;
     if (base && !*base)
@@ -540,8 +550,8 @@ mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char
         /* A wrong file is replaced below, by the rename, only once a good one is in hand. */
     }
     if (!mirror && !base) {
-        st = mp_error_set(MP_ERR_ARG, "no source for %s: set MOLPROP_DATA_MIRROR to a directory "
-                          "holding the dataset files, or MOLPROP_DATA_URL to a base URL", d->file);
+        st = mp_error_set(MP_ERR_ARG, "no source for %s: give a mirror (a directory holding the "
+                          "dataset files) or a base URL", d->file);
         goto done;
     }
     int from_mirror = 0;
@@ -552,7 +562,8 @@ mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char
         }
         from_mirror = access(src, F_OK) == 0;
         if (!from_mirror && !base) {
-            st = mp_error_set(MP_ERR_IO, "%s not found in MOLPROP_DATA_MIRROR (%s)", d->file, mirror);
+            st = mp_error_set(MP_ERR_IO, "%s not found in the mirror %s (and no base URL)",
+                              d->file, mirror);
             goto done;
         }
         if (!from_mirror) {

@@ -1,8 +1,8 @@
 /*
  * dump.c - the reference dump: features as the tab-separated files of
  * ../shared/fixtures/chemprop_v1/README.md (molecules, atoms, bonds, morgan,
- * descriptors), plain or gzipped, so they can be compared line by line with
- * what Chemprop computes.
+ * descriptors, rdkit2d, rdkit2d_normalized), plain or gzipped, so they can be
+ * compared line by line with what Chemprop computes.
  *
  * All files are written to temporary names first and renamed only when every
  * one of them was written: a failed dump leaves no half-written file.
@@ -18,9 +18,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-enum { F_MOLECULES, F_ATOMS, F_BONDS, F_MORGAN, F_DESC, N_FILES };
-static const char *const file_names[N_FILES] = { "molecules", "atoms", "bonds", "morgan",
-                                                 "descriptors" };
+enum { F_MOLECULES, F_ATOMS, F_BONDS, F_MORGAN, F_DESC, F_RDKIT2D, F_RDKIT2D_NORM, N_FILES };
+static const char *const file_names[N_FILES] = { "molecules", "atoms",   "bonds",
+                                                 "morgan",    "descriptors", "rdkit2d",
+                                                 "rdkit2d_normalized" };
 
 typedef struct {
     mp_afile af;
@@ -77,6 +78,64 @@ static void fmt_double(char *buf, size_t cap, double v)
         snprintf(buf, cap, "%.*g", p, v);
         if (!isfinite(v) || strtod(buf, NULL) == v)
             return;
+    }
+}
+
+/* Python's repr of a double: the shortest digits that read back as v, in
+ * fixed notation for exponents -4..15 (with ".0" when integral), else as
+ * d.ddde+XX; "nan", "inf", "-inf". */
+static void fmt_pyrepr(char *buf, size_t cap, double v)
+{
+    if (isnan(v)) {
+        snprintf(buf, cap, "nan");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(buf, cap, v < 0 ? "-inf" : "inf");
+        return;
+    }
+    char e[40];
+    int p;
+    for (p = 1; p < 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, v);
+        if (strtod(e, NULL) == v)
+            break;
+    }
+    snprintf(e, sizeof e, "%.*e", p - 1, v);
+    /* e: [-]d[.ddd]e[+-]XX -> sign, digits, exponent */
+    const char *s = e;
+    int neg = *s == '-';
+    if (neg)
+        s++;
+    char dig[24];
+    int nd = 0;
+    for (; *s && *s != 'e'; s++)
+        if (*s != '.')
+            dig[nd++] = *s;
+    dig[nd] = '\0';
+    int x = atoi(s + 1);
+    size_t n = 0;
+    if (neg)
+        buf[n++] = '-';
+    if (x >= -4 && x < 16) {
+        if (x < 0) {
+            n += (size_t)snprintf(buf + n, cap - n, "0.");
+            for (int i = 0; i < -x - 1; i++)
+                buf[n++] = '0';
+            snprintf(buf + n, cap - n, "%s", dig);
+        } else if (nd <= x + 1) {
+            n += (size_t)snprintf(buf + n, cap - n, "%s", dig);
+            for (int i = nd; i < x + 1; i++)
+                buf[n++] = '0';
+            snprintf(buf + n, cap - n, ".0");
+        } else {
+            snprintf(buf + n, cap - n, "%.*s.%s", x + 1, dig, dig + x + 1);
+        }
+    } else {
+        n += (size_t)snprintf(buf + n, cap - n, "%c", dig[0]);
+        if (nd > 1)
+            n += (size_t)snprintf(buf + n, cap - n, ".%s", dig + 1);
+        snprintf(buf + n, cap - n, "e%c%02d", x < 0 ? '-' : '+', x < 0 ? -x : x);
     }
 }
 
@@ -168,6 +227,16 @@ static void write_rows(out_file *of, const mp_features *f, const char *const *sm
             emit(&of[F_DESC], "\t%s", f->desc_names[j]);
         emit(&of[F_DESC], "\n");
     }
+    for (int k = 0; k < 2; k++) {
+        out_file *o = &of[k ? F_RDKIT2D_NORM : F_RDKIT2D];
+        const mp_molmat *x = &f->mat[k ? MP_MAT_RDKIT2D_NORM : MP_MAT_RDKIT2D];
+        if (!o->open)
+            continue;
+        emit(o, "mol");
+        for (int j = 0; j < x->n_cols; j++)
+            emit(o, "\t%s", x->names[j]);
+        emit(o, "\n");
+    }
     for (int32_t m = 0; m < g->n_mols; m++) {
         const char *smi = smiles && smiles[m] ? smiles[m] : "";
         int32_t A = g->mol_atom[m], na = g->mol_atom[m + 1] - A;
@@ -211,6 +280,20 @@ static void write_rows(out_file *of, const mp_features *f, const char *const *sm
             }
             emit(&of[F_DESC], "\n");
         }
+        /* Chemprop's features: NaN read as 0 (MoleculeDatapoint) */
+        for (int k = 0; k < 2; k++) {
+            out_file *o = &of[k ? F_RDKIT2D_NORM : F_RDKIT2D];
+            const mp_molmat *x = &f->mat[k ? MP_MAT_RDKIT2D_NORM : MP_MAT_RDKIT2D];
+            if (!o->open)
+                continue;
+            emit(o, "%d", (int)m);
+            for (int j = 0; j < x->n_cols; j++) {
+                double v = x->values[(size_t)m * (size_t)x->n_cols + (size_t)j];
+                fmt_pyrepr(num, sizeof num, isnan(v) ? 0.0 : v);
+                emit(o, "\t%s", num);
+            }
+            emit(o, "\n");
+        }
     }
 }
 
@@ -222,7 +305,9 @@ mp_status mp_features_dump(const mp_features *f, const char *const *smiles, cons
     out_file of[N_FILES];
     memset(of, 0, sizeof of);
     for (int i = 0; i < N_FILES && !st; i++) {
-        if ((i == F_MORGAN && !f->morgan_start) || (i == F_DESC && !f->desc))
+        if ((i == F_MORGAN && !f->morgan_start) || (i == F_DESC && !f->desc) ||
+            (i == F_RDKIT2D && !f->mat[MP_MAT_RDKIT2D].values) ||
+            (i == F_RDKIT2D_NORM && !f->mat[MP_MAT_RDKIT2D_NORM].values))
             continue;   /* not computed: no file */
         st = open_out(&of[i], dir, file_names[i], gz);
     }

@@ -14,7 +14,7 @@
  *      are copied into place in parallel (edges, CSR built per molecule).
  */
 #include "featurize/featurize.h"
-#include "featurize/featurize.h"
+#include "featurize/desc2d.h"
 #include "featurize/limits.h"
 #include "featurize/rdkit_bridge.h"
 
@@ -160,14 +160,14 @@ static void encode_bond(const mp_rdk_mol *m, int32_t b, int8_t *hot)
 /* Pass 1: one molecule into a thread's arena                             */
 /* ===================================================================== */
 
-/* Where the parts of a record of na atoms, nb bonds, nm Morgan bits lie
- * (4-byte items first, then 2-byte, then 1-byte: all naturally aligned when
- * the record starts on 8 bytes). */
+/* Where the parts of a record of na atoms, nb bonds, nm Morgan bits and nm2
+ * v2 Morgan bits lie (4-byte items first, then 2-byte, then 1-byte: all
+ * naturally aligned when the record starts on 8 bytes). */
 typedef struct {
-    size_t mass, bond_a, bond_b, mcount, atom_hot, mbit, bond_hot, size;
+    size_t mass, bond_a, bond_b, mcount, mcount2, atom_hot, mbit, mbit2, bond_hot, size;
 } rec_layout;
 
-static rec_layout rec_at(int32_t na, int32_t nb, int32_t nm)
+static rec_layout rec_at(int32_t na, int32_t nb, int32_t nm, int32_t nm2)
 {
     rec_layout r;
     size_t o = 0;
@@ -175,8 +175,10 @@ static rec_layout rec_at(int32_t na, int32_t nb, int32_t nm)
     r.bond_a = o;   o += (size_t)nb * sizeof(int32_t);
     r.bond_b = o;   o += (size_t)nb * sizeof(int32_t);
     r.mcount = o;   o += (size_t)nm * sizeof(uint32_t);
+    r.mcount2 = o;  o += (size_t)nm2 * sizeof(uint32_t);
     r.atom_hot = o; o += (size_t)na * MP_ATOM_MAX_HOT * sizeof(int16_t);
     r.mbit = o;     o += (size_t)nm * sizeof(uint16_t);
+    r.mbit2 = o;    o += (size_t)nm2 * sizeof(uint16_t);
     r.bond_hot = o; o += (size_t)nb * MP_BOND_MAX_HOT;
     r.size = (o + 7) & ~(size_t)7;
     return r;
@@ -195,7 +197,7 @@ typedef struct {
 
 /* Per-molecule bookkeeping between the passes. */
 typedef struct {
-    int32_t *na, *nb, *nm;
+    int32_t *na, *nb, *nm, *nm2;
     int32_t *thr;
     size_t  *off;
 } mol_index;
@@ -246,10 +248,11 @@ static int sort_bonds(thread_state *ts, const mp_rdk_mol *m)
 
 /* Encodes molecule mol (already parsed into *m) as a record in ts->arena. */
 static int put_record(thread_state *ts, const layout_desc *L, const mp_rdk_mol *m,
-                      int with_morgan, size_t *off_out)
+                      int with_morgan, int with_morgan2, size_t *off_out)
 {
     int32_t na = m->n_atoms, nb = m->n_bonds, nm = with_morgan ? m->n_morgan : 0;
-    rec_layout r = rec_at(na, nb, nm);
+    int32_t nm2 = with_morgan2 ? m->n_morgan2 : 0;
+    rec_layout r = rec_at(na, nb, nm, nm2);
     size_t start = (ts->arena.len + 7) & ~(size_t)7;
     if (mp_buf_reserve(&ts->arena, start - ts->arena.len + r.size) != MP_OK)
         return -1;
@@ -275,9 +278,75 @@ static int put_record(thread_state *ts, const layout_desc *L, const mp_rdk_mol *
         memcpy(p + r.mcount, m->morgan_count, (size_t)nm * sizeof(uint32_t));
         memcpy(p + r.mbit, m->morgan_bit, (size_t)nm * sizeof(uint16_t));
     }
+    if (nm2) {
+        memcpy(p + r.mcount2, m->morgan2_count, (size_t)nm2 * sizeof(uint32_t));
+        memcpy(p + r.mbit2, m->morgan2_bit, (size_t)nm2 * sizeof(uint16_t));
+    }
     ts->arena.len = start + r.size;
     *off_out = start;
     return 0;
+}
+
+/* ===================================================================== */
+/* Chemprop's descriptor matrices                                         */
+/* ===================================================================== */
+
+/* Allocates the matrices `sets` asks for, with their column names. */
+static mp_status alloc_mats(mp_features *f, unsigned sets, int32_t n)
+{
+    static const unsigned want[MP_N_MATS] = { MP_SET_RDKIT2D, MP_SET_RDKIT2D_NORM,
+                                              MP_SET_V2_RDKIT2D, MP_SET_V2_CHARGE };
+    static const int32_t cols[MP_N_MATS] = { MP_D2_V1, MP_D2_V1, MP_D2_ALL, 1 };
+    for (int k = 0; k < MP_N_MATS; k++) {
+        if (!(sets & want[k]))
+            continue;
+        mp_molmat *x = &f->mat[k];
+        x->names = mp_calloc((size_t)cols[k] + 1, sizeof(char *));
+        x->values = mp_malloc(((size_t)n * (size_t)cols[k] + 1) * sizeof(double));
+        if (!x->names || !x->values)
+            return MP_ERR_NOMEM;
+        x->n_cols = cols[k];
+        for (int j = 0; j < cols[k]; j++) {
+            const char *nm = k == MP_MAT_V2_CHARGE ? "charge"
+                             : k == MP_MAT_V2_RDKIT2D ? mp_d2_name(mp_d2_v2_index(j))
+                                                      : mp_d2_name(j);
+            if (!(x->names[j] = mp_strdup(nm)))
+                return MP_ERR_NOMEM;
+        }
+    }
+    return MP_OK;
+}
+
+/* Row i of every matrix from the bridge's molecule m (NULL: invalid). */
+static void put_mats(mp_features *f, int32_t i, const mp_rdk_mol *m)
+{
+    for (int k = 0; k < MP_N_MATS; k++) {
+        mp_molmat *x = &f->mat[k];
+        if (!x->n_cols)
+            continue;
+        double *row = x->values + (size_t)i * (size_t)x->n_cols;
+        if (!m) {
+            for (int j = 0; j < x->n_cols; j++)
+                row[j] = NAN;
+            continue;
+        }
+        switch (k) {
+        case MP_MAT_RDKIT2D:
+            memcpy(row, m->rdkit2d, MP_D2_V1 * sizeof(double));
+            break;
+        case MP_MAT_RDKIT2D_NORM:
+            /* descriptastorus: a failed descriptor normalizes to 0.0 */
+            for (int j = 0; j < MP_D2_V1; j++)
+                row[j] = m->rdkit2d_failed[j] ? 0.0 : mp_d2_norm_cdf(j, m->rdkit2d[j]);
+            break;
+        case MP_MAT_V2_RDKIT2D:
+            memcpy(row, m->v2desc, MP_D2_ALL * sizeof(double));
+            break;
+        case MP_MAT_V2_CHARGE:
+            row[0] = (double)m->charge;
+            break;
+        }
+    }
 }
 
 /* ===================================================================== */
@@ -304,6 +373,13 @@ void mp_features_free(mp_features *f)
     mp_free(f->morgan_count);
     free_strings(f->desc_names, f->n_desc);
     mp_free(f->desc);
+    for (int k = 0; k < MP_N_MATS; k++) {
+        free_strings(f->mat[k].names, f->mat[k].n_cols);
+        mp_free(f->mat[k].values);
+    }
+    mp_free(f->morgan2_start);
+    mp_free(f->morgan2_bit);
+    mp_free(f->morgan2_count);
     free_strings(f->scaffold, n);
     free_strings(f->error, n);
     mp_free(f);
@@ -313,11 +389,13 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
                        const mp_featurize_opts *opts)
 {
     *out = NULL;
-    mp_featurize_opts o = { MP_ATOM_V1, 1, 0, 0, 0 };
+    mp_featurize_opts o = { MP_ATOM_V1, 1, 0, 0, 0, 0 };
     if (opts)
         o = *opts;
     if (!layout_ok(o.layout))
         return mp_error_set(MP_ERR_ARG, "mp_featurize: unknown atom layout %d", (int)o.layout);
+    if (o.sets & ~(unsigned)MP_SET_ALL)
+        return mp_error_set(MP_ERR_ARG, "mp_featurize: unknown feature sets 0x%x", o.sets);
     if (n < 0 || (n > 0 && !smiles))
         return mp_error_set(MP_ERR_ARG, "mp_featurize: bad molecule count %d", (int)n);
     for (int32_t i = 0; i < n; i++)
@@ -325,7 +403,17 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
             return mp_error_set(MP_ERR_ARG, "mp_featurize: SMILES %d is NULL", (int)i);
     const layout_desc *L = &layouts[o.layout];
     int what = (o.morgan ? MP_RDK_MORGAN : 0) | (o.descriptors ? MP_RDK_DESC : 0) |
-               (o.scaffolds ? MP_RDK_SCAFFOLD : 0);
+               (o.scaffolds ? MP_RDK_SCAFFOLD : 0) |
+               ((o.sets & (MP_SET_RDKIT2D | MP_SET_RDKIT2D_NORM)) ? MP_RDK_RDKIT2D : 0) |
+               ((o.sets & MP_SET_V2_RDKIT2D) ? MP_RDK_V2DESC : 0) |
+               ((o.sets & MP_SET_V2_MORGAN) ? MP_RDK_V2MORGAN : 0) |
+               ((o.sets & MP_SET_V2_CHARGE) ? MP_RDK_CHARGE : 0);
+    int morgan2 = (o.sets & MP_SET_V2_MORGAN) != 0;
+    if (what & (MP_RDK_RDKIT2D | MP_RDK_V2DESC)) {
+        mp_status rs = mp_rdk_desc2d_ready();
+        if (rs)
+            return rs;
+    }
     int nt = o.n_threads > 0 ? o.n_threads : mp_threads_get();
     if (nt < 1)
         nt = 1;
@@ -345,11 +433,14 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
     mi.na = mp_calloc(nn, sizeof(int32_t));
     mi.nb = mp_calloc(nn, sizeof(int32_t));
     mi.nm = mp_calloc(nn, sizeof(int32_t));
+    mi.nm2 = mp_calloc(nn, sizeof(int32_t));
     mi.thr = mp_calloc(nn, sizeof(int32_t));
     mi.off = mp_calloc(nn, sizeof(size_t));
     f->error = mp_calloc(nn, sizeof(char *));
     f->g.valid = mp_calloc(nn, 1);
-    if (!mi.na || !mi.nb || !mi.nm || !mi.thr || !mi.off || !f->error || !f->g.valid)
+    if (!mi.na || !mi.nb || !mi.nm || !mi.nm2 || !mi.thr || !mi.off || !f->error || !f->g.valid)
+        goto nomem;
+    if (alloc_mats(f, o.sets, n) != MP_OK)
         goto nomem;
     if (o.scaffolds && !(f->scaffold = mp_calloc(nn, sizeof(char *))))
         goto nomem;
@@ -393,17 +484,20 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
                 mi.na[i] = m->n_atoms;
                 mi.nb[i] = m->n_bonds;
                 mi.nm[i] = o.morgan ? m->n_morgan : 0;
+                mi.nm2[i] = morgan2 ? m->n_morgan2 : 0;
                 mi.thr[i] = t;
-                bad = put_record(&ts[t], L, m, o.morgan, &mi.off[i]) < 0;
+                bad = put_record(&ts[t], L, m, o.morgan, morgan2, &mi.off[i]) < 0;
                 if (o.descriptors)
                     memcpy(f->desc + (size_t)i * f->n_desc, m->desc,
                            (size_t)f->n_desc * sizeof(double));
+                put_mats(f, i, m);
                 if (o.scaffolds && !bad)
                     bad = !(f->scaffold[i] = mp_strdup(m->scaffold ? m->scaffold : ""));
             } else if (r == 0) {
                 if (o.descriptors)
                     for (int j = 0; j < f->n_desc; j++)
                         f->desc[(size_t)i * f->n_desc + j] = NAN;
+                put_mats(f, i, NULL);
                 const char *why = m ? m->error : big;
                 bad = !(f->error[i] = mp_strdup(why && *why ? why : "invalid SMILES"));
             }
@@ -421,13 +515,14 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
         goto nomem;
 
     /* ---- prefix sums ---- */
-    int64_t ta = 0, te = 0, tm = 0;
+    int64_t ta = 0, te = 0, tm = 0, tm2 = 0;
     for (int32_t i = 0; i < n; i++) {
         ta += mi.na[i];
         te += 2 * (int64_t)mi.nb[i];
         tm += mi.nm[i];
+        tm2 += mi.nm2[i];
     }
-    if (ta > INT32_MAX || te > INT32_MAX || tm > INT32_MAX) {
+    if (ta > INT32_MAX || te > INT32_MAX || tm > INT32_MAX || tm2 > INT32_MAX) {
         st = mp_error_set(MP_ERR_ARG, "mp_featurize: %lld atoms / %lld edges do not fit one "
                           "store (at most 2^31-1): featurize in chunks", (long long)ta,
                           (long long)te);
@@ -449,15 +544,26 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
         if (!f->morgan_start || !f->morgan_bit || !f->morgan_count)
             goto nomem;
     }
-    int32_t *ms = f->morgan_start;
+    if (morgan2) {
+        f->morgan2_start = mp_malloc(nn * sizeof(int32_t));
+        f->morgan2_bit = mp_malloc(((size_t)tm2 + 1) * sizeof(uint16_t));
+        f->morgan2_count = mp_malloc(((size_t)tm2 + 1) * sizeof(uint32_t));
+        if (!f->morgan2_start || !f->morgan2_bit || !f->morgan2_count)
+            goto nomem;
+    }
+    int32_t *ms = f->morgan_start, *ms2 = f->morgan2_start;
     f->g.mol_atom[0] = f->g.mol_edge[0] = 0;
     if (ms)
         ms[0] = 0;
+    if (ms2)
+        ms2[0] = 0;
     for (int32_t i = 0; i < n; i++) {
         f->g.mol_atom[i + 1] = f->g.mol_atom[i] + mi.na[i];
         f->g.mol_edge[i + 1] = f->g.mol_edge[i] + 2 * mi.nb[i];
         if (ms)
             ms[i + 1] = ms[i] + mi.nm[i];
+        if (ms2)
+            ms2[i + 1] = ms2[i] + mi.nm2[i];
     }
     f->g.in_start[f->g.n_atoms] = f->g.n_edges;
 
@@ -466,9 +572,9 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
     for (int32_t i = 0; i < n; i++) {
         if (!f->g.valid[i])
             continue;
-        int32_t na = mi.na[i], nb = mi.nb[i], nm = mi.nm[i];
+        int32_t na = mi.na[i], nb = mi.nb[i], nm = mi.nm[i], nm2 = mi.nm2[i];
         int32_t A = f->g.mol_atom[i], E = f->g.mol_edge[i];
-        rec_layout r = rec_at(na, nb, nm);
+        rec_layout r = rec_at(na, nb, nm, nm2);
         const char *p = ts[mi.thr[i]].arena.data + mi.off[i];
         memcpy(f->g.atom_hot + (size_t)A * MP_ATOM_MAX_HOT, p + r.atom_hot,
                (size_t)na * MP_ATOM_MAX_HOT * sizeof(int16_t));
@@ -480,6 +586,10 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
         if (nm) {
             memcpy(f->morgan_bit + ms[i], p + r.mbit, (size_t)nm * sizeof(uint16_t));
             memcpy(f->morgan_count + ms[i], p + r.mcount, (size_t)nm * sizeof(uint32_t));
+        }
+        if (nm2) {
+            memcpy(f->morgan2_bit + ms2[i], p + r.mbit2, (size_t)nm2 * sizeof(uint16_t));
+            memcpy(f->morgan2_count + ms2[i], p + r.mcount2, (size_t)nm2 * sizeof(uint32_t));
         }
     }
     goto done;
@@ -499,6 +609,7 @@ done:
     mp_free(mi.na);
     mp_free(mi.nb);
     mp_free(mi.nm);
+    mp_free(mi.nm2);
     mp_free(mi.thr);
     mp_free(mi.off);
     *out = f;

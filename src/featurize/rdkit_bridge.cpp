@@ -9,13 +9,16 @@
  * through our error strings.  Sanitization failures arrive as exceptions.
  */
 #include "featurize/featurize.h"
+#include "featurize/desc2d.h"
 #include "featurize/rdkit_bridge.h"
 
+#include <RDGeneral/RDConfig.h>   /* first: the library's layout switches */
 #include <GraphMol/GraphMol.h>
 #include <GraphMol/ChemTransforms/ChemTransforms.h>
 #include <GraphMol/Descriptors/Property.h>
 #include <GraphMol/Fingerprints/FingerprintUtil.h>
 #include <GraphMol/Fingerprints/MorganFingerprints.h>
+#include <GraphMol/Fingerprints/MorganGenerator.h>
 #include <GraphMol/MolOps.h>
 #include <GraphMol/SmilesParse/SmilesParse.h>
 #include <GraphMol/SmilesParse/SmilesWrite.h>
@@ -27,6 +30,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -191,12 +195,27 @@ struct morgan_ws {
     std::uint32_t count[MP_MORGAN_BITS];
 };
 
+typedef RDKit::FingerprintGenerator<std::uint64_t> morgan2_gen;
+
 struct mp_rdk_ctx {
     mp_rdk_mol mol;
-    int32_t cap_atoms, cap_bonds, cap_morgan;
+    int32_t cap_atoms, cap_bonds, cap_morgan, cap_morgan2;
     std::string error, scaffold;
     morgan_ws mw;
+    mp_d2_ctx *d2;                     /* made on first use */
+    std::unique_ptr<morgan2_gen> gen2; /* made on first use */
+    double d2v[MP_D2_ALL];
+    uint8_t d2failed[MP_D2_ALL];
 };
+
+/* Chemprop v2's GetMorganGenerator(radius=2, fpSize=2048,
+ * includeChirality=True): Python's generator hashes to 64 bits. */
+static morgan2_gen *new_morgan2_gen()
+{
+    return RDKit::MorganFingerprint::getMorganGenerator<std::uint64_t>(
+        2, /*countSimulation=*/false, /*includeChirality=*/true, /*useBondTypes=*/true,
+        /*onlyNonzeroInvariants=*/false, nullptr, nullptr, MP_MORGAN_BITS);
+}
 
 extern "C" mp_rdk_ctx *mp_rdk_ctx_new(void)
 {
@@ -206,7 +225,10 @@ extern "C" mp_rdk_ctx *mp_rdk_ctx_new(void)
         return nullptr;
     auto *ctx = new (p) mp_rdk_ctx();
     ctx->mol.desc = static_cast<double *>(mp_calloc((size_t)mp_rdk_n_desc() + 1, sizeof(double)));
-    if (!ctx->mol.desc) {
+    ctx->mol.rdkit2d = static_cast<double *>(mp_calloc(MP_D2_V1, sizeof(double)));
+    ctx->mol.rdkit2d_failed = static_cast<uint8_t *>(mp_calloc(MP_D2_V1, 1));
+    ctx->mol.v2desc = static_cast<double *>(mp_calloc(MP_D2_ALL, sizeof(double)));
+    if (!ctx->mol.desc || !ctx->mol.rdkit2d || !ctx->mol.rdkit2d_failed || !ctx->mol.v2desc) {
         mp_rdk_ctx_free(ctx);
         return nullptr;
     }
@@ -221,9 +243,12 @@ extern "C" void mp_rdk_ctx_free(mp_rdk_ctx *ctx)
     void *arrays[] = { m->atomic_num, m->total_degree, m->formal_charge, m->chiral_tag,
                        m->total_hs, m->hybridization, m->aromatic, m->mass, m->bond_begin,
                        m->bond_end, m->bond_type, m->bond_conjugated, m->bond_in_ring,
-                       m->bond_stereo, m->morgan_bit, m->morgan_count, m->desc };
+                       m->bond_stereo, m->morgan_bit, m->morgan_count, m->desc,
+                       m->rdkit2d, m->rdkit2d_failed, m->v2desc, m->morgan2_bit,
+                       m->morgan2_count };
     for (void *a : arrays)
         mp_free(a);
+    mp_d2_ctx_free(ctx->d2);
     ctx->~mp_rdk_ctx();
     mp_free(ctx);
 }
@@ -271,6 +296,20 @@ static bool reserve_morgan(mp_rdk_ctx *ctx, int32_t n)
 #undef GROW
     if (ok)
         ctx->cap_morgan = c;
+    return ok;
+}
+
+static bool reserve_morgan2(mp_rdk_ctx *ctx, int32_t n)
+{
+    mp_rdk_mol *m = &ctx->mol;
+    if (n <= ctx->cap_morgan2)
+        return true;
+    int32_t c;
+#define GROW(arr) (c = ctx->cap_morgan2, grow(m->arr, c, n))
+    bool ok = GROW(morgan2_bit) && GROW(morgan2_count);
+#undef GROW
+    if (ok)
+        ctx->cap_morgan2 = c;
     return ok;
 }
 
@@ -460,11 +499,86 @@ static void copy_scaffold(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
     ctx->scaffold = RDKit::MolToSmiles(*core, /*doIsomericSmiles=*/false);
 }
 
+/* ===================================================================== */
+/* Chemprop's molecule vectors: 2D descriptors, v2 Morgan, charge          */
+/* ===================================================================== */
+
+static const double NaN = std::numeric_limits<double>::quiet_NaN();
+
+/*
+ * descriptastorus' path (Chemprop v1's rdkit_2d): MolToSmiles(isomeric) of
+ * the molecule as Chemprop made it, parsed again, the descriptors on that
+ * molecule.  The round trip renumbers atoms, which moves Ipc and
+ * fr_bicyclic on some molecules.  A failure to read the SMILES back (or an
+ * RDKit exception outside a descriptor) leaves the row NaN.  -1 on OOM.
+ */
+static int rdkit2d_v1(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
+{
+    mp_rdk_mol *m = &ctx->mol;
+    for (int j = 0; j < MP_D2_V1; j++) {
+        m->rdkit2d[j] = NaN;
+        m->rdkit2d_failed[j] = 0;
+    }
+    std::unique_ptr<RDKit::RWMol> again;
+    try {
+        std::string can = RDKit::MolToSmiles(mol);
+        RDKit::SmilesParserParams params;   /* MolFromSmiles: sanitize, remove Hs */
+        again.reset(RDKit::SmilesToMol(can, params));
+    } catch (const std::bad_alloc &) {
+        return -1;
+    } catch (...) {
+        return 0;
+    }
+    if (!again)
+        return 0;
+    if (mp_d2_compute(ctx->d2, reinterpret_cast<mp_d2_mol *>(again.get()), 0, ctx->d2v,
+                      ctx->d2failed) < 0)
+        return -1;
+    std::memcpy(m->rdkit2d, ctx->d2v, MP_D2_V1 * sizeof(double));
+    std::memcpy(m->rdkit2d_failed, ctx->d2failed, MP_D2_V1);
+    return 0;
+}
+
+/* Chemprop v2's rdkit_2d: descList on the molecule itself (no round trip).
+ * v2 does not catch a failing descriptor; here it reads NaN. */
+static int rdkit2d_v2(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
+{
+    mp_rdk_mol *m = &ctx->mol;
+    if (mp_d2_compute(ctx->d2, reinterpret_cast<mp_d2_mol *>(const_cast<RDKit::ROMol *>(&mol)),
+                      1, ctx->d2v, ctx->d2failed) < 0)
+        return -1;
+    for (int k = 0; k < MP_D2_ALL; k++) {
+        int j = mp_d2_v2_index(k);
+        m->v2desc[k] = ctx->d2failed[j] ? NaN : ctx->d2v[j];
+    }
+    return 0;
+}
+
+static int morgan2_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
+{
+    mp_rdk_mol *m = &ctx->mol;
+    if (!ctx->gen2)
+        ctx->gen2.reset(new_morgan2_gen());
+    std::unique_ptr<RDKit::SparseIntVect<std::uint32_t>> fp(ctx->gen2->getCountFingerprint(mol));
+    const auto &nz = fp->getNonzeroElements();   /* a map: ascending bits */
+    if (!reserve_morgan2(ctx, (int32_t)nz.size()))
+        return -1;
+    int32_t j = 0;
+    for (const auto &kv : nz) {
+        m->morgan2_bit[j] = (uint16_t)kv.first;
+        m->morgan2_count[j] = (uint32_t)kv.second;
+        j++;
+    }
+    m->n_morgan2 = j;
+    return 0;
+}
+
 extern "C" int mp_rdk_featurize(mp_rdk_ctx *ctx, const char *smiles, int what,
                                 const mp_rdk_mol **out)
 {
     mp_rdk_mol *m = &ctx->mol;
-    m->n_atoms = m->n_bonds = m->n_morgan = 0;
+    m->n_atoms = m->n_bonds = m->n_morgan = m->n_morgan2 = 0;
+    m->charge = 0;
     m->scaffold = nullptr;
     m->error = nullptr;
     *out = m;
@@ -494,13 +608,86 @@ extern "C" int mp_rdk_featurize(mp_rdk_ctx *ctx, const char *smiles, int what,
             copy_scaffold(ctx, *mol);
             m->scaffold = ctx->scaffold.c_str();
         }
+        if (what & MP_RDK_V2MORGAN) {
+            stage = "computing the Morgan generator fingerprint";
+            if (morgan2_counts(ctx, *mol) < 0)
+                return -1;
+        }
+        if (what & MP_RDK_CHARGE)
+            m->charge = RDKit::MolOps::getFormalCharge(*mol);
+        if ((what & (MP_RDK_RDKIT2D | MP_RDK_V2DESC)) && !ctx->d2 &&
+            mp_d2_ctx_new(&ctx->d2) != MP_OK)
+            return -1;   /* mp_rdk_desc2d_ready() vouched for everything but memory */
+        if (what & MP_RDK_RDKIT2D) {
+            stage = "computing the RDKit 2D descriptors";
+            if (rdkit2d_v1(ctx, *mol) < 0)
+                return -1;
+        }
+        if (what & MP_RDK_V2DESC) {
+            stage = "computing the RDKit 2D descriptors";
+            if (rdkit2d_v2(ctx, *mol) < 0)
+                return -1;
+        }
     } catch (const std::bad_alloc &) {
         return -1;
     } catch (const std::exception &e) {
         ctx->error = std::string("RDKit failed ") + stage + ": " + e.what();
         m->error = ctx->error.c_str();
-        m->n_atoms = m->n_bonds = m->n_morgan = 0;
+        m->n_atoms = m->n_bonds = m->n_morgan = m->n_morgan2 = 0;
         return 0;
+    }
+    return 1;
+}
+
+extern "C" mp_status mp_rdk_desc2d_ready(void)
+{
+    init_once();
+    mp_status st = mp_d2_norm_init();
+    if (st)
+        return st;
+    mp_d2_ctx *c;
+    if ((st = mp_d2_ctx_new(&c)))
+        return st;
+    mp_d2_ctx_free(c);
+    return MP_OK;
+}
+
+extern "C" int mp_rdk_fast_reference(const char *const *smiles, int n, double *fast,
+                                     double *rdkit, uint8_t *which, uint8_t *valid)
+{
+    mp_d2_ctx *c;
+    if (mp_d2_ctx_new(&c) != MP_OK)
+        return -1;
+    uint8_t failed[MP_D2_ALL];
+    int r = 0;
+    for (int i = 0; i < n && r == 0; i++) {
+        std::string err;
+        std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles[i], err));
+        valid[i] = mol != nullptr;
+        if (!mol)
+            continue;
+        auto *m = reinterpret_cast<mp_d2_mol *>(mol.get());
+        r = mp_d2_compute(c, m, 0, fast + (size_t)i * MP_D2_ALL, failed);
+        mp_d2_reference(m, rdkit + (size_t)i * MP_D2_ALL, which);
+    }
+    mp_d2_ctx_free(c);
+    if (r < 0)
+        mp_error_set(MP_ERR_NOMEM, "out of memory");
+    return r;
+}
+
+extern "C" int mp_rdk_morgan2_reference(const char *smiles, uint8_t *bits, uint32_t *counts)
+{
+    std::string err;
+    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, err));
+    if (!mol)
+        return 0;
+    std::unique_ptr<morgan2_gen> gen(new_morgan2_gen());
+    std::unique_ptr<ExplicitBitVect> bv(gen->getFingerprint(*mol));
+    std::unique_ptr<RDKit::SparseIntVect<std::uint32_t>> cv(gen->getCountFingerprint(*mol));
+    for (unsigned i = 0; i < MP_MORGAN_BITS; i++) {
+        bits[i] = bv->getBit(i) ? 1 : 0;
+        counts[i] = (uint32_t)cv->getVal(i);
     }
     return 1;
 }

@@ -43,7 +43,13 @@ enum {
 enum {
     MP_RDK_MORGAN = 1,     /* hashed Morgan count fingerprint, r=2, 2048 */
     MP_RDK_DESC = 2,       /* the descriptor registry                    */
-    MP_RDK_SCAFFOLD = 4    /* Bemis-Murcko scaffold SMILES, no chirality */
+    MP_RDK_SCAFFOLD = 4,   /* Bemis-Murcko scaffold SMILES, no chirality */
+    MP_RDK_RDKIT2D = 8,    /* descriptastorus' 200, on the molecule read
+                            * again from its canonical SMILES (desc2d.h) */
+    MP_RDK_V2DESC = 16,    /* RDKit's descList (208), on the molecule    */
+    MP_RDK_V2MORGAN = 32,  /* Morgan generator r=2, 2048, chirality:
+                            * folded counts (Chemprop v2)                */
+    MP_RDK_CHARGE = 64     /* the molecule's formal charge               */
 };
 
 /*
@@ -64,6 +70,16 @@ typedef struct {
     uint16_t *morgan_bit;          /* ascending                                  */
     uint32_t *morgan_count;
     double  *desc;                 /* mp_rdk_n_desc() values                     */
+    /* MP_RDK_RDKIT2D: the 200 raw values and descriptastorus' failure flags
+     * (a descriptor whose RDKit call threw: 0.0 raw, 0.0 normalized); all
+     * NaN, flags 0, when the canonical SMILES does not parse again. */
+    double  *rdkit2d;
+    uint8_t *rdkit2d_failed;
+    double  *v2desc;               /* MP_RDK_V2DESC: 208, descList order       */
+    int32_t  n_morgan2;            /* MP_RDK_V2MORGAN                           */
+    uint16_t *morgan2_bit;         /* ascending                                 */
+    uint32_t *morgan2_count;
+    int32_t  charge;               /* MP_RDK_CHARGE                             */
     const char *scaffold;          /* valid until the next call                  */
     const char *error;             /* why invalid; valid until the next call    */
 } mp_rdk_mol;
@@ -81,6 +97,27 @@ void        mp_rdk_ctx_free(mp_rdk_ctx *ctx);
  * "no heavy atoms"), -1 when out of memory.  Thread-safe with one ctx per thread.
  */
 int mp_rdk_featurize(mp_rdk_ctx *ctx, const char *smiles, int what, const mp_rdk_mol **out);
+
+/* Checks, before a run asks for MP_RDK_RDKIT2D or MP_RDK_V2DESC, that the
+ * descriptor engine can start: RDKit's FragmentDescriptors.csv is readable
+ * and its SMARTS parse, the embedded normalization table is sound.  Sets the
+ * error (MP_ERR_IO, MP_ERR_FORMAT) otherwise. */
+mp_status mp_rdk_desc2d_ready(void);
+
+/* Reference for tests: RDKit's own Morgan generator fingerprint (r=2, 2048,
+ * chirality, 64-bit hashes, as Chemprop v2's GetMorganGenerator) of a SMILES
+ * parsed as above: bits[2048] from getFingerprint as 0/1 and counts[2048]
+ * from getCountFingerprint.  Returns 1, or 0 when the SMILES is invalid. */
+int mp_rdk_morgan2_reference(const char *smiles, uint8_t *bits, uint32_t *counts);
+
+/* Reference for tests: the descriptors molprop computes by its own faster
+ * routes (mp_d2_reference: which[j] = 1), of n SMILES parsed as above (no
+ * canonical round trip), molprop's way into fast[i * MP_D2_ALL + j] and
+ * RDKit's own functions' way into rdkit[i * MP_D2_ALL + j] (engine slots,
+ * desc2d.h); valid[i] says which SMILES parsed.  Returns 0, or -1 when the
+ * engine cannot start or memory runs out (error set). */
+int mp_rdk_fast_reference(const char *const *smiles, int n, double *fast, double *rdkit,
+                          uint8_t *which, uint8_t *valid);
 
 /* The descriptor registry: count and names (RDKit::Descriptors::Properties). */
 int         mp_rdk_n_desc(void);

@@ -2,11 +2,18 @@
  * cuda_ctx.cuh - what the cuda backend's .cu files share: the context
  * (stream, cuBLAS handles, scratch, precision, the kept error), the error
  * checks (CUDA_OK, BLAS_OK, LAUNCHED: the first failure is kept with
- * file:line and later ops are not queued), the launch shapes of the row and
- * grid-stride kernels, and the device twin of ops.h's dropout hash.
+ * file:line and later ops are not queued), storage types (ops.h mp_stype)
+ * as C++ types, the launch shapes of the row and grid-stride kernels, and
+ * the device twin of ops.h's dropout hash.
  *
- * ops_cuda.cu holds the seam's ops and the backend's open/close; other .cu
- * files (graph_cuda.cu, ...) add to it through mp_cu_ctx().
+ *   ops_cuda.cu     open / close, memory, introspection, registration
+ *   dense_cuda.cu   gemm (cuBLAS), gemm_res_relu (cuBLASLt)
+ *   rows_cuda.cu    the elementwise and graph row ops (kernels_rows.cuh)
+ *   reduce_cuda.cu  column sums, weight-gradient scatters, loss, Adam, step_end
+ *   graph_cuda.cu   capture into CUDA graphs;  stream_cuda.cu  the copy lane
+ *
+ * Each file registers its ops on the backend through an mp_cu_*_ops call
+ * from mp_backend_cuda_open.
  */
 #ifndef MP_CUDA_CTX_CUH
 #define MP_CUDA_CTX_CUH
@@ -15,6 +22,7 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <stdarg.h>
@@ -33,7 +41,7 @@
 
 /* gemm_res_relu's cuBLASLt algorithm per call shape, so that the heuristic
  * (tens of microseconds of host time, more than a small batch's product) is
- * asked once per shape: mp_cu_lt_heuristic (ops_cuda_infer.cu). */
+ * asked once per shape: lt_heuristic in dense_cuda.cu. */
 #define LT_CACHE 256
 #define LT_KEY 12
 typedef struct {
@@ -157,26 +165,55 @@ static inline unsigned grid_for(const gpu_ctx *c, size_t n, size_t items_per_blo
     return blocks ? (unsigned)blocks : 1u;
 }
 
-/* 1 when rows of width h can be moved 16 bytes at a time (kernels_rows.cuh):
- * h a multiple of 4 and every given base pointer 16-byte aligned (NULL, an
- * absent optional input, counts as aligned). */
-static inline int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-static inline int vec4(int h, const void *p0, const void *p1 = NULL, const void *p2 = NULL,
-                const void *p3 = NULL)
+/* ===================================================================== */
+/* Storage types                                                          */
+/* ===================================================================== */
+
+typedef __nv_bfloat16 bf16;
+
+/* Runs the statement (the variadic part) with T the C++ type of storage st:
+ * float (the element type) or bf16.  Nested, it instantiates a kernel for
+ * each combination of its operands' types. */
+#define WITH_T(st, T, ...)                                                                 \
+    do {                                                                                  \
+        if ((st) == MP_ST_BF16) {                                                         \
+            typedef bf16 T;                                                               \
+            __VA_ARGS__;                                                                  \
+        } else {                                                                          \
+            typedef float T;                                                              \
+            __VA_ARGS__;                                                                  \
+        }                                                                                 \
+    } while (0)
+
+static inline cudaDataType_t cuda_type(mp_stype st)
 {
-    return h % 4 == 0 && al16(p0) && al16(p1) && al16(p2) && al16(p3);
+    return st == MP_ST_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-/* Launch kern<4> (v4) or kern<1> over rows x (h / V) items on the stream. */
-#define LAUNCH_ROWS(c, v4, rows, h, kern, ...)                                             \
-    do {                                                                                  \
-        size_t items_ = (size_t)(rows) * (size_t)((h) / ((v4) ? 4 : 1));                   \
-        unsigned grid_ = grid_for((c), items_, THREADS);                                  \
-        if (v4)                                                                           \
-            kern<4><<<grid_, THREADS, 0, (c)->stream>>>(__VA_ARGS__);                     \
-        else                                                                              \
-            kern<1><<<grid_, THREADS, 0, (c)->stream>>>(__VA_ARGS__);                     \
-    } while (0)
+static inline const char *st_name(mp_stype st) { return st == MP_ST_BF16 ? "bf16" : "fp32"; }
+
+/* 1 when p can be read or written 4 elements of storage st at a time
+ * (kernels_rows.cuh's V = 4: 16 bytes of float, 8 of bf16); NULL, an
+ * absent optional operand, counts as aligned. */
+static inline int alv(const void *p, mp_stype st)
+{
+    return ((uintptr_t)p & (st == MP_ST_BF16 ? 7 : 15)) == 0;
+}
+static inline int al16(const void *p) { return alv(p, MP_ST_ELEM); }
+
+/* Launches k4 (the kernel's V = 4 form) when v4, else k1 (V = 1), over
+ * rows x (cols / V) items of one thread each, on the backend's stream. */
+template <typename... P, typename... A>
+static inline void launch_rows(gpu_ctx *c, int v4, size_t rows, size_t cols, void (*k4)(P...),
+                               void (*k1)(P...), A... args)
+{
+    size_t items = rows * (cols / (v4 ? 4 : 1));
+    unsigned grid = grid_for(c, items, THREADS);
+    if (v4)
+        k4<<<grid, THREADS, 0, c->stream>>>(args...);
+    else
+        k1<<<grid, THREADS, 0, c->stream>>>(args...);
+}
 
 /* Warp-per-row kernels: global warp index and warp count. */
 __device__ __forceinline__ int64_t warp_id(void)
@@ -188,6 +225,13 @@ __device__ __forceinline__ int64_t warp_count(void)
     return ((int64_t)gridDim.x * blockDim.x) >> 5;
 }
 __device__ __forceinline__ int lane_id(void) { return (int)(threadIdx.x & 31); }
+
+/* Grid-stride loops: global thread index and thread count. */
+__device__ __forceinline__ size_t gtid(void)
+{
+    return (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ size_t gstride(void) { return (size_t)gridDim.x * blockDim.x; }
 
 /* ===================================================================== */
 /* Dropout hash (the device twin of ops.h's mp_dropout_keep)              */
@@ -205,38 +249,28 @@ __device__ __forceinline__ bool d_keep(uint64_t key, uint64_t index, uint32_t th
 /* The context of a cuda backend, or NULL when b is not one (ops_cuda.cu). */
 gpu_ctx *mp_cu_ctx(const mp_backend *b);
 
-/* ops_cuda_bf16.cu: c = ReLU(r + a w) as one cuBLASLt product (a, w of type
- * ab, r, c of type cd: CUDA_R_32F or CUDA_R_16BF; compute type ct).  0 when
- * Lt offers no algorithm (compose the unfused ops), 1 when queued or
- * failed with the failure kept. */
-int mp_cu_lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasComputeType_t ct,
-                      int m, int n, int k, const void *a, int lda, const void *w, int ldw,
-                      const void *r, int ldr, void *cm, int ldc);
-/* ops_cuda_bf16.cu: gives a cuda backend opened at bf16 the bf16-storage ops
- * of ops.h (half_acts = 1); does nothing at fp32 / tf32. */
-void mp_cu_bf16_ops(mp_backend *b);
-/* Sets the device-keyed dropout ops of a cuda backend (ops_cuda_keyed.cu). */
-void mp_cu_keyed_ops(mp_backend *b);
-/* The device-scheduled step ops adam_sched and step_end (train_cuda.cu). */
-void mp_cu_train_ops(mp_backend *b);
-/* The capture ops capture_begin/_end, replay and capture_free (graph_cuda.cu). */
-void mp_cu_capture_ops(mp_backend *b);
-/* Registration of the ops kept outside ops_cuda.cu, called by
- * mp_backend_cuda_open: the inference ops (ops_cuda_infer.cu:
- * edge_embed_relu) and the streaming ops (stream_cuda.cu: pinned host
+/* Registration, called by mp_backend_cuda_open: dense_cuda.cu (gemm,
+ * gemm_res_relu), rows_cuda.cu (copy2d, the elementwise and graph row ops),
+ * reduce_cuda.cu (col_sum, the embed backwards, loss, adam, adam_sched,
+ * step_end), graph_cuda.cu (the capture ops), stream_cuda.cu (pinned host
  * buffers, the copy lane, fences; if those cannot be made they stay NULL,
- * with no failure kept).  mp_cu_stream_close releases the latter's stream and
- * events (called by close; safe when they were never made). */
-void mp_cu_infer_ops(mp_backend *b);
-/* cublasLtMatmulAlgoGetHeuristic's first answer for these descriptors,
- * remembered under key (every number the descriptors were made from):
- * 1 with *res filled, 0 when Lt offers no algorithm.  The heuristic's
- * answer is a function of its inputs, so the bits do not change. */
-int mp_cu_lt_heuristic(gpu_ctx *c, const int key[LT_KEY], cublasLtMatmulDesc_t op,
-                       cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                       cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
-                       cublasLtMatmulPreference_t pref, cublasLtMatmulHeuristicResult_t *res);
+ * with no failure kept).  mp_cu_stream_close releases the latter's stream
+ * and events (called by close; safe when they were never made). */
+void mp_cu_dense_ops(mp_backend *b);
+void mp_cu_rows_ops(mp_backend *b);
+void mp_cu_reduce_ops(mp_backend *b);
+void mp_cu_capture_ops(mp_backend *b);
 void mp_cu_stream_ops(mp_backend *b);
 void mp_cu_stream_close(gpu_ctx *c);
+
+/* dense_cuda.cu: one product of gemm on `lane` (0: the backend's stream and
+ * cuBLAS handle, 1: the side stream gemm runs every other product of a batch
+ * on). */
+void mp_cu_gemm_on(gpu_ctx *c, int lane, const mp_gemm *g);
+
+/* reduce_cuda.cu: the weight-gradient scatter of edge_embed_backward:
+ * dwb[s] += sum of the dh0 rows of the edges whose bond holds slot s. */
+void mp_cu_bond_scatter(gpu_ctx *c, float *dwb, const int8_t *bond_hot, const float *dh0,
+                        int32_t n_edges, int h);
 
 #endif /* MP_CUDA_CTX_CUH */

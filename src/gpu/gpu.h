@@ -1,5 +1,5 @@
 /*
- * gpu.h - the CUDA backend of the ops seam (models/ops.h) for Hopper GPUs
+ * gpu.h - the CUDA backend of the ops seam (backend/ops.h) for Hopper GPUs
  * (H100/H200, sm_90a), and the few extras a GPU needs: choosing the GEMM
  * precision, asking whether a GPU is there, and capturing a stream of ops
  * into a CUDA graph for replay.
@@ -16,16 +16,17 @@
  * Precision.  fp32 (CUBLAS_COMPUTE_32F: exact fp32, Chemprop/PyTorch's
  * default) and tf32 (inputs rounded to TF32 on the tensor cores, products
  * accumulated in fp32) change only the dense products, on fp32 buffers.
- * bf16 is real bf16 storage (ops_cuda_bf16.cu, ops.h half_acts): the D-MPNN's
- * product operands (messages, dZ, the readout's input and its gradient, and
- * per-forward copies of W_h and W_o's message rows) are written as bfloat16
- * by the ops that make them, and cuBLAS / cuBLASLt multiply them as
- * CUDA_R_16BF with fp32 accumulation into fp32 outputs; the remaining
+ * bf16 is real bf16 storage: the backend reports act_st = MP_ST_BF16
+ * (ops.h), so the model stores the D-MPNN's product operands (messages, dZ,
+ * the readout's input and its gradient, and per-forward copies of W_h and
+ * W_o's message rows; H0 and M_t too in a model without dropout) as
+ * bfloat16, written by the ops that make them, and cuBLAS / cuBLASLt
+ * multiply them as CUDA_R_16BF with fp32 accumulation; the remaining
  * products (the FFN head's, tiny) run on fp32 buffers with
- * CUBLAS_COMPUTE_32F_FAST_16BF.  At every precision parameters, gradients and
- * the Adam moments are fp32 master copies, and every other op (gathers,
- * segment sums, pooling, loss, Adam) computes in fp32 (the loss sums in
- * double).
+ * CUBLAS_COMPUTE_32F_FAST_16BF.  The kernels are templates over the storage
+ * of their operands (kernels_rows.cuh), one per op for every precision.  At
+ * every precision parameters, gradients and the Adam moments are fp32
+ * master copies, and every op computes in fp32 (the loss sums in double).
  *
  * Errors.  The ops are void in the seam, so the backend keeps the first
  * failure (a CUDA or cuBLAS status, with the file and line of the call) and
@@ -121,9 +122,11 @@ void *mp_backend_cuda_stream(mp_backend *b);
  * context (an illegal address) cannot be forgotten: later calls fail again. */
 void mp_backend_cuda_clear_error(mp_backend *b);
 
-/* The backend without the fused inference ops of ops_cuda_infer.cu
- * (edge_embed_relu, message_direct).  For benchmarks and tests that compare
- * the two (same bits); usually called on a copy of the backend struct.
+/* The same backend issuing the unfused kernels where an op has a fused
+ * form: message as a segment-sum pass into its scratch and a gather pass
+ * (instead of summing per atom in registers), edge_embed's M_0 as a
+ * separate ReLU pass.  Bitwise the same results; for benchmarks and tests
+ * that compare the two, usually called on a copy of the backend struct.
  * Does nothing for another backend. */
 void mp_backend_cuda_plain_ops(mp_backend *b);
 

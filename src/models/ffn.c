@@ -6,9 +6,9 @@
  *           -> ReLU -> Dropout -> Linear(F, T)          (L = 1: Dropout -> Linear(I, T))
  *
  * I = readout ++ extra features (dmpnn) or the feature vector (ffn).  Each
- * Linear is a bias row copied into the output followed by one gemm with
- * beta = 1; ReLU and the dropout after it are one op whose output is all the
- * backward pass needs.
+ * Linear is a bias row copied into every output row (copy2d, lds 0)
+ * followed by one product with beta = 1; ReLU and the dropout after it are
+ * one op whose output is all the backward pass needs.
  */
 #include "models/model_impl.h"
 
@@ -40,10 +40,12 @@ void mp_ffn_forward(mp_model *m, int training)
         layer_dims(m, l, &din, &dout);
         int last = l == m->n_layers - 1;
         void *y = last ? a->out : a->hl[l];
-        b->fill_rows(b, y, dout, P(m->off_fb[l]), n, dout);
-        b->gemm(b, 0, 0, n, dout, din, 1.0, x, din, P(m->off_fw[l]), dout, 1.0, y, dout);
+        b->copy2d(b, y, MP_ST_ELEM, dout, P(m->off_fb[l]), MP_ST_ELEM, 0, n, dout);
+        mp_gemm pr = { 0, 0, n, dout, din, 1.0, 1.0, x, P(m->off_fw[l]), y, din, dout, dout,
+                       MP_ST_ELEM, MP_ST_ELEM, MP_ST_ELEM };
+        b->gemm(b, 1, &pr);
         if (!last) {
-            mp_model_relu_dropout(m, y, y, (size_t)n * dout, p, layer0 + 1 + l);
+            mp_model_relu_dropout(m, y, y, MP_ST_ELEM, (size_t)n * dout, p, layer0 + 1 + l);
             x = y;
         }
     }
@@ -62,14 +64,16 @@ const void *mp_ffn_backward(mp_model *m, int want_cols)
         const void *x = l > 0 ? a->hl[l - 1] : p > 0 ? a->xd0 : a->x0;
         /* dW += x^T dy, batched with dx = dy W^T when a dx is wanted;
          * db += column sums of dy */
-        mp_gemm gw = { 1, 0, din, dout, n, 1.0, 1.0, x, dy, G(m->off_fw[l]), din, dout, dout };
+        const mp_stype se = MP_ST_ELEM;
+        mp_gemm gw = { 1, 0, din, dout, n, 1.0, 1.0, x, dy, G(m->off_fw[l]), din, dout, dout,
+                       se, se, se };
         b->col_sum(b, G(m->off_fb[l]), dy, dout, n, dout);
         if (l > 0) {
             mp_gemm pr[2] = { gw, { 0, 1, n, din, dout, 1.0, 0.0, dy, P(m->off_fw[l]), dx,
-                                    dout, dout, din } };
-            b->gemm_batch(b, 2, pr);
+                                    dout, dout, din, se, se, se } };
+            b->gemm(b, 2, pr);
             /* back through the ReLU + dropout before this layer */
-            b->relu_dropout_backward(b, dx, a->hl[l - 1], dx, (size_t)n * din, p);
+            b->relu_dropout_backward(b, dx, dx, se, a->hl[l - 1], se, dx, (size_t)n * din, p);
             void *t = dy;
             dy = dx;
             dx = t;
@@ -77,16 +81,15 @@ const void *mp_ffn_backward(mp_model *m, int want_cols)
             /* Only the readout's columns need a gradient: the first
              * want_cols rows of W_0 (row stride of the result: in_dim). */
             mp_gemm pr[2] = { gw, { 0, 1, n, want_cols, dout, 1.0, 0.0, dy, P(m->off_fw[0]), dx,
-                                    dout, dout, m->in_dim } };
-            b->gemm_batch(b, 2, pr);
+                                    dout, dout, m->in_dim, se, se, se } };
+            b->gemm(b, 2, pr);
             if (p > 0)
                 mp_model_dropout_backward(m, dx, dx, n, want_cols, m->in_dim, p,
                                           m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth : 0,
                                           m->key_in);
             return dx;
         } else {
-            b->gemm(b, gw.ta, gw.tb, gw.m, gw.n, gw.k, gw.alpha, gw.a, gw.lda, gw.b, gw.ldb,
-                    gw.beta, gw.c, gw.ldc);
+            b->gemm(b, 1, &gw);
         }
     }
     return NULL;

@@ -182,13 +182,11 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     m->cfg = *cfg;
     m->b = b;
     m->esize = b->esize;
-    m->half = b->half_acts && b->to_bf16 && b->gemm_batch_bf16 && b->gemm_res_relu_bf16 &&
-              b->message_bf16 && b->atom_sum_bf16 && b->relu_dropout_backward_bf16 &&
-              b->message_backward_relu_bf16 && b->atom_sum_backward_relu_bf16;
-    /* bf16 H0 and M_t too, but not with dropout: its layers go through
-     * dropout.c, whose device-keyed form has no bf16 twin (ops.h) */
-    m->half_m = m->half && b->edge_embed_relu_bf16 && b->relu_dropout_bf16 &&
-                !(cfg->dropout > 0);
+    /* storage of the D-MPNN's activations (model_impl.h): the product
+     * operands as the backend asks; H0 and M_t so too, but not with dropout
+     * (kept as before bf16 storage existed, so its models' bits stay) */
+    m->st_op = b->act_st;
+    m->st_m = cfg->dropout > 0 ? MP_ST_ELEM : m->st_op;
     m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
     m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
     m->n_layers = cfg->ffn_layers;
@@ -256,8 +254,10 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
     size_t W = I > F ? I : F;
     W = W > T ? W : T;
     if (c->kind == MP_MODEL_DMPNN) {
-        /* product operands in bf16 when the backend stores them so (ops.h) */
-        size_t hs = m->half ? 2 : es, ms = m->half_m ? 2 : es;
+        /* st_op / st_m storage (model_impl.h); the copies for the products
+         * only where st_op is not the element type */
+        const size_t hs = mp_stype_size(m->b, m->st_op), ms = mp_stype_size(m->b, m->st_m);
+        const int copies = m->st_op != MP_ST_ELEM;
         a->h0 = TAKE(E * h * ms);
         for (int t = 0; t < c->depth; t++)
             a->m[t] = TAKE(E * h * ms);
@@ -271,12 +271,15 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
         a->ho = TAKE(A * h * es);
         a->dho = TAKE(A * h * es);
         a->da = TAKE(A * h * es);
-        a->dzh = m->half ? TAKE(E * h * 2) : NULL;
-        a->dhoh = m->half ? TAKE(A * h * 2) : NULL;
-        /* W_h and W_o are consecutive in the parameter block: one bf16
-         * copy of both (whh), woh = its W_o message rows */
-        a->whh = m->half ? TAKE((2 * h + (size_t)c->atom_fdim) * h * 2) : NULL;
-        a->woh = a->whh ? (char *)a->whh + (h + (size_t)c->atom_fdim) * h * 2 : NULL;
+        a->dz_op = copies ? TAKE(E * h * hs) : NULL;
+        a->dho_op = copies ? TAKE(A * h * hs) : a->dho;
+        /* W_h and W_o are consecutive in the parameter block: one copy of
+         * both (whcopy); wo_op = its W_o message rows */
+        size_t fa = (size_t)c->atom_fdim;
+        a->whcopy = copies ? TAKE((2 * h + fa) * h * hs) : NULL;
+        a->wh_op = copies ? a->whcopy : MP_AT(m, m->params, m->off_wh);
+        a->wo_op = !copies ? MP_AT(m, m->params, m->off_wo + fa * h)
+                   : a->whcopy ? (void *)((char *)a->whcopy + (h + fa) * h * hs) : NULL;
         a->extra = TAKE(B * (size_t)c->extra_dim * es);
         a->g.atom_hot = TAKE(A * MP_ATOM_MAX_HOT * sizeof(int16_t));
         a->g.atom_mass = TAKE(A * sizeof(float));
@@ -383,8 +386,7 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
     if (out && (st = download_floats(m, out, m->a.out, (size_t)n_mols * c->n_tasks)) != MP_OK)
         return st;
     /* 2: an inference forward that did not keep M_0 (dmpnn.c), no backward */
-    m->have_forward = !training && b->message_direct && c->kind == MP_MODEL_DMPNN &&
-                      c->depth > 1 ? 2 : 1;
+    m->have_forward = !training && c->kind == MP_MODEL_DMPNN && c->depth > 1 ? 2 : 1;
     return MP_OK;
 }
 
@@ -397,8 +399,7 @@ mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss
         return mp_error_set(MP_ERR_ARG, "model backward: no forward pass to go back through");
     if (m->have_forward == 2)
         return mp_error_set(MP_ERR_ARG, "model backward: the last forward was an inference one "
-                            "(training = 0), which on backend '%s' does not keep what backward "
-                            "needs", b->name);
+                            "(training = 0), which does not keep what backward needs (M_0)");
     size_t n = (size_t)m->n_mols * c->n_tasks;
     if (n && !targets)
         return mp_error_set(MP_ERR_ARG, "model backward: no targets");

@@ -36,10 +36,14 @@ typedef struct {
     void *a;                        /* incoming messages, input of W_o     */
     void *ho;                       /* atom hiddens after ReLU / dropout   */
     void *dho, *da;
-    /* bf16 storage (b->half_acts only; NULL otherwise): msg[t], a and dmsg
-     * are then bf16 too; dzh = dZ_t of each backward step, dhoh = dho rounded,
-     * whh / woh = W_h and W_o's message rows rounded at each forward */
-    void *dzh, *dhoh, *whh, *woh;
+    /* The operands of the products in st_op storage (model.c's layout):
+     * msg[t], a and dmsg are allocated so; where st_op is not the element
+     * type the products also read copies written beside the element-type
+     * values: dz_op (dZ_t, written by the backward gathers; NULL: the
+     * products read dh0 / dm themselves), dho_op (dho, or dho itself), and
+     * wh_op / wo_op (W_h and W_o's message rows: the parameters themselves,
+     * or a copy converted at the start of every forward, whcopy) */
+    void *dz_op, *dho_op, *wh_op, *wo_op, *whcopy;
     /* head, molecules */
     void *x0;                       /* [B x I] readout ++ extra features   */
     void *xd0;                      /* [B x I] after the input dropout     */
@@ -57,8 +61,12 @@ struct mp_model {
     mp_model_config cfg;
     mp_backend *b;
     size_t esize;
-    int    half;                    /* b->half_acts: bf16 product operands  */
-    int    half_m;                  /* ... and bf16 H0 and messages M_t     */
+    /* Storage of the D-MPNN's activations, decided once from the backend
+     * (b->act_st): st_op for the operands of the big products, st_m for H0
+     * and the messages M_t (st_op without dropout, else the element type:
+     * a model with dropout keeps M_t as it was before bf16 storage, so its
+     * bits did not move) */
+    mp_stype st_op, st_m;
     int    h, ffn_hidden, in_dim, n_layers;
 
     /* parameters: offsets in elements into each of the four blocks */
@@ -121,11 +129,12 @@ const void *mp_ffn_backward(mp_model *m, int want_cols);
  * message steps 0 .. depth-2, readout depth-1; then the head: its input,
  * then each hidden layer).  Eager (host-loop) steps draw each layer's key
  * from drop_rng as it is issued; a bound step with a device key source
- * (drop_keys) issues the keyed ops instead, whose keys the host drew in the
- * same order beforehand.  p == 0: a plain ReLU / nothing, no draw. */
+ * (drop_keys) passes the ops device keys instead (ops.h mp_key), which the
+ * host drew in the same order beforehand.  p == 0: a plain ReLU / nothing,
+ * no draw.  x and y of storage st. */
 int      mp_model_drop_layers(const mp_model *m);      /* keys per step (0: no dropout) */
-void     mp_model_relu_dropout(mp_model *m, void *y, const void *x, size_t n, double p,
-                               int layer);
+void     mp_model_relu_dropout(mp_model *m, void *y, const void *x, mp_stype st, size_t n,
+                               double p, int layer);
 /* Returns the key drawn (eager; 0 when keyed), for mp_model_dropout_backward. */
 uint64_t mp_model_dropout(mp_model *m, void *y, const void *x, int32_t n_rows, int n_cols,
                           int ld, double p, int layer);

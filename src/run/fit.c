@@ -68,10 +68,11 @@ mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out)
     int resident = o->resident < 0 ? !dev->host_memory : o->resident;
     if (!resident)
         return mp_batch_source_host(out, m, &c->batches);
-    /* a graph replays dropout through the keyed ops (ops.h) */
+    /* replayed from a capture where the backend can record one (dropout
+     * keys are read from device memory, so a replay drops as the host
+     * loop would) */
     mp_resident_source_opts ro = {
-        .use_graph = o->graph != 0 && !dev->host_memory &&
-                     (!(o->dropout > 0) || dev->relu_dropout_keyed),
+        .use_graph = o->graph != 0 && dev->capture_begin != NULL,
         .n_classes = o->slot_classes,
     };
     return mp_batch_source_resident(out, m, &c->batches, &ro);

@@ -221,7 +221,7 @@ mp_status mp_resident_create(mp_resident **out, mp_model *m, const mp_resident_o
     if (!b->adam_sched || !b->step_end)
         return mp_error_set(MP_ERR_ARG, "resident training: backend '%s' lacks the "
                             "device-scheduled step ops", b->name);
-    int keyed_ops = b->relu_dropout_keyed && b->dropout_keyed && b->dropout_backward_keyed;
+    int keyed_ops = 1;   /* every backend reads dropout keys from device memory (ops.h mp_key) */
     if (o->use_graph && (!b->capture_begin || (c->dropout > 0 && !keyed_ops)))
         return mp_error_set(MP_ERR_ARG, "resident training: replaying a captured step needs a "
                             "backend that can capture (backend '%s' cannot) and, for a model "

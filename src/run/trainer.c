@@ -90,7 +90,7 @@ static mp_status choose_task(const mp_train_opts *o, const mp_dataset *d, mp_tas
         return MP_OK;
     }
     mp_registry *reg = NULL;
-    if (mp_registry_load(&reg, NULL) == MP_OK) {
+    if (mp_registry_load(&reg, o->registry) == MP_OK) {
         const mp_dataset_info *info = mp_registry_find_file(reg, o->data_path);
         if (info) {
             *out = info->task_type;

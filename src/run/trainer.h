@@ -51,6 +51,8 @@ typedef struct {
     int             profile;         /* 1: where each epoch's time goes, one    *
                                       * "profile epoch" line per epoch on       *
                                       * stderr (the batch source's part too)    */
+    const char     *registry;        /* dataset registry file for the task type *
+                                      * (NULL: data/datasets.tsv)               */
     const char     *save_dir;        /* NULL: nothing written (NULL with       *
                                       * resume: the resumed directory)          */
     int             quiet;           /* 1: no progress output                  */

@@ -1,0 +1,467 @@
+/*
+ * api.c - the public API's glue over the pipelines: summaries, the runs of
+ * train, predict and eval (options -> the pipeline's struct -> mp_train,
+ * mp_predict_file, mp_eval_file), the configuration written into
+ * metrics.json, and the predictor (a model file applied to SMILES in
+ * memory).  featurize and split are in verbs.c, bench in bench.c.
+ */
+#include "api/api.h"
+
+#include "api/options.h"
+#include "backend/ops.h"
+#include "data/metrics.h"
+#include "data/registry.h"
+#include "run/ensemble.h"
+#include "run/predict.h"
+#include "run/trainer.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <string.h>
+
+const char *mp_version(void)
+{
+    return MP_VERSION;
+}
+
+/* ===================================================================== */
+/* Summaries                                                              */
+/* ===================================================================== */
+
+typedef struct {
+    char  *key;
+    char  *text;   /* NULL: a number */
+    double number;
+} entry;
+
+typedef struct {
+    size_t line;
+    char  *smiles, *reason;
+} invalid_row;
+
+struct mp_summary {
+    entry       *items;
+    size_t       n, cap;
+    invalid_row *invalid;
+    size_t       n_invalid, cap_invalid;
+};
+
+mp_status mp_summary_new(mp_summary **out)
+{
+    *out = mp_calloc(1, sizeof **out);
+    return *out ? MP_OK : mp_error_set(MP_ERR_NOMEM, "out of memory");
+}
+
+void mp_summary_free(mp_summary *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n; i++) {
+        mp_free(s->items[i].key);
+        mp_free(s->items[i].text);
+    }
+    for (size_t i = 0; i < s->n_invalid; i++) {
+        mp_free(s->invalid[i].smiles);
+        mp_free(s->invalid[i].reason);
+    }
+    mp_free(s->items);
+    mp_free(s->invalid);
+    mp_free(s);
+}
+
+void mp_summary_hand_over(mp_summary *s, mp_summary **out)
+{
+    if (out)
+        *out = s;
+    else
+        mp_summary_free(s);
+}
+
+static entry *find_entry(const mp_summary *s, const char *key)
+{
+    for (size_t i = 0; s && key && i < s->n; i++)
+        if (!strcmp(s->items[i].key, key))
+            return &s->items[i];
+    return NULL;
+}
+
+/* The entry for key, made if absent. */
+static entry *put(mp_summary *s, const char *key)
+{
+    entry *e = find_entry(s, key);
+    if (e)
+        return e;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 16;
+        entry *p = mp_realloc(s->items, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        s->items = p;
+        s->cap = cap;
+    }
+    e = &s->items[s->n];
+    memset(e, 0, sizeof *e);
+    if (!(e->key = mp_strdup(key)))
+        return NULL;
+    s->n++;
+    return e;
+}
+
+mp_status mp_summary_put_number(mp_summary *s, const char *key, double v)
+{
+    entry *e = put(s, key);
+    if (!e)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    mp_free(e->text);
+    e->text = NULL;
+    e->number = v;
+    return MP_OK;
+}
+
+mp_status mp_summary_put_text(mp_summary *s, const char *key, const char *text)
+{
+    entry *e = put(s, key);
+    char *copy = mp_strdup(text ? text : "");
+    if (!e || !copy) {
+        mp_free(copy);
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    }
+    mp_free(e->text);
+    e->text = copy;
+    return MP_OK;
+}
+
+mp_status mp_summary_add_invalid(mp_summary *s, size_t line, const char *smiles,
+                                 const char *reason)
+{
+    if (s->n_invalid == s->cap_invalid) {
+        size_t cap = s->cap_invalid ? 2 * s->cap_invalid : 16;
+        invalid_row *p = mp_realloc(s->invalid, cap * sizeof *p);
+        if (!p)
+            return mp_error_set(MP_ERR_NOMEM, "out of memory");
+        s->invalid = p;
+        s->cap_invalid = cap;
+    }
+    invalid_row *r = &s->invalid[s->n_invalid];
+    r->line = line;
+    r->smiles = mp_strdup(smiles ? smiles : "");
+    r->reason = mp_strdup(reason ? reason : "rejected by RDKit");
+    if (!r->smiles || !r->reason) {
+        mp_free(r->smiles);
+        mp_free(r->reason);
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    }
+    s->n_invalid++;
+    return MP_OK;
+}
+
+double mp_summary_number(const mp_summary *s, const char *key)
+{
+    const entry *e = find_entry(s, key);
+    return e && !e->text ? e->number : NAN;
+}
+
+const char *mp_summary_text(const mp_summary *s, const char *key)
+{
+    const entry *e = find_entry(s, key);
+    return e ? e->text : NULL;
+}
+
+size_t mp_summary_invalid_count(const mp_summary *s)
+{
+    return s ? s->n_invalid : 0;
+}
+
+mp_status mp_summary_invalid(const mp_summary *s, size_t k, size_t *line, const char **smiles,
+                             const char **reason)
+{
+    if (!s || k >= s->n_invalid)
+        return mp_error_set(MP_ERR_ARG, "invalid row %zu of %zu", k, s ? s->n_invalid : 0);
+    if (line)
+        *line = s->invalid[k].line;
+    if (smiles)
+        *smiles = s->invalid[k].smiles;
+    if (reason)
+        *reason = s->invalid[k].reason;
+    return MP_OK;
+}
+
+mp_status mp_run_check(const mp_options *o, const char *verb)
+{
+    if (!o || strcmp(mp_options_verb(o), verb) != 0)
+        return mp_error_set(MP_ERR_ARG, "mp_run_%s: these are options for '%s'", verb,
+                            o ? mp_options_verb(o) : "nothing");
+    const char *missing = mp_options_missing(o);
+    if (missing)
+        return mp_error_set(MP_ERR_ARG, "--%s is required", missing);
+    return MP_OK;
+}
+
+/* ===================================================================== */
+/* train                                                                  */
+/* ===================================================================== */
+
+/* Reads a whole small file (mp_malloc'd, NUL-terminated). */
+static char *slurp(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return NULL;
+    mp_buf b = { 0 };
+    char chunk[8192];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, fp)) > 0)
+        if (mp_buf_append(&b, chunk, got)) {
+            mp_buf_free(&b);
+            fclose(fp);
+            return NULL;
+        }
+    int bad = ferror(fp);
+    fclose(fp);
+    if (bad || mp_buf_append(&b, "", 1)) {
+        mp_buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+/* Adds "config" (every option with its value; task and metric as the run
+ * resolved them) to the metrics.json the trainer wrote, atomically. */
+static mp_status record_config(const mp_options *o, const mp_train_result *r, const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.json", dir);
+    char *text = slurp(path);
+    if (!text)
+        return mp_error_set(MP_ERR_IO, "cannot read %s back", path);
+    cJSON *root = cJSON_Parse(text);
+    mp_free(text);
+    cJSON *cfg = mp_options_cjson(o);
+    mp_status st = MP_OK;
+    char *out = NULL;
+    if (!root || !cfg) {
+        st = mp_error_set(root ? MP_ERR_NOMEM : MP_ERR_FORMAT, "%s: cannot add the configuration",
+                          path);
+        goto done;
+    }
+    cJSON_ReplaceItemInObject(cfg, "task", cJSON_CreateString(mp_task_type_name(r->task)));
+    cJSON_ReplaceItemInObject(cfg, "metric", cJSON_CreateString(mp_metric_name(r->metric)));
+    cJSON_AddItemToObject(root, "config", cfg);
+    cfg = NULL;
+    if (!(out = cJSON_Print(root))) {
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    mp_afile f;
+    if ((st = mp_afile_open(&f, path)))
+        goto done;
+    fputs(out, f.fp);
+    fputc('\n', f.fp);
+    st = mp_afile_commit(&f);
+done:
+    cJSON_free(out);
+    cJSON_Delete(cfg);
+    cJSON_Delete(root);
+    return st;
+}
+
+mp_status mp_run_train(const mp_options *o, mp_summary **out)
+{
+    if (out)
+        *out = NULL;
+    mp_status st = mp_run_check(o, "train");
+    if (st)
+        return st;
+    mp_train_opts t = mp_train_opts_default();
+    char backend[128];
+    if ((st = mp_options_apply(o, &t)) || (st = mp_options_backend(o, backend, sizeof backend)))
+        return st;
+    t.backend = backend;
+    mp_train_result r;
+    if ((st = mp_train(&t, &r)))
+        return st;
+    mp_summary *s = NULL;
+    if (t.save_dir)
+        st = record_config(o, &r, t.save_dir);
+    if (!st)
+        st = mp_summary_new(&s);
+    if (!st)
+        (void)((st = mp_summary_put_text(s, "metric", mp_metric_name(r.metric))) ||
+               (st = mp_summary_put_text(s, "task", mp_task_type_name(r.task))) ||
+               (st = mp_summary_put_text(s, "save_dir", t.save_dir)) ||
+               (st = mp_summary_put_number(s, "test", r.test_mean)) ||
+               (st = mp_summary_put_number(s, "val", r.val_mean)) ||
+               (st = mp_summary_put_number(s, "n_tasks", (double)r.n_tasks)) ||
+               (st = mp_summary_put_number(s, "n_train", (double)r.n_train)) ||
+               (st = mp_summary_put_number(s, "n_val", (double)r.n_val)) ||
+               (st = mp_summary_put_number(s, "n_test", (double)r.n_test)) ||
+               (st = mp_summary_put_number(s, "n_invalid", (double)r.n_invalid)) ||
+               (st = mp_summary_put_number(s, "featurize_seconds", r.featurize_seconds)) ||
+               (st = mp_summary_put_number(s, "train_seconds", r.train_seconds)) ||
+               (st = mp_summary_put_number(s, "train_mols_per_second",
+                                           r.train_mols_per_second)));
+    mp_train_result_free(&r);
+    if (st) {
+        mp_summary_free(s);
+        return st;
+    }
+    mp_summary_hand_over(s, out);
+    return MP_OK;
+}
+
+/* ===================================================================== */
+/* predict and eval                                                       */
+/* ===================================================================== */
+
+mp_status mp_run_predict(const mp_options *o, mp_summary **out)
+{
+    if (out)
+        *out = NULL;
+    mp_status st = mp_run_check(o, "predict");
+    if (st)
+        return st;
+    mp_predict_opts p;
+    memset(&p, 0, sizeof p);
+    char backend[128];
+    if ((st = mp_options_apply(o, &p)) || (st = mp_options_backend(o, backend, sizeof backend)))
+        return st;
+    p.backend = backend;
+    mp_predict_stats stats;
+    if ((st = mp_predict_file(&p, &stats)))
+        return st;
+    mp_summary *s = NULL;
+    if (!(st = mp_summary_new(&s)))
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)stats.n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", (double)stats.n_invalid)) ||
+               (st = mp_summary_put_number(s, "seconds", stats.seconds)) ||
+               (st = mp_summary_put_number(s, "mols_per_second", stats.mols_per_second)) ||
+               (st = mp_summary_put_text(s, "out", p.out_path)));
+    if (st) {
+        mp_summary_free(s);
+        return st;
+    }
+    mp_summary_hand_over(s, out);
+    return MP_OK;
+}
+
+mp_status mp_run_eval(const mp_options *o, mp_summary **out)
+{
+    if (out)
+        *out = NULL;
+    mp_status st = mp_run_check(o, "eval");
+    if (st)
+        return st;
+    mp_eval_args a;
+    memset(&a, 0, sizeof a);
+    char backend[128];
+    if ((st = mp_options_apply(o, &a)) || (st = mp_options_backend(o, backend, sizeof backend)))
+        return st;
+    mp_column_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.smiles_column = a.smiles_column;
+    mp_eval_result r;
+    if ((st = mp_eval_file(a.model_path, a.data_path, &spec, a.metric, backend, a.threads, &r)))
+        return st;
+    mp_summary *s = NULL;
+    mp_buf names = { 0 };
+    if (!(st = mp_summary_new(&s)))
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)r.n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", (double)r.n_invalid)) ||
+               (st = mp_summary_put_number(s, "n_tasks", (double)r.n_tasks)));
+    for (int m = 0; m < r.n_metrics && !st; m++)
+        (void)((st = mp_buf_printf(&names, "%s%s", m ? "," : "", mp_metric_name(r.metrics[m]))) ||
+               (st = mp_summary_put_number(s, mp_metric_name(r.metrics[m]), r.mean[m])));
+    if (!st)
+        st = mp_summary_put_text(s, "metrics", names.data ? names.data : "");
+    mp_buf_free(&names);
+    mp_eval_result_free(&r);
+    if (st) {
+        mp_summary_free(s);
+        return st;
+    }
+    mp_summary_hand_over(s, out);
+    return MP_OK;
+}
+
+/* ===================================================================== */
+/* Predictor                                                              */
+/* ===================================================================== */
+
+/* Molecules per forward, as the streaming predictor uses them (predict.c),
+ * so predictions from here equal those of `molprop predict` bit for bit. */
+#define PREDICTOR_BATCH_HOST 256
+#define PREDICTOR_BATCH_DEVICE 4096
+
+struct mp_predictor {
+    mp_ensemble *e;
+};
+
+mp_status mp_predictor_open(mp_predictor **out, const char *model_path, const char *backend)
+{
+    *out = NULL;
+    mp_predictor *p = mp_calloc(1, sizeof *p);
+    if (!p)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    mp_status st = mp_ensemble_load(&p->e, model_path, backend && *backend ? backend : "cpu");
+    if (st) {
+        mp_free(p);
+        return st;
+    }
+    *out = p;
+    return MP_OK;
+}
+
+void mp_predictor_free(mp_predictor *p)
+{
+    if (!p)
+        return;
+    mp_ensemble_free(p->e);
+    mp_free(p);
+}
+
+size_t mp_predictor_n_tasks(const mp_predictor *p)
+{
+    return p ? p->e->n_tasks : 0;
+}
+
+const char *mp_predictor_task_name(const mp_predictor *p, size_t t)
+{
+    return p && t < p->e->n_tasks ? p->e->task_names[t] : NULL;
+}
+
+const char *mp_predictor_task_type(const mp_predictor *p)
+{
+    return p ? mp_task_type_name(p->e->task) : NULL;
+}
+
+int mp_predictor_n_members(const mp_predictor *p)
+{
+    return p ? p->e->n_members : 0;
+}
+
+mp_status mp_predictor_predict(mp_predictor *p, const char *const *smiles, size_t n,
+                               double *mean, double *std)
+{
+    if (!p || (n && (!smiles || !mean)))
+        return mp_error_set(MP_ERR_ARG, "mp_predictor_predict: no predictor, SMILES or output");
+    if (n == 0)
+        return MP_OK;
+    if (n > (size_t)INT32_MAX)
+        return mp_error_set(MP_ERR_ARG, "mp_predictor_predict: %zu molecules in one call "
+                            "(at most %d)", n, INT32_MAX);
+    mp_featurize_opts fo = mp_ensemble_featurize_opts(p->e);
+    mp_features *f = NULL;
+    int32_t *idx = mp_malloc(n * sizeof *idx);
+    if (!idx)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory (%zu molecules)", n);
+    mp_status st = mp_featurize(&f, smiles, (int32_t)n, &fo);
+    if (!st) {
+        for (size_t i = 0; i < n; i++)
+            idx[i] = (int32_t)i;
+        int32_t batch = p->e->backend->host_memory ? PREDICTOR_BATCH_HOST : PREDICTOR_BATCH_DEVICE;
+        st = mp_ensemble_predict(p->e, f, idx, (int32_t)n, 0, 0, batch, mean, std);
+    }
+    mp_features_free(f);
+    mp_free(idx);
+    return st;
+}

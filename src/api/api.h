@@ -1,0 +1,33 @@
+/*
+ * api.h - the library side of molprop.h's runs: building the summaries the
+ * mp_run_* functions hand back, and the checks every run starts with.
+ */
+#ifndef MP_API_H
+#define MP_API_H
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An empty summary (MP_ERR_NOMEM on no memory). */
+mp_status mp_summary_new(mp_summary **out);
+/* Adds (or replaces) a number or a text; MP_ERR_NOMEM on no memory. */
+mp_status mp_summary_put_number(mp_summary *s, const char *key, double v);
+mp_status mp_summary_put_text(mp_summary *s, const char *key, const char *text);
+/* Records an invalid row (its strings are copied; reason may be NULL). */
+mp_status mp_summary_add_invalid(mp_summary *s, size_t line, const char *smiles,
+                                 const char *reason);
+
+/* What every mp_run_<verb> checks first: options of `verb`, and every
+ * required option with a value ("--data is required"). */
+mp_status mp_run_check(const mp_options *o, const char *verb);
+
+/* Hands s to *out when out is not NULL, else frees it. */
+void mp_summary_hand_over(mp_summary *s, mp_summary **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_API_H */

@@ -1,0 +1,804 @@
+/*
+ * options.c - the table of every verb's options and the mp_options handle
+ * over it: set by name with checks (one wording for flags and files), read
+ * back, help text, and the step into a pipeline's struct (offsetof).
+ * config.c reads INI files and writes the JSON form; the command line maps
+ * argv onto these functions and knows no option itself.
+ */
+#include "api/options.h"
+
+#include "backend/ops.h"
+#include "data/metrics.h"
+#include "data/registry.h"
+#include "run/ensemble.h"
+#include "run/predict.h"
+#include "run/resident.h"
+#include "run/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ===================================================================== */
+/* Converters for options the built-in types do not cover                 */
+/* ===================================================================== */
+
+/* A metric name, or "auto" (train: from the task type) / "all" (eval: every
+ * metric of the task type), which land as NULL. */
+static mp_status parse_metric(const char *s, void *field)
+{
+    const char *v = NULL;
+    if (strcmp(s, "auto") != 0 && strcmp(s, "all") != 0) {
+        mp_metric m;
+        mp_status st = mp_metric_parse(s, &m);
+        if (st)
+            return st;
+        v = s;
+    }
+    if (field)
+        *(const char **)field = v;
+    return MP_OK;
+}
+
+static mp_status parse_split_type(const char *s, void *field)
+{
+    mp_split_type t;
+    mp_status st = mp_split_type_parse(s, &t);
+    if (!st && field)
+        *(mp_split_type *)field = t;
+    return st;
+}
+
+static mp_status parse_split_sizes(const char *s, void *field)
+{
+    double sizes[3];
+    mp_status st = mp_split_sizes_parse(s, sizes);
+    if (!st && field)
+        memcpy(field, sizes, sizeof sizes);
+    return st;
+}
+
+static mp_status parse_features(const char *s, void *field)
+{
+    unsigned mask = 0;
+    mp_status st = mp_feature_set_parse(s, &mask);
+    if (!st && field)
+        *(unsigned *)field = mask;
+    return st;
+}
+
+static mp_status parse_layout(const char *s, void *field)
+{
+    mp_atom_layout l;
+    mp_status st = mp_atom_layout_parse(s, &l);
+    if (!st && field)
+        *(mp_atom_layout *)field = l;
+    return st;
+}
+
+/* A device the backend registry knows (it, not this file, knows the names).
+ * For an unknown one, the registry's own message lists the known ones. */
+static mp_status parse_device(const char *s, void *field)
+{
+    (void)field;
+    if (mp_backend_find(s))
+        return MP_OK;
+    mp_backend *b = NULL;
+    mp_status st = mp_backend_open(&b, s);   /* fails at once: unknown name */
+    if (st == MP_OK) {
+        mp_backend_close(b);
+        return MP_OK;
+    }
+    return st;
+}
+
+/* ===================================================================== */
+/* The table                                                              */
+/* ===================================================================== */
+
+static const int task_values[] = { -1, MP_TASK_REGRESSION, MP_TASK_CLASSIFICATION };
+static const int model_values[] = { MP_MODEL_DMPNN, MP_MODEL_FFN };
+static const int agg_values[] = { MP_AGG_MEAN, MP_AGG_SUM, MP_AGG_NORM };
+static const int tristate_values[] = { -1, 1, 0 };
+static const int bench_split_values[] = { MP_SPLIT_SCAFFOLD_BALANCED, MP_SPLIT_RANDOM };
+
+#define HEADING(text) { .key = NULL, .help = text, .offset = -1 }
+#define AT(S, f) offsetof(S, f)
+
+/* Rows every verb with a backend shares. */
+#define THREADS(S, f) \
+    { "threads", MP_OPT_INT, "auto", 1, 1024, .offset = AT(S, f), .arg = "N", \
+      .help = "CPU threads; auto: all cores", .flags = MP_OPTF_AUTO }
+#define DEVICE \
+    { "device", MP_OPT_TEXT, "cpu", .parse = parse_device, .offset = -1, .arg = "D", \
+      .help = "cpu | gpu" }
+#define PRECISION \
+    { "precision", MP_OPT_TEXT, NULL, .offset = -1, .arg = "P", \
+      .help = "fp32 | tf32 | bf16 on the GPU (fp32 when unset)" }
+#define SMILES_COLUMN(S, f) \
+    { "smiles-column", MP_OPT_TEXT, NULL, .offset = AT(S, f), .arg = "C", \
+      .help = "default: the column named 'smiles', else the first" }
+#define REGISTRY(S, f, what) \
+    { "registry", MP_OPT_TEXT, NULL, .offset = AT(S, f), .arg = "FILE", \
+      .help = "the dataset registry" what "\n(unset: $MOLPROP_REGISTRY, else data/datasets.tsv)" }
+
+static const mp_option_def train_table[] = {
+    HEADING("data:"),
+    { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, data_path), .arg = "F",
+      .help = "CSV or gzipped CSV with a SMILES column and targets", .flags = MP_OPTF_REQUIRED },
+    SMILES_COLUMN(mp_train_opts, columns.smiles_column),
+    { "target-columns", MP_OPT_LIST, NULL, .offset = AT(mp_train_opts, columns.target_columns),
+      .arg = "a,b", .help = "default: every other column" },
+    { "ignore-columns", MP_OPT_LIST, NULL, .offset = AT(mp_train_opts, columns.ignore_columns),
+      .arg = "a,b", .help = "columns left out of the default targets" },
+    { "task", MP_OPT_CHOICE, "auto", .choices = "auto|regression|classification",
+      .values = task_values, .offset = AT(mp_train_opts, task), .arg = "T",
+      .help = "regression | classification; auto: from the dataset\nregistry, else "
+              "classification if every label is 0 or 1" },
+    { "metric", MP_OPT_CHOICE, "auto", .choices = "auto|rmse|mae|mse|r2|auc|prc-auc|accuracy",
+      .parse = parse_metric, .offset = AT(mp_train_opts, metric), .arg = "M",
+      .help = "rmse | mae | mse | r2 | auc | prc-auc | accuracy;\nauto: rmse (regression), "
+              "auc (classification)" },
+    REGISTRY(mp_train_opts, registry, ", for the task type of a benchmark file"),
+    HEADING("split:"),
+    { "split", MP_OPT_CHOICE, "random", .choices = "random|scaffold_balanced|cv|cv-no-test",
+      .parse = parse_split_type, .offset = AT(mp_train_opts, split.type), .arg = "S",
+      .help = "random | scaffold_balanced | cv | cv-no-test" },
+    { "split-sizes", MP_OPT_LIST, "0.8,0.1,0.1", .parse = parse_split_sizes,
+      .offset = AT(mp_train_opts, split.sizes), .arg = "a,b,c",
+      .help = "train,val,test fractions", .flags = MP_OPTF_NUMBERS },
+    { "folds", MP_OPT_INT, "5", 2, 1000000, .offset = AT(mp_train_opts, split.n_folds),
+      .arg = "K", .help = "folds for --split cv" },
+    { "seed", MP_OPT_INT, "0", 0, 2147483647, .offset = AT(mp_train_opts, seed), .arg = "N",
+      .help = "split seed; ensemble member i uses N+i", .flags = MP_OPTF_U64 },
+    HEADING("model:"),
+    { "model", MP_OPT_CHOICE, "dmpnn", .choices = "dmpnn|ffn", .values = model_values,
+      .offset = AT(mp_train_opts, model), .arg = "M", .help = "dmpnn | ffn" },
+    { "features", MP_OPT_LIST, "none", .parse = parse_features,
+      .offset = AT(mp_train_opts, features), .arg = "F",
+      .help = "molecule features: morgan, morgan-count, rdkit2d,\ncomma-separated (ffn: its "
+              "input; dmpnn: joined to\nthe readout), or none" },
+    { "atom-layout", MP_OPT_CHOICE, "v1", .choices = "v1|v2|organic", .parse = parse_layout,
+      .offset = AT(mp_train_opts, layout), .arg = "L",
+      .help = "v1 (133 features) | v2 (72) | organic (44)" },
+    { "hidden", MP_OPT_INT, "300", 1, 100000, .offset = AT(mp_train_opts, hidden), .arg = "N",
+      .help = "hidden size" },
+    { "depth", MP_OPT_INT, "3", 1, 100, .offset = AT(mp_train_opts, depth), .arg = "N",
+      .help = "message-passing steps" },
+    { "dropout", MP_OPT_REAL, "0", 0, 0.99, .offset = AT(mp_train_opts, dropout), .arg = "X",
+      .help = "dropout probability" },
+    { "ffn-layers", MP_OPT_INT, "2", 1, 100, .offset = AT(mp_train_opts, ffn_layers),
+      .arg = "N", .help = "layers of the FFN head" },
+    { "ffn-hidden", MP_OPT_INT, "auto", 1, 100000, .offset = AT(mp_train_opts, ffn_hidden),
+      .arg = "N", .help = "hidden size of the FFN head; auto: --hidden", .flags = MP_OPTF_AUTO },
+    { "aggregation", MP_OPT_CHOICE, "mean", .choices = "mean|sum|norm", .values = agg_values,
+      .offset = AT(mp_train_opts, aggregation), .arg = "A", .help = "mean | sum | norm" },
+    { "ensemble-size", MP_OPT_INT, "1", 1, 256, .offset = AT(mp_train_opts, ensemble_size),
+      .arg = "N", .help = "models that differ only in their seeds" },
+    HEADING("training:"),
+    { "epochs", MP_OPT_INT, "30", 1, 100000, .offset = AT(mp_train_opts, epochs), .arg = "N",
+      .help = "training epochs" },
+    { "batch-size", MP_OPT_INT, "50", 1, 10000000, .offset = AT(mp_train_opts, batch_size),
+      .arg = "N", .help = "molecules per step" },
+    { "warmup-epochs", MP_OPT_REAL, "2", 0, 1e6, .offset = AT(mp_train_opts, warmup_epochs),
+      .arg = "X", .help = "Noam warm-up" },
+    { "init-lr", MP_OPT_REAL, "0.0001", 1e-12, 10, .offset = AT(mp_train_opts, init_lr),
+      .arg = "X", .help = "learning rate at the start" },
+    { "max-lr", MP_OPT_REAL, "0.001", 1e-12, 10, .offset = AT(mp_train_opts, max_lr),
+      .arg = "X", .help = "learning rate after the warm-up" },
+    { "final-lr", MP_OPT_REAL, "0.0001", 1e-12, 10, .offset = AT(mp_train_opts, final_lr),
+      .arg = "X", .help = "learning rate at the end" },
+    THREADS(mp_train_opts, threads),
+    DEVICE,
+    PRECISION,
+    { "resident", MP_OPT_CHOICE, "auto", .choices = "auto|on|off", .values = tristate_values,
+      .offset = AT(mp_train_opts, resident), .arg = "on|off",
+      .help = "keep each epoch on the device and run its steps\nthere; auto: on with --device gpu" },
+    { "graph", MP_OPT_CHOICE, "auto", .choices = "auto|on|off", .values = tristate_values,
+      .offset = AT(mp_train_opts, graph), .arg = "on|off",
+      .help = "replay a captured CUDA graph per step; auto: on\nwhen resident on the GPU" },
+    { "slot-classes", MP_OPT_INT, "4", 1, MP_RESIDENT_MAX_CLASSES,
+      .offset = AT(mp_train_opts, slot_classes), .arg = "N",
+      .help = "resident slot size classes at most (D-MPNN); 1: every slot padded to the "
+              "largest batch" },
+    { "profile", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, profile),
+      .help = "where each epoch's time goes: a 'profile epoch' line per epoch on stderr" },
+    HEADING("output:"),
+    { "save-dir", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, save_dir), .arg = "D",
+      .help = "where model.mpm and metrics.json go", .flags = MP_OPTF_REQUIRED },
+    { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, quiet),
+      .help = "no progress output" },
+};
+
+static const mp_option_def predict_table[] = {
+    { "model", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, model_path), .arg = "M",
+      .help = "a model file written by molprop train", .flags = MP_OPTF_REQUIRED },
+    { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, data_path), .arg = "F",
+      .help = "CSV or gzipped CSV", .flags = MP_OPTF_REQUIRED },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, out_path), .arg = "P",
+      .help = "output CSV (written atomically)", .flags = MP_OPTF_REQUIRED },
+    SMILES_COLUMN(mp_predict_opts, columns.smiles_column),
+    { "uncertainty", MP_OPT_BOOL, "false", .offset = AT(mp_predict_opts, uncertainty),
+      .help = "add <task>_std columns: the spread over ensemble\nmembers" },
+    THREADS(mp_predict_opts, threads),
+    DEVICE,
+    PRECISION,
+    { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_predict_opts, quiet),
+      .help = "no summary line" },
+};
+
+static const mp_option_def eval_table[] = {
+    { "model", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, model_path), .arg = "M",
+      .help = "a model file written by molprop train", .flags = MP_OPTF_REQUIRED },
+    { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, data_path), .arg = "F",
+      .help = "CSV or gzipped CSV with the SMILES and the task\ncolumns",
+      .flags = MP_OPTF_REQUIRED },
+    SMILES_COLUMN(mp_eval_args, smiles_column),
+    { "metric", MP_OPT_CHOICE, "all", .choices = "all|rmse|mae|mse|r2|auc|prc-auc|accuracy",
+      .parse = parse_metric, .offset = AT(mp_eval_args, metric), .arg = "M",
+      .help = "one metric; all: rmse, mae, r2 for regression;\nauc, prc-auc, accuracy for "
+              "classification" },
+    THREADS(mp_eval_args, threads),
+    DEVICE,
+    PRECISION,
+};
+
+static const mp_option_def featurize_table[] = {
+    { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_featurize_args, data_path), .arg = "FILE",
+      .help = "input CSV with a header line", .flags = MP_OPTF_REQUIRED },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_featurize_args, out_path), .arg = "FILE.mpf",
+      .help = "write the feature cache here" },
+    { "dump", MP_OPT_TEXT, NULL, .offset = AT(mp_featurize_args, dump_dir), .arg = "DIR",
+      .help = "write molecules/atoms/bonds/morgan/descriptors.tsv\nhere" },
+    { "gz", MP_OPT_BOOL, "false", .offset = AT(mp_featurize_args, gz),
+      .help = "gzip the dump's files (.tsv.gz)" },
+    { "atom-layout", MP_OPT_CHOICE, "v1", .choices = "v1|v2|organic", .parse = parse_layout,
+      .offset = AT(mp_featurize_args, layout), .arg = "L",
+      .help = "v1 (133 features) | v2 (72) | organic (44)" },
+    { "no-morgan", MP_OPT_BOOL, "false", .offset = AT(mp_featurize_args, no_morgan),
+      .help = "skip the Morgan fingerprints" },
+    { "no-descriptors", MP_OPT_BOOL, "false", .offset = AT(mp_featurize_args, no_descriptors),
+      .help = "skip the RDKit 2D descriptors (the slowest part)" },
+    { "scaffolds", MP_OPT_BOOL, "false", .offset = AT(mp_featurize_args, scaffolds),
+      .help = "compute Bemis-Murcko scaffolds too" },
+    THREADS(mp_featurize_args, threads),
+    SMILES_COLUMN(mp_featurize_args, smiles_column),
+};
+
+static const mp_option_def split_table[] = {
+    { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_split_args, data_path), .arg = "FILE",
+      .help = "input CSV (.csv or .csv.gz)", .flags = MP_OPTF_REQUIRED },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_split_args, out_dir), .arg = "DIR",
+      .help = "output folder (created if absent)", .flags = MP_OPTF_REQUIRED },
+    { "split", MP_OPT_CHOICE, "random", .choices = "random|scaffold_balanced|cv|cv-no-test",
+      .parse = parse_split_type, .offset = AT(mp_split_args, split.type), .arg = "TYPE",
+      .help = "random | scaffold_balanced | cv | cv-no-test" },
+    { "seed", MP_OPT_INT, "0", 0, 18446744073709551615.0, .offset = AT(mp_split_args, split.seed),
+      .arg = "N", .help = "Chemprop's --seed; with cv it picks the test fold\n(N % k) and the "
+                          "val fold ((N+1) % k)", .flags = MP_OPTF_U64 },
+    { "split-sizes", MP_OPT_LIST, "0.8,0.1,0.1", .parse = parse_split_sizes,
+      .offset = AT(mp_split_args, split.sizes), .arg = "A,B,C",
+      .help = "train,val,test fractions: non-negative, summing\nto 1; ignored by cv",
+      .flags = MP_OPTF_NUMBERS },
+    { "folds", MP_OPT_INT, "5", 2, 1000000, .offset = AT(mp_split_args, split.n_folds),
+      .arg = "K", .help = "number of folds for cv" },
+    SMILES_COLUMN(mp_split_args, smiles_column),
+    { "threads", MP_OPT_INT, "0", 0, 4096, .offset = AT(mp_split_args, threads), .arg = "N",
+      .help = "threads for RDKit parsing; 0: all cores" },
+};
+
+static const mp_option_def bench_table[] = {
+    { "datasets", MP_OPT_LIST, "esol", .offset = AT(mp_bench_args, datasets), .arg = "L",
+      .help = "'all' (every dataset with a file) or names,\ncomma-separated" },
+    { "models", MP_OPT_LIST, "dmpnn", .offset = AT(mp_bench_args, models), .arg = "L",
+      .help = "dmpnn, dmpnn-rdkit2d, ffn-morgan, ffn-morgan-count,\nffn-rdkit2d, or 'all'" },
+    { "seeds", MP_OPT_LIST, "0,1,2", 0, 2147483647, .offset = AT(mp_bench_args, seeds),
+      .arg = "L", .help = "comma-separated split seeds", .flags = MP_OPTF_NUMBERS },
+    { "split", MP_OPT_CHOICE, "scaffold_balanced", .choices = "scaffold_balanced|random",
+      .values = bench_split_values, .offset = AT(mp_bench_args, split), .arg = "S",
+      .help = "scaffold_balanced | random" },
+    { "epochs", MP_OPT_INT, "30", 1, 100000, .offset = AT(mp_bench_args, epochs), .arg = "N",
+      .help = "training epochs" },
+    { "batch-size", MP_OPT_INT, "50", 1, 10000000, .offset = AT(mp_bench_args, batch_size),
+      .arg = "N", .help = "molecules per step" },
+    { "data-dir", MP_OPT_TEXT, "data", .offset = AT(mp_bench_args, data_dir), .arg = "D",
+      .help = "where the dataset files are" },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_args, out_path), .arg = "F",
+      .help = "write the per-run table as TSV (atomically)" },
+    REGISTRY(mp_bench_args, registry, ""),
+    THREADS(mp_bench_args, threads),
+    DEVICE,
+    PRECISION,
+};
+
+static const mp_option_def data_table[] = {
+    { "dest", MP_OPT_TEXT, "data", .offset = AT(mp_data_args, dest), .arg = "DIR",
+      .help = "where fetched files live (created if missing)" },
+    REGISTRY(mp_data_args, registry, ""),
+    { "mirror", MP_OPT_TEXT, NULL, .offset = AT(mp_data_args, mirror), .arg = "DIR",
+      .help = "a directory holding the dataset files\n(unset: $MOLPROP_DATA_MIRROR)" },
+    { "url", MP_OPT_TEXT, NULL, .offset = AT(mp_data_args, url), .arg = "URL",
+      .help = "a base URL to download from (http, https, file://)\n(unset: $MOLPROP_DATA_URL)" },
+};
+
+#define TABLE(v, t) { v, t, sizeof t / sizeof t[0] }
+static const struct {
+    const char          *verb;
+    const mp_option_def *defs;
+    size_t               n;
+} tables[] = {
+    TABLE("train", train_table),         TABLE("predict", predict_table),
+    TABLE("eval", eval_table),           TABLE("featurize", featurize_table),
+    TABLE("split", split_table),         TABLE("bench", bench_table),
+    TABLE("data", data_table),
+};
+#define N_TABLES (sizeof tables / sizeof tables[0])
+
+const char *mp_options_verbs(void)
+{
+    return "train, predict, eval, featurize, split, bench, data";
+}
+
+const mp_option_def *mp_option_table(const char *verb, size_t *n)
+{
+    for (size_t i = 0; verb && i < N_TABLES; i++)
+        if (!strcmp(tables[i].verb, verb)) {
+            if (n)
+                *n = tables[i].n;
+            return tables[i].defs;
+        }
+    if (n)
+        *n = 0;
+    return NULL;
+}
+
+/* ===================================================================== */
+/* The handle                                                             */
+/* ===================================================================== */
+
+struct mp_options {
+    const char          *verb;   /* the table's own string */
+    const mp_option_def *defs;
+    size_t               n;
+    char               **text;   /* n: the value set (mp_malloc'd), NULL: default */
+};
+
+mp_status mp_options_create(mp_options **out, const char *verb)
+{
+    *out = NULL;
+    size_t n;
+    const mp_option_def *defs = mp_option_table(verb, &n);
+    if (!defs)
+        return mp_error_set(MP_ERR_ARG, "no options for '%s' (verbs: %s)", verb ? verb : "(null)",
+                            mp_options_verbs());
+    mp_options *o = mp_calloc(1, sizeof *o);
+    char **text = mp_calloc(n, sizeof *text);
+    if (!o || !text) {
+        mp_free(o);
+        mp_free(text);
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < N_TABLES; i++)
+        if (tables[i].defs == defs)
+            o->verb = tables[i].verb;
+    o->defs = defs;
+    o->n = n;
+    o->text = text;
+    *out = o;
+    return MP_OK;
+}
+
+void mp_options_free(mp_options *o)
+{
+    if (!o)
+        return;
+    for (size_t i = 0; i < o->n; i++)
+        mp_free(o->text[i]);
+    mp_free(o->text);
+    mp_free(o);
+}
+
+const char *mp_options_verb(const mp_options *o)
+{
+    return o ? o->verb : NULL;
+}
+
+/* The index of `key` ('_' matching '-'), or -1. */
+static long find_key(const mp_options *o, const char *key)
+{
+    if (!o || !key)
+        return -1;
+    for (size_t i = 0; i < o->n; i++) {
+        const char *k = o->defs[i].key, *s = key;
+        if (!k)
+            continue;
+        while (*k && (*s == *k || (*s == '_' && *k == '-'))) {
+            k++;
+            s++;
+        }
+        if (!*k && !*s)
+            return (long)i;
+    }
+    return -1;
+}
+
+mp_option_type mp_options_type(const mp_options *o, const char *key)
+{
+    long i = find_key(o, key);
+    return i < 0 ? MP_OPT_UNKNOWN : o->defs[i].type;
+}
+
+const char *mp_options_get(const mp_options *o, const char *key)
+{
+    long i = find_key(o, key);
+    if (i < 0)
+        return NULL;
+    return o->text[i] ? o->text[i] : o->defs[i].def;
+}
+
+int mp_options_is_set(const mp_options *o, const char *key)
+{
+    long i = find_key(o, key);
+    return i >= 0 && o->text[i] != NULL;
+}
+
+const char *mp_options_missing(const mp_options *o)
+{
+    for (size_t i = 0; o && i < o->n; i++)
+        if ((o->defs[i].flags & MP_OPTF_REQUIRED) && !o->text[i] && !o->defs[i].def)
+            return o->defs[i].key;
+    return NULL;
+}
+
+/* ===================================================================== */
+/* Checking and converting one value                                      */
+/* ===================================================================== */
+
+static int parse_bool(const char *s, int *v)
+{
+    static const char *const yes[] = { "true", "1", "yes", "on" }, *const no[] = { "false", "0", "no", "off" };
+    for (int i = 0; i < 4; i++) {
+        if (mp_strcaseeq(s, yes[i])) {
+            *v = 1;
+            return 1;
+        }
+        if (mp_strcaseeq(s, no[i])) {
+            *v = 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* An integer in [lo, hi] (a non-negative one up to 2^64-1 with U64). */
+static int parse_integer(const char *s, double lo, double hi, unsigned flags, uint64_t *v)
+{
+    char *end;
+    errno = 0;
+    if (flags & MP_OPTF_U64) {
+        while (*s == ' ' || *s == '\t')
+            s++;
+        if (*s == '-' || *s == '+')
+            return 0;
+        unsigned long long u = strtoull(s, &end, 10);
+        if (errno || end == s || *end || (double)u > hi || (double)u < lo)
+            return 0;
+        *v = u;
+        return 1;
+    }
+    long long x = strtoll(s, &end, 10);
+    if (errno || end == s || *end || (double)x < lo || (double)x > hi)
+        return 0;
+    *v = (uint64_t)x;
+    return 1;
+}
+
+/* "a, b or c" from "a|b|c". */
+static void choices_text(const char *choices, char *buf, size_t n)
+{
+    size_t k = 0, count = 1, seen = 0;
+    for (const char *p = choices; *p; p++)
+        count += *p == '|';
+    for (const char *p = choices; *p && k + 6 < n; p++) {
+        if (*p != '|') {
+            buf[k++] = *p;
+            continue;
+        }
+        seen++;
+        const char *sep = seen + 1 == count ? " or " : ", ";
+        for (; *sep && k + 1 < n; sep++)
+            buf[k++] = *sep;
+    }
+    buf[k] = '\0';
+}
+
+/* The index of `s` among "a|b|c", or -1. */
+static int choice_index(const char *choices, const char *s)
+{
+    size_t len = strlen(s);
+    int i = 0;
+    for (const char *p = choices; *p; i++) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == len && !strncmp(p, s, n))
+            return i;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+/* An option's name in messages: "--key" for flags, "key" for files. */
+static void option_name(const mp_option_def *d, const char *origin, char *buf, size_t n)
+{
+    if (origin)
+        snprintf(buf, n, "%s: %s", origin, d->key);
+    else
+        snprintf(buf, n, "--%s", d->key);
+}
+
+/*
+ * Checks `text` against d, and with field != NULL converts it there.  The
+ * message names the option as option_name does.  A LIST's items are trimmed
+ * of nothing: "a, b" keeps its space, as the parsers below expect.
+ */
+static mp_status convert(const mp_option_def *d, const char *text, void *field, const char *origin)
+{
+    char name[512], what[256];
+    option_name(d, origin, name, sizeof name);
+    if (d->parse) {
+        mp_status st = d->parse(text, field);
+        if (st) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", mp_error_message());
+            return mp_error_set(st, "%s: %s", name, msg);
+        }
+        return MP_OK;
+    }
+    switch (d->type) {
+    case MP_OPT_BOOL: {
+        int v;
+        if (!parse_bool(text, &v))
+            return mp_error_set(MP_ERR_ARG, "%s expects true or false, got '%s'", name, text);
+        if (field)
+            *(int *)field = v;
+        return MP_OK;
+    }
+    case MP_OPT_INT: {
+        uint64_t v = 0;
+        int is_auto = (d->flags & MP_OPTF_AUTO) && !strcmp(text, "auto");
+        if (!is_auto && !parse_integer(text, d->lo, d->hi, d->flags, &v)) {
+            if ((d->flags & MP_OPTF_U64) && d->hi > 9.2e18)
+                return mp_error_set(MP_ERR_ARG, "%s expects a non-negative integer, got '%s'",
+                                    name, text);
+            return mp_error_set(MP_ERR_ARG, "%s expects an integer in [%.0f, %.0f]%s, got '%s'",
+                                name, d->lo, d->hi, d->flags & MP_OPTF_AUTO ? " or auto" : "",
+                                text);
+        }
+        if (field) {
+            if (d->flags & MP_OPTF_U64)
+                *(uint64_t *)field = v;
+            else
+                *(int *)field = (int)(int64_t)v;
+        }
+        return MP_OK;
+    }
+    case MP_OPT_REAL: {
+        char *end;
+        errno = 0;
+        double v = strtod(text, &end);
+        if (errno || end == text || *end || !(v >= d->lo && v <= d->hi))
+            return mp_error_set(MP_ERR_ARG, "%s expects a number in [%g, %g], got '%s'", name,
+                                d->lo, d->hi, text);
+        if (field)
+            *(double *)field = v;
+        return MP_OK;
+    }
+    case MP_OPT_CHOICE: {
+        int i = choice_index(d->choices, text);
+        if (i < 0) {
+            choices_text(d->choices, what, sizeof what);
+            return mp_error_set(MP_ERR_ARG, "%s expects %s, got '%s'", name, what, text);
+        }
+        if (field)
+            *(int *)field = d->values ? d->values[i] : i;
+        return MP_OK;
+    }
+    case MP_OPT_LIST:
+        if (d->flags & MP_OPTF_NUMBERS) {   /* integers in [lo, hi], comma-separated */
+            const char *p = text;
+            for (;;) {
+                const char *comma = strchr(p, ',');
+                size_t len = comma ? (size_t)(comma - p) : strlen(p);
+                char item[64];
+                uint64_t v;
+                if (len == 0 || len >= sizeof item)
+                    return mp_error_set(MP_ERR_ARG, "%s expects comma-separated integers, got '%s'",
+                                        name, text);
+                memcpy(item, p, len);
+                item[len] = '\0';
+                if (!parse_integer(item, d->lo, d->hi, 0, &v))
+                    return mp_error_set(MP_ERR_ARG, "%s expects integers in [%.0f, %.0f], got '%s'",
+                                        name, d->lo, d->hi, item);
+                if (!comma)
+                    break;
+                p = comma + 1;
+            }
+        }
+        /* fall through */
+    case MP_OPT_TEXT:
+        if (field)
+            *(const char **)field = text;
+        return MP_OK;
+    case MP_OPT_UNKNOWN:
+        break;
+    }
+    return mp_error_set(MP_ERR_INTERNAL, "%s: option of unknown type", name);
+}
+
+mp_status mp_options_set_from(mp_options *o, const char *key, const char *value,
+                              const char *origin)
+{
+    long i = find_key(o, key);
+    if (i < 0) {
+        if (origin)
+            return mp_error_set(MP_ERR_ARG, "%s: unknown key '%s' in [%s]", origin,
+                                key ? key : "(null)", o ? o->verb : "?");
+        return mp_error_set(MP_ERR_ARG, "unknown option '--%s' for %s", key ? key : "(null)",
+                            o ? o->verb : "?");
+    }
+    const mp_option_def *d = &o->defs[i];
+    if (!value) {
+        if (d->type != MP_OPT_BOOL) {
+            char name[512];
+            option_name(d, origin, name, sizeof name);
+            return mp_error_set(MP_ERR_ARG, "%s needs a value", name);
+        }
+        value = "true";
+    }
+    if (!*value) {   /* back to the default */
+        mp_free(o->text[i]);
+        o->text[i] = NULL;
+        return MP_OK;
+    }
+    mp_status st = convert(d, value, NULL, origin);
+    if (st)
+        return st;
+    int b;
+    if (d->type == MP_OPT_BOOL && parse_bool(value, &b))
+        value = b ? "true" : "false";
+    char *copy = mp_strdup(value);
+    if (!copy)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    mp_free(o->text[i]);
+    o->text[i] = copy;
+    return MP_OK;
+}
+
+mp_status mp_options_set(mp_options *o, const char *key, const char *value)
+{
+    return mp_options_set_from(o, key, value, NULL);
+}
+
+mp_status mp_options_check_from(const char *verb, const char *key, const char *value,
+                                const char *origin)
+{
+    mp_options *tmp;
+    mp_status st = mp_options_create(&tmp, verb);
+    if (st)
+        return st;
+    st = mp_options_set_from(tmp, key, value, origin);
+    mp_options_free(tmp);
+    return st;
+}
+
+mp_status mp_options_apply(const mp_options *o, void *target)
+{
+    for (size_t i = 0; i < o->n; i++) {
+        const mp_option_def *d = &o->defs[i];
+        if (!d->key || d->offset < 0)
+            continue;
+        const char *text = o->text[i] ? o->text[i] : d->def;
+        void *field = (char *)target + d->offset;
+        if (!text) {   /* only text-like options may have no value */
+            MP_ASSERT(d->type == MP_OPT_TEXT || d->type == MP_OPT_LIST);
+            *(const char **)field = NULL;
+            continue;
+        }
+        mp_status st = convert(d, text, field, NULL);
+        if (st)
+            return st;
+    }
+    return MP_OK;
+}
+
+mp_status mp_options_backend(const mp_options *o, char *buf, size_t n)
+{
+    const char *device = mp_options_get(o, "device");
+    const char *precision = mp_options_get(o, "precision");
+    if (!device)
+        device = "cpu";
+    if (precision && strchr(device, ':'))
+        return mp_error_set(MP_ERR_ARG, "--device %s names a precision already; drop --precision %s",
+                            device, precision);
+    int len = precision ? snprintf(buf, n, "%s:%s", device, precision)
+                        : snprintf(buf, n, "%s", device);
+    if (len < 0 || (size_t)len >= n)
+        return mp_error_set(MP_ERR_ARG, "backend name '%s' is too long", device);
+    return MP_OK;
+}
+
+/* ===================================================================== */
+/* Help text                                                              */
+/* ===================================================================== */
+
+#define HELP_COLUMN 27
+#define HELP_WIDTH 79
+
+/* Appends `text` word-wrapped into the help column (lines of at most
+ * HELP_WIDTH characters); *col is the current column, updated. */
+static mp_status help_words(mp_buf *b, const char *text, size_t *col)
+{
+    mp_status st = MP_OK;
+    const char *p = text;
+    while (*p && !st) {
+        while (*p == ' ' || *p == '\n')
+            p++;
+        size_t len = strcspn(p, " \n");
+        if (!len)
+            break;
+        if (*col > HELP_COLUMN && *col + 1 + len > HELP_WIDTH) {
+            st = mp_buf_printf(b, "\n%*s", HELP_COLUMN, "");
+            *col = HELP_COLUMN;
+        }
+        if (!st && *col > HELP_COLUMN) {
+            st = mp_buf_append(b, " ", 1);
+            (*col)++;
+        }
+        if (!st)
+            st = mp_buf_append(b, p, len);
+        *col += len;
+        p += len;
+    }
+    return st;
+}
+
+char *mp_options_help(const mp_options *o)
+{
+    mp_buf b = { 0 };
+    mp_status st = MP_OK;
+    for (size_t i = 0; o && i < o->n && !st; i++) {
+        const mp_option_def *d = &o->defs[i];
+        if (!d->key) {
+            st = mp_buf_printf(&b, "%s\n", d->help);
+            continue;
+        }
+        size_t start = b.len;
+        st = mp_buf_printf(&b, "  --%s%s%s", d->key, d->type == MP_OPT_BOOL ? "" : " ",
+                           d->type == MP_OPT_BOOL ? "" : d->arg ? d->arg : "V");
+        size_t used = b.len - start;
+        if (!st && used + 1 >= HELP_COLUMN)
+            st = mp_buf_printf(&b, "\n%*s", HELP_COLUMN, "");
+        else if (!st)
+            st = mp_buf_printf(&b, "%*s", (int)(HELP_COLUMN - used), "");
+        size_t col = HELP_COLUMN;
+        char tail[256] = "";
+        if (d->def && d->type != MP_OPT_BOOL)
+            snprintf(tail, sizeof tail, "(default %s)", d->def);
+        if (d->flags & MP_OPTF_REQUIRED)
+            snprintf(tail, sizeof tail, "(required)");
+        if (!st)
+            st = help_words(&b, d->help, &col);
+        if (!st && *tail)
+            st = help_words(&b, tail, &col);
+        if (!st)
+            st = mp_buf_printf(&b, "\n");
+    }
+    if (st || !b.data) {
+        mp_buf_free(&b);
+        return st ? NULL : mp_strdup("");
+    }
+    return b.data;
+}

@@ -1,0 +1,115 @@
+/*
+ * options.h - the one table of every verb's options, and what the library
+ * does with it.  The public face (mp_options_*: set by name, read an INI
+ * file, help text, JSON) is in molprop.h; this header is the table itself
+ * and the step from a checked mp_options to the struct a pipeline takes
+ * (mp_train_opts, mp_predict_opts, and the argument structs below).
+ *
+ * One row per option: its key (the long flag without dashes), type,
+ * default, range or choices, help text, and where its value lands (offsetof
+ * into the verb's struct).  From the table: the command line's flags, the
+ * configuration files' keys, --help, validation with one wording for both,
+ * and metrics.json's "config" object.
+ */
+#ifndef MP_OPTIONS_H
+#define MP_OPTIONS_H
+
+#include "core/core.h"
+#include "data/split.h"
+#include "featurize/featurize.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Converts (field != NULL) or only checks (field == NULL) a value's text;
+ * MP_ERR_ARG with a message on bad text.  text is owned by the options and
+ * lives as long as they do, so a converter may keep the pointer. */
+typedef mp_status (*mp_option_parse_fn)(const char *text, void *field);
+
+enum {
+    MP_OPTF_REQUIRED = 1u << 0,   /* the verb cannot run without it            */
+    MP_OPTF_AUTO     = 1u << 1,   /* INT: also takes "auto", stored as 0       */
+    MP_OPTF_NUMBERS  = 1u << 2,   /* LIST: the items are numbers (in JSON too) */
+    MP_OPTF_U64      = 1u << 3    /* INT: the field is a uint64_t              */
+};
+
+typedef struct {
+    const char        *key;      /* NULL: a heading of the help text (help)    */
+    mp_option_type     type;
+    const char        *def;      /* default as text; NULL: none (unset)        */
+    double             lo, hi;   /* INT, REAL: the accepted range              */
+    const char        *choices;  /* CHOICE: "a|b|c"                            */
+    const int         *values;   /* CHOICE: the int stored per choice          */
+    mp_option_parse_fn parse;    /* converter/checker replacing the built-in   */
+    long               offset;   /* where it lands in the verb's struct; -1: nowhere */
+    const char        *arg;      /* help: placeholder of the value ("N")       */
+    const char        *help;     /* help: lines separated by '\n'              */
+    unsigned           flags;    /* MP_OPTF_*                                  */
+} mp_option_def;
+
+/* The table of `verb` (n entries, headings included), or NULL. */
+const mp_option_def *mp_option_table(const char *verb, size_t *n);
+
+/*
+ * Writes every option of o that lands somewhere into the verb's struct at
+ * `target` (mp_train_opts for "train", mp_predict_opts for "predict", the
+ * structs below for the others), defaults included.  Text fields point into
+ * o, so o must outlive the struct's use.  MP_ERR_ARG if a value no longer
+ * converts (cannot happen for values that were checked when set).
+ */
+mp_status mp_options_apply(const mp_options *o, void *target);
+
+/* Checks a value for `key` of `verb` as mp_options_set_from would, without
+ * keeping it (the configuration reader checks the other verbs' sections). */
+mp_status mp_options_check_from(const char *verb, const char *key, const char *value,
+                                const char *origin);
+
+/* The backend name the "device" and "precision" options make:
+ * "<device>" or "<device>:<precision>".  MP_ERR_ARG when both name a
+ * precision ("gpu:bf16" with --precision) or the result does not fit. */
+mp_status mp_options_backend(const mp_options *o, char *buf, size_t n);
+
+/* The JSON object of mp_options_json, as a cJSON tree the caller owns
+ * (cJSON_Delete); NULL on no memory.  void * keeps cJSON out of this header. */
+void *mp_options_cjson(const mp_options *o);
+
+/* ===================================================================== */
+/* The verbs' argument structs (train and predict use theirs: trainer.h, */
+/* predict.h)                                                            */
+/* ===================================================================== */
+
+typedef struct {
+    const char *model_path, *data_path, *smiles_column, *metric;
+    int         threads;
+} mp_eval_args;
+
+typedef struct {
+    const char    *data_path, *out_path, *dump_dir, *smiles_column;
+    int            gz, no_morgan, no_descriptors, scaffolds, threads;
+    mp_atom_layout layout;
+} mp_featurize_args;
+
+typedef struct {
+    const char   *data_path, *out_dir, *smiles_column;
+    mp_split_opts split;
+    int           threads;
+} mp_split_args;
+
+typedef struct {
+    const char   *datasets, *models, *seeds;   /* comma-separated lists      */
+    mp_split_type split;
+    int           epochs, batch_size, threads;
+    const char   *data_dir, *out_path, *registry;
+} mp_bench_args;
+
+typedef struct {
+    const char *dest, *registry, *mirror, *url;
+} mp_data_args;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_OPTIONS_H */

@@ -1,0 +1,171 @@
+/*
+ * cpu_impl.h - what the two files of the cpu backend share (cpu.c: memory,
+ * dense, elementwise, loss, Adam, open; cpu_graph.c: the graph ops): the
+ * thread split helpers, the row kernels, and the few elementwise passes the
+ * graph file composes its fused ops from.  Not part of any API.
+ *
+ * Threads and determinism.  The result of every op is bitwise the same for
+ * any thread count, by construction:
+ *   - row ops (gathers, CSR segment sums, pooling, elementwise) give each
+ *     output row or element one writer that sums in a fixed order;
+ *   - scatters into weight rows (the backward of the one-hot gathers) give
+ *     each weight row to one thread, which adds its input rows in ascending
+ *     order (through a slot index, see cpu_graph.c's scatter_by_slot); the
+ *     bias column sums split the columns, so each element is still summed
+ *     over the rows in the same order;
+ *   - gemm: OpenBLAS runs single-threaded inside our OpenMP threads, on row
+ *     blocks of C whose size depends only on the problem shape, never on the
+ *     thread count (each block is one deterministic sgemm call).  So there is
+ *     one thread pool (ours), not two fighting over the cores.
+ *
+ * The cpu backend computes in fp32 only: an op asked for a bf16 operand
+ * fails an assertion (CPU_ELEM), which the model never makes it do (the
+ * backend reports act_st = MP_ST_ELEM).
+ */
+#ifndef MP_CPU_IMPL_H
+#define MP_CPU_IMPL_H
+
+#include "backend/ops.h"
+
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Below this many elements an op runs on one thread: a parallel region costs
+ * a few microseconds, which is what ~16k float adds cost. */
+#define PAR_MIN 16384
+
+static inline int threads_for(size_t work)
+{
+    if (work < PAR_MIN)
+        return 1;
+    int nt = mp_threads_get();
+    return nt > 0 ? nt : 1;
+}
+
+static inline int thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static inline int thread_count(void)
+{
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
+/* [*a, *z): this thread's contiguous share of [0, n), cut at multiples of
+ * `align` (16 floats = one cache line, so no two threads share a line). */
+static inline void my_range(size_t n, size_t align, size_t *a, size_t *z)
+{
+    size_t nt = (size_t)thread_count(), t = (size_t)thread_id();
+    size_t per = ((n + nt - 1) / nt + align - 1) / align * align;
+    size_t x = t * per, y = x + per;
+    *a = x < n ? x : n;
+    *z = y < n ? y : n;
+}
+
+/* Columns [*c0, *c1) of h for this thread, in chunks of 16 floats. */
+static inline void my_columns(int h, int *c0, int *c1)
+{
+    size_t a, z;
+    my_range((size_t)h, 16, &a, &z);
+    *c0 = (int)a;
+    *c1 = (int)z;
+}
+
+/*
+ * Runs the statement (the variadic part) with size_t a, z bound to this
+ * thread's share of [0, n), or to all of it without a parallel region when
+ * nt <= 1.  Why not "parallel for if (nt > 1)": GCC compiles the if(0) path
+ * of a combined "parallel for simd" as a plain scalar loop, 20x slower here.
+ * Needs a variable `nt` in scope.
+ */
+#define PARALLEL_RANGE(n, align, ...)                                        \
+    do {                                                                     \
+        if (nt <= 1) {                                                       \
+            size_t a = 0, z = (n);                                           \
+            __VA_ARGS__;                                                     \
+        } else {                                                             \
+            _Pragma("omp parallel num_threads(nt)")                          \
+            {                                                                \
+                size_t a, z;                                                 \
+                my_range((n), (align), &a, &z);                              \
+                __VA_ARGS__;                                                 \
+            }                                                                \
+        }                                                                    \
+    } while (0)
+
+/* Runs the statement with int c0, c1 bound to this thread's columns of h. */
+#define PARALLEL_COLUMNS(h, ...)                                             \
+    do {                                                                     \
+        if (nt <= 1) {                                                       \
+            int c0 = 0, c1 = (h);                                            \
+            __VA_ARGS__;                                                     \
+        } else {                                                             \
+            _Pragma("omp parallel num_threads(nt)")                          \
+            {                                                                \
+                int c0, c1;                                                  \
+                my_columns((h), &c0, &c1);                                   \
+                __VA_ARGS__;                                                 \
+            }                                                                \
+        }                                                                    \
+    } while (0)
+
+/* The kernels below are compiled three times (AVX-512, AVX2, baseline) and
+ * the best one for the CPU is picked at load time.  Results can differ in
+ * the last bit between those versions (FMA contraction), never between runs
+ * or thread counts on one machine. */
+#if defined(__x86_64__)
+#define KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KERNEL
+#endif
+
+/* Row kernels: the inner loops every graph op is made of.  "omp simd"
+ * because GCC's -O2 cost model would otherwise leave them scalar. */
+static inline void row_add(float *restrict y, const float *restrict x, int n)
+{
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+        y[j] += x[j];
+}
+
+static inline void row_axpy(float *restrict y, float s, const float *restrict x, int n)
+{
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+        y[j] += s * x[j];
+}
+
+static inline void row_sub(float *restrict y, const float *restrict x, const float *restrict r,
+                           int n)
+{
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+        y[j] = x[j] - r[j];
+}
+
+/* Every storage type given to a cpu op is the element type (float). */
+#define CPU_ELEM(st) MP_ASSERT((st) == MP_ST_ELEM)
+
+/* cpu.c: the elementwise passes over float arrays, as the seam's ops run
+ * them (threaded, same bits for any thread count): relu_dropout with a key
+ * value, relu_dropout_backward (dx may alias dy), y += x. */
+void mp_cpu_relu_dropout(float *y, const float *x, size_t n, double p, uint64_t key);
+void mp_cpu_relu_backward(float *dx, const float *y, const float *dy, size_t n, double p);
+void mp_cpu_add(float *y, const float *x, size_t n);
+
+/* cpu_graph.c: sets the graph ops of the cpu backend. */
+void mp_cpu_graph_ops(mp_backend *b);
+
+#endif /* MP_CPU_IMPL_H */
