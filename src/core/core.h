@@ -150,6 +150,28 @@ void      mp_afile_abort(mp_afile *f);      /* a no-op on a file not open      *
 mp_status mp_mkdir(const char *path, int *made);
 
 /*
+ * mkdir -p with an undo, for a run that must leave no directory behind when
+ * it fails or is stopped: mp_mkdirs makes path and any missing parent (each
+ * through mp_mkdir), records the ones it made (the deepest MP_MKDIRS_MAX)
+ * and puts them on the cleanup list.  After a failure mp_mkdirs_undo
+ * removes them again, deepest first (rmdir: one that holds anything stays),
+ * after a success mp_mkdirs_keep forgets them; either one, once, for each
+ * mp_mkdirs (also a failed one: it has undone its own part already, and the
+ * call is then a no-op).  MP_ERR_IO naming the directory that could not be
+ * made, or naming path when it is a file.
+ */
+#define MP_MKDIRS_MAX 16
+typedef struct {
+    char  *path;                   /* a copy of the path (mp_malloc'd)      */
+    int    n;                      /* directories made, outermost first     */
+    size_t len[MP_MKDIRS_MAX];     /* each one's length in path             */
+    int    slot[MP_MKDIRS_MAX];    /* its cleanup slot (-1: none)           */
+} mp_made_dirs;
+mp_status mp_mkdirs(const char *path, mp_made_dirs *m);
+void      mp_mkdirs_undo(mp_made_dirs *m);
+void      mp_mkdirs_keep(mp_made_dirs *m);
+
+/*
  * Test hook, like mp_alloc_fail_after: after the next n hooked output
  * operations, every one fails with errno err (ENOSPC when err is 0): a disk
  * that fills up and stays full.  n < 0 disarms.  Hooked: mp_afile's open,
@@ -181,14 +203,14 @@ int  mp_io_fault(void);
  *                         calling thread's message
  *   mp_interrupt_poll()   MP_OK, or MP_ERR_INTERRUPTED with the message
  *
+ * mp_interrupt_request, mp_interrupted, mp_interrupt_clear and
+ * mp_cleanup_run are public (molprop.h: a command's signal handlers).
+ *
  * Test hook: mp_interrupt_after_polls(n, signo) requests a stop (as signo)
  * at the poll after the next n; mp_interrupt_polls counts polls so far.
  */
-void        mp_interrupt_request(int signo);
-int         mp_interrupted(void);
 int         mp_interrupt_check(void);
 mp_status   mp_interrupt_poll(void);
-void        mp_interrupt_clear(void);
 const char *mp_signal_name(int signo);     /* "SIGINT", "SIGTERM", ...    */
 void        mp_interrupt_after_polls(long n, int signo);
 long        mp_interrupt_polls(void);
@@ -206,7 +228,6 @@ long        mp_interrupt_polls(void);
  */
 int  mp_cleanup_add(const char *path, int is_dir);
 void mp_cleanup_remove(int id);
-void mp_cleanup_run(void);
 int  mp_cleanup_count(void);   /* paths registered now (tests) */
 
 /* CRC-32 (zlib's polynomial), chainable: crc = mp_crc32(crc, buf, n), start 0. */

@@ -65,6 +65,61 @@ mp_status mp_mkdir(const char *path, int *made)
     return mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", path, strerror(e));
 }
 
+static void mkdirs_forget(mp_made_dirs *m, int undo)
+{
+    for (int i = m->n - 1; i >= 0; i--) {
+        mp_cleanup_remove(m->slot[i]);
+        if (undo) {
+            m->path[m->len[i]] = '\0';
+            (void)rmdir(m->path);
+        }
+    }
+    mp_free(m->path);
+    memset(m, 0, sizeof *m);
+}
+
+void mp_mkdirs_undo(mp_made_dirs *m) { mkdirs_forget(m, 1); }
+void mp_mkdirs_keep(mp_made_dirs *m) { mkdirs_forget(m, 0); }
+
+mp_status mp_mkdirs(const char *path, mp_made_dirs *m)
+{
+    memset(m, 0, sizeof *m);
+    size_t n = strlen(path);
+    if (n == 0)
+        return mp_error_set(MP_ERR_ARG, "an empty directory name");
+    if (!(m->path = mp_strdup(path)))
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    char *p = m->path;
+    mp_status st = MP_OK;
+    for (size_t i = 1; i <= n && st == MP_OK; i++) {
+        if (p[i] != '/' && p[i] != '\0')
+            continue;
+        if (p[i - 1] == '/')   /* "a//b", "a/" */
+            continue;
+        char c = p[i];
+        p[i] = '\0';
+        int made = 0;
+        struct stat sb;
+        if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
+            ;   /* there already (no hooked operation: nothing to make) */
+        else if ((st = mp_mkdir(p, &made)) == MP_OK && made) {
+            if (m->n == MP_MKDIRS_MAX) {   /* keep the deepest */
+                mp_cleanup_remove(m->slot[0]);
+                memmove(m->len, m->len + 1, sizeof m->len[0] * (MP_MKDIRS_MAX - 1));
+                memmove(m->slot, m->slot + 1, sizeof m->slot[0] * (MP_MKDIRS_MAX - 1));
+                m->n--;
+            }
+            m->len[m->n] = i;
+            m->slot[m->n] = mp_cleanup_add(p, 1);
+            m->n++;
+        }
+        p[i] = c;
+    }
+    if (st)
+        mp_mkdirs_undo(m);
+    return st;
+}
+
 /* ===================================================================== */
 /* The stream over the temp file                                          */
 /* ===================================================================== */

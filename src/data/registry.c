@@ -390,44 +390,20 @@ mp_status mp_sha256_file(const char *path, char hex[65])
 /* Fetching                                                               */
 /* ===================================================================== */
 
-/* mkdir -p */
-static mp_status make_dirs(const char *dir)
-{
-    char *p = mp_strdup(dir);
-    if (!p)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory");
-    mp_status st = MP_OK;
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        struct stat sb;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            st = mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", p, strerror(errno));
-            break;
-        }
-        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            st = mp_error_set(MP_ERR_IO, "%s is not a directory", p);
-            break;
-        }
-        *s = c;
-        if (!c)
-            break;
-    }
-    mp_free(p);
-    return st;
-}
-
 /* The fetched bytes on their way to the temporary file, hashed as they go. */
 typedef struct {
     mp_afile    out;
     EVP_MD_CTX *sha;
     int         failed;   /* a write or hash failed */
+    int         stopped;  /* a stop was requested (mp_interrupt_request) */
 } sink;
 
 static int sink_write(sink *k, const void *p, size_t n)
 {
+    if (mp_interrupt_check()) {   /* a stop request: the caller reports it */
+        k->stopped = 1;
+        return 0;
+    }
     if (fwrite(p, 1, n, k->out.fp) != n || EVP_DigestUpdate(k->sha, p, n) != 1) {
         k->failed = 1;
         return 0;
@@ -451,6 +427,8 @@ static mp_status copy_from_mirror(const char *src, sink *k)
     int rd_err = ferror(fp);
     fclose(fp);
     mp_free(buf);
+    if (k->stopped || mp_interrupted())   /* also a read the signal cut short */
+        return mp_interrupt_poll();
     if (rd_err)
         return mp_error_set(MP_ERR_IO, "cannot read %s", src);
     if (k->failed)
@@ -486,6 +464,8 @@ static mp_status download(const char *url, sink *k)
     CURLcode rc = curl_easy_perform(c);
     curl_easy_cleanup(c);
     curl_global_cleanup();
+    if (k->stopped)
+        return mp_interrupt_poll();
     if (k->failed)
         return mp_error_set(MP_ERR_IO, "cannot write %s (disk full?)", k->out.tmp_path);
     if (rc != CURLE_OK)
@@ -532,7 +512,8 @@ mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char
     char hex[65];
     char *target = NULL, *src = NULL;
     sink k = { 0 };
-    mp_status st = make_dirs(dest_dir);
+    mp_made_dirs made;   /* the folders of dest_dir this fetch made: removed on failure */
+    mp_status st = mp_mkdirs(dest_dir, &made);
     if (st)
         return st;
     if (!(target = join_path(dest_dir, "/", d->file))) {
@@ -601,6 +582,10 @@ mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char
 done:
     if (k.out.fp)
         mp_afile_abort(&k.out);
+    if (st)
+        mp_mkdirs_undo(&made);
+    else
+        mp_mkdirs_keep(&made);
     EVP_MD_CTX_free(k.sha);
     mp_free(target);
     mp_free(src);

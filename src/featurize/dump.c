@@ -149,33 +149,6 @@ static void fmt_float(char *buf, size_t cap, float v)
     }
 }
 
-static mp_status make_dirs(const char *dir)
-{
-    char *p = mp_strdup(dir);
-    if (!p)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory");
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || *s == '\0') {
-            char c = *s;
-            *s = '\0';
-            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-                mp_status st = mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", p,
-                                            strerror(errno));
-                mp_free(p);
-                return st;
-            }
-            *s = c;
-            if (!c)
-                break;
-        }
-    }
-    mp_free(p);
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return mp_error_set(MP_ERR_IO, "%s is not a directory", dir);
-    return MP_OK;
-}
-
 static mp_status open_out(out_file *o, const char *dir, const char *name, int gz)
 {
     size_t n = strlen(dir) + strlen(name) + 16;
@@ -299,7 +272,8 @@ static void write_rows(out_file *of, const mp_features *f, const char *const *sm
 
 mp_status mp_features_dump(const mp_features *f, const char *const *smiles, const char *dir, int gz)
 {
-    mp_status st = make_dirs(dir);
+    mp_made_dirs made;   /* the folders this dump made: removed again on failure */
+    mp_status st = mp_mkdirs(dir, &made);
     if (st)
         return st;
     out_file of[N_FILES];
@@ -343,5 +317,9 @@ mp_status mp_features_dump(const mp_features *f, const char *const *smiles, cons
         if (committed[i])
             (void)unlink(path);   /* all the files or none */
     }
+    if (st)
+        mp_mkdirs_undo(&made);
+    else
+        mp_mkdirs_keep(&made);
     return st;
 }
