@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -197,8 +198,18 @@ void cli_report_invalid(const char *verb, const mp_summary *s, const char *file,
  * removes what the cleanup list holds and exits at once.  No SA_RESTART, so
  * a read from a pipe or a terminal returns and sees the flag.
  */
+static pthread_t main_thread;
+
 static void on_signal(int signo)
 {
+    /* The kernel hands a process's signal to any of its threads (OpenMP's,
+     * curl's); the main thread gets it too, so that a read it is blocked
+     * in returns (EINTR) and sees the flag.  pthread_kill is
+     * async-signal-safe. */
+    if (!pthread_equal(pthread_self(), main_thread)) {
+        pthread_kill(main_thread, signo);
+        return;
+    }
     if (mp_interrupted()) {
         mp_cleanup_run();
         static const char msg[] = "molprop: stopped by a second signal\n";
@@ -207,16 +218,35 @@ static void on_signal(int signo)
         _exit(128 + signo);
     }
     mp_interrupt_request(signo);
+    alarm(1);   /* on_alarm: the reminders */
+}
+
+/*
+ * A stop request that lands just before the main thread blocks in a read
+ * (a pipe, a terminal, a mirror that is a named pipe) would not wake it: so
+ * after the first signal SIGALRM comes every second, each one making that
+ * read return (EINTR) and see the flag, until the run has unwound.
+ */
+static void on_alarm(int signo)
+{
+    if (!pthread_equal(pthread_self(), main_thread)) {
+        pthread_kill(main_thread, signo);
+        return;
+    }
+    alarm(1);
 }
 
 static void install_signals(void)
 {
+    main_thread = pthread_self();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
 }
 
 /* The exit status of a verb that returned rc: 128 + the signal when a stop
