@@ -216,7 +216,7 @@ $(BUILD)/bench/featurize_rate: bench/featurize_rate.c $(BUILD)/libmolprop.a
 # without CUDA into build-fuzz/.  Run one: build-fuzz/fuzz_csv
 # tests/fuzz/corpus/csv (a copy of the corpus to grow: see the README).  The
 # test suite replays the corpora without clang (tests/test_robust_fuzz.c).
-FUZZ_HARNESSES := csv smiles modelfile cache
+FUZZ_HARNESSES := csv smiles modelfile cache config cli
 fuzz:
 	@command -v clang >/dev/null 2>&1 || { echo "make fuzz needs clang: apt-get install clang libclang-rt-dev libomp-dev" >&2; exit 1; }
 	$(MAKE) FUZZ=1 CC=clang CXX=clang++ CUDA=0 $(FUZZ_HARNESSES:%=build-fuzz/fuzz_%)

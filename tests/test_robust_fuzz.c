@@ -8,6 +8,8 @@
 #include "test.h"
 
 #include "fuzz/fuzz_cache.c"
+#include "fuzz/fuzz_cli.c"
+#include "fuzz/fuzz_config.c"
 #include "fuzz/fuzz_csv.c"
 #include "fuzz/fuzz_modelfile.c"
 #include "fuzz/fuzz_smiles.c"
@@ -61,3 +63,5 @@ REPLAY_TEST(csv, mp_fuzz_csv)
 REPLAY_TEST(smiles, mp_fuzz_smiles)
 REPLAY_TEST(modelfile, mp_fuzz_modelfile)
 REPLAY_TEST(cache, mp_fuzz_cache)
+REPLAY_TEST(config, mp_fuzz_config)
+REPLAY_TEST(cli, mp_fuzz_cli)

@@ -28,6 +28,8 @@ int mp_fuzz_csv(const uint8_t *data, size_t size);
 int mp_fuzz_smiles(const uint8_t *data, size_t size);
 int mp_fuzz_modelfile(const uint8_t *data, size_t size);
 int mp_fuzz_cache(const uint8_t *data, size_t size);
+int mp_fuzz_config(const uint8_t *data, size_t size);
+int mp_fuzz_cli(const uint8_t *data, size_t size);
 
 /* A path of this process for scratch file `tag` ("in.csv"), under
  * $TMPDIR (default /tmp); the same path on every call with that tag. */

@@ -111,3 +111,46 @@ FEAT_ARGS="--scaffolds" feat scaffolds 'c1ccccc1CC' 'C1CCCCC1O' CCO
 FEAT_ARGS="--atom-layout v2" feat v2 'C[C@H](N)C(=O)O' '[NH4+]'
 FEAT_ARGS="--atom-layout organic --scaffolds" feat organic 'c1ccsc1' 'CCCl'
 ls "$c"/* | wc -l
+
+# config: a verb byte (tests/fuzz/fuzz_config.c: 0 train, 1 predict, 2 eval,
+# 3 featurize, 4 split, 5 bench, 6 data), then an INI file; cli: a verb byte
+# the same way, then argv one argument per line (tests/fuzz/fuzz_cli.c).
+mkdir -p "$c/config" "$c/cli"
+python3 - "$c" "$here/../../configs" <<'PY'
+import os, sys
+c, configs = sys.argv[1], sys.argv[2]
+def put(d, name, data):
+    with open(os.path.join(c, d, name), "wb") as f:
+        f.write(data)
+verbs = ["train", "predict", "eval", "featurize", "split", "bench", "data"]
+defaults = open(os.path.join(configs, "defaults.ini"), "rb").read()
+for i, v in enumerate(verbs):   # each verb's own section of defaults.ini
+    start = defaults.index(b"[%s]" % v.encode())
+    end = defaults.find(b"\n[", start + 1)
+    put("config", "defaults_" + v, bytes([i]) + defaults[start:end if end > 0 else None])
+put("config", "esol", b"\x00" + open(os.path.join(configs, "esol.ini"), "rb").read())
+put("config", "bench_quick", b"\x05" + open(os.path.join(configs, "bench", "quick.ini"), "rb").read())
+put("config", "errors", b"\x00[train]\nepochs = x\n")
+put("config", "unknown", b"\x01[predict]\nmodel = m.mpm\nnope = 1\n[other]\n")
+put("config", "comments", b"\x03; c\n# c\n[featurize]\ndata = a.csv ; inline\nscaffolds=yes\n  gz = 1\n")
+put("config", "no_section", b"\x04data = x.csv\nout = d\n")
+put("config", "bad_line", b"\x06[data]\ndest\n")
+put("config", "long_value", b"\x00[train]\ndata = " + b"a" * 3000 + b"\n")
+cli = {
+    "train": b"\x00--data\nesol.csv\n--save-dir\nD\n--epochs=5\n--quiet\n--checkpoint-every\n2",
+    "train_resume": b"\x00--resume\nD\n--threads\n1",
+    "train_bad": b"\x00--epochs\n-3\n--hidden=\n--nope",
+    "train_missing_value": b"\x00--data",
+    "train_help": b"\x00--help",
+    "predict": b"\x01--model\nm.mpm\n--data\nx.csv\n--out\np.csv\n--uncertainty\n--device=cpu",
+    "eval": b"\x02--model=m\n--data=d\n--metric\nauc",
+    "featurize": b"\x03--data\nx\n--dump\nd\n--gz\n--atom-layout\nv2\n--no-morgan=true",
+    "split": b"\x04--data\nx\n--out\nd\n--split\ncv\n--folds\n3\n--seed\n18446744073709551615",
+    "bench": b"\x05--datasets\nesol,bbbp\n--models\nall\n--seeds\n0,1,2\n--split=random",
+    "data_fetch": b"\x06fetch\nesol\nbbbp\n--mirror\n/nowhere\n--dest\nd",
+    "data_positional": b"\x06list\n-x\n--\n-",
+    "unexpected": b"\x00positional\n---\n--=x",
+}
+for k, v in cli.items():
+    put("cli", k, v)
+PY
