@@ -6,6 +6,7 @@
 # ESOL here (its size does not change what streaming costs).
 #   bench/predict_memory.sh [ROWS] [WORKDIR]      (MOLPROP_BIN, DATA_DIR)
 # Prints the rows, the seconds, the molecules per second and the peak RSS.
+# THREADS (default: all cores) goes to --threads.
 set -eu
 rows=${1:-10000000}
 work=${2:-/tmp/molprop-predict-memory}
@@ -38,10 +39,14 @@ fi
 if [ ! -s "$work/model/model.mpm" ]; then
     "$bin" train --data "$data/esol.csv.gz" --epochs 5 --quiet --save-dir "$work/model" >/dev/null
 fi
+threads=${THREADS:-auto}
 /usr/bin/time -v "$bin" predict --model "$work/model/model.mpm" --data "$in" \
-    --out "$work/pred.csv" --quiet 2> "$work/time.txt" || { cat "$work/time.txt"; exit 1; }
+    --out "$work/pred.csv" --threads "$threads" --quiet 2> "$work/time.txt" ||
+    { cat "$work/time.txt"; exit 1; }
 peak=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$work/time.txt")
 wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$work/time.txt")
 lines=$(($(wc -l < "$work/pred.csv") - 1))
-echo "rows $rows  predicted $lines  wall $wall  peak RSS $((peak / 1024)) MiB ($peak KB)"
+secs=$(echo "$wall" | awk -F: '{s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; print s}')
+rate=$(awk -v n="$lines" -v s="$secs" 'BEGIN {printf "%.0f", s > 0 ? n / s : 0}')
+echo "rows $rows  predicted $lines  wall $wall ($secs s, $rate rows/s)  peak RSS $((peak / 1024)) MiB ($peak KB)"
 rm -f "$work/pred.csv"

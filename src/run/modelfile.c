@@ -3,7 +3,6 @@
  * header store, the writer (atomic, CRC computed on the way out) and the
  * reader, which trusts no length it has not checked against the bytes.
  */
-#define _GNU_SOURCE   /* qsort_r */
 #include "run/modelfile.h"
 
 #include <errno.h>
@@ -617,38 +616,6 @@ static void cw_put(crc_writer *w, const void *p, size_t n)
     fwrite(p, 1, n, w->fp);
 }
 
-static int cmp_tensor(const void *a, const void *b, void *ctx)
-{
-    const mp_tensor *t = ctx;
-    const mp_tensor *x = &t[*(const size_t *)a], *y = &t[*(const size_t *)b];
-    if (x->block != y->block)
-        return x->block < y->block ? -1 : 1;
-    return strcmp(x->name, y->name);
-}
-
-/* 1 when two of t[0..n) have the same block and name (the first such pair
- * in sorted order into *dup), 0 when none, -1 out of memory.  Sorted, so a
- * file of a million tensors is checked in a second, not in days. */
-static int find_repeat(const mp_tensor *t, size_t n, size_t *dup)
-{
-    if (n < 2)
-        return 0;
-    size_t *ix = mp_malloc(sizeof(size_t) * n);
-    if (!ix)
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        ix[i] = i;
-    qsort_r(ix, n, sizeof *ix, cmp_tensor, (void *)t);
-    int found = 0;
-    for (size_t i = 1; i < n && !found; i++)
-        if (cmp_tensor(&ix[i - 1], &ix[i], (void *)t) == 0) {
-            *dup = ix[i];
-            found = 1;
-        }
-    mp_free(ix);
-    return found;
-}
-
 /* Checks every tensor (name, ndim, size, data, no repeats) and adds their
  * record sizes to *total. */
 static mp_status check_tensors(const char *path, const mp_tensor *tensors, size_t n_tensors,
@@ -671,7 +638,7 @@ static mp_status check_tensors(const char *path, const mp_tensor *tensors, size_
         *total += rs;
     }
     size_t dup;
-    int r = find_repeat(tensors, n_tensors, &dup);
+    int r = mp_tensors_find_repeat(tensors, n_tensors, &dup);
     if (r < 0)
         return mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", path);
     if (r)
@@ -933,7 +900,7 @@ mp_status mp_modelfile_parse(mp_modelfile **out, const void *bytes, size_t n, co
         st = walk_tensors(mf, c, n_tensors, origin, &n_floats, &n_names);
     }
     size_t dup;
-    int r = st == MP_OK ? find_repeat(mf->tensors, mf->n_tensors, &dup) : 0;
+    int r = st == MP_OK ? mp_tensors_find_repeat(mf->tensors, mf->n_tensors, &dup) : 0;
     if (r < 0)
         st = mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", origin);
     else if (r)
