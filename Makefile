@@ -167,8 +167,8 @@ test-san:
 
 # The GPU tests alone (tests/test_gpu_ops.c, names gpu_*); here a skip (no
 # GPU) is a failure.
-test-gpu: $(BUILD)/run_tests
-	MOLPROP_REQUIRE_GPU=1 ./$(BUILD)/run_tests gpu
+test-gpu: $(BUILD)/run_tests $(BUILD)/molprop
+	MOLPROP_BIN=$(abspath $(BUILD)/molprop) MOLPROP_REQUIRE_GPU=1 ./$(BUILD)/run_tests gpu
 
 # The GPU microbenchmark (bench/gpu_ops.c): per-op times and a D-MPNN step.
 # --as-needed keeps RDKit off its list of shared libraries (it calls none).

@@ -12,9 +12,7 @@
  * an uninterrupted run's.
  */
 #define _GNU_SOURCE
-#include "test.h"
-
-#include "core/core.h"
+#include "gpu_test.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -341,7 +339,8 @@ MP_TEST(robust_signal_featurize_sigterm_on_a_pipe)
     CHECK_EQ_INT(count_prefixed(dir, "f.mpf"), 0);
 }
 
-/* 1 once /proc/PID/fd holds a descriptor open on the file (the run opened it). */
+/* 1 once /proc/PID/fd holds `count` descriptors the run opened on the file
+ * for reading. */
 typedef struct {
     pid_t       pid;
     const char *path;
@@ -362,10 +361,20 @@ static int has_open(const void *arg)
         char link[512], target[4096];
         snprintf(link, sizeof link, "%s/%s", fds, e->d_name);
         ssize_t len = readlink(link, target, sizeof target - 1);
-        if (len > 0) {
-            target[len] = '\0';
-            n += strcmp(target, p->path) == 0;
-        }
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        if (strcmp(target, p->path) != 0)
+            continue;
+        /* opened for reading: the run's own, not our O_RDWR one that the
+         * forked child holds until its exec closes it */
+        char info[512];
+        snprintf(info, sizeof info, "/proc/%ld/fdinfo/%s", (long)p->pid, e->d_name);
+        char *text = mp_test_slurp(info, NULL);
+        const char *fl = text ? strstr(text, "flags:") : NULL;
+        unsigned long flags = fl ? strtoul(fl + 6, NULL, 8) : O_RDWR;
+        mp_free(text);
+        n += (flags & O_ACCMODE) == O_RDONLY;
     }
     closedir(d);
     return n >= p->count;
@@ -468,25 +477,25 @@ MP_TEST(robust_signal_data_fetch_sigint_removes_dest)
     CHECK_MSG(!exists(top), "%s is left behind", top);
 }
 
-/* train --checkpoint-every 1, SIGKILL (no handler, no unwinding) once the
- * first checkpoint is there, then train --resume D alone: the same
- * model.mpm as a run never interrupted. */
-MP_TEST(robust_signal_train_killed_resumes_bitwise)
+/* train --checkpoint-every 1 on `device`, SIGKILL (no handler, no
+ * unwinding) once the first checkpoint is there, then train --resume D
+ * alone: the same model.mpm as a run never interrupted. */
+static void killed_resumes_bitwise(mp_test_result *mp__r, const char *name, const char *device)
 {
-    NEED_BIN();
     char dir[1024], ref[1100], cut[1100], log[1100], ck[1200], out[8192];
-    test_dir("kill-resume", dir, sizeof dir);
+    test_dir(name, dir, sizeof dir);
     snprintf(ref, sizeof ref, "%s/ref", dir);
     snprintf(cut, sizeof cut, "%s/cut", dir);
     snprintf(log, sizeof log, "%s/log", dir);
     snprintf(ck, sizeof ck, "%s/checkpoint.mpc", cut);
     const char *esol = mp_test_shared("datasets/esol.csv.gz");
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --data '%s' --epochs 12 --hidden 24 "
-                             "--dropout 0.1 --ensemble-size 2 --threads 1 --quiet "
-                             "--save-dir '%s'", esol, ref), 0);
+                             "--dropout 0.1 --ensemble-size 2 --threads 1 --device %s --quiet "
+                             "--save-dir '%s'", esol, device, ref), 0);
     const char *argv[] = { "train", "--data", esol, "--epochs", "12", "--hidden", "24",
                            "--dropout", "0.1", "--ensemble-size", "2", "--threads", "1",
-                           "--checkpoint-every", "1", "--save-dir", cut, NULL };
+                           "--device", device, "--checkpoint-every", "1", "--save-dir", cut,
+                           NULL };
     pid_t pid = spawn(dir, log, argv);
     CHECK(pid > 0);
     CHECK(wait_until(pid, exists, ck));
@@ -508,6 +517,21 @@ MP_TEST(robust_signal_train_killed_resumes_bitwise)
     snprintf(path, sizeof path, "%s/metrics.json", cut);
     file_needle f = { path, "\"ensemble-size\":\t2" };
     CHECK_MSG(file_has(&f), "metrics.json does not hold the checkpoint's options");
+}
+
+MP_TEST(robust_signal_train_killed_resumes_bitwise)
+{
+    NEED_BIN();
+    killed_resumes_bitwise(mp__r, "kill-resume", "cpu");
+}
+
+/* The same on the GPU (make test-gpu: the name holds "gpu"; the device-
+ * resident source with CUDA graphs, the default there). */
+MP_TEST(robust_signal_gpu_train_killed_resumes_bitwise)
+{
+    MP_NEED_GPU();
+    NEED_BIN();
+    killed_resumes_bitwise(mp__r, "kill-resume-gpu", "gpu");
 }
 
 /* Options that differ from the checkpoint's are refused by name. */
