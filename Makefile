@@ -70,7 +70,7 @@ NVCCFLAGS := -O2 -std=c++17 -Iinclude -Isrc -DMP_HAVE_CUDA=1 \
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 endif
 
-MODULES  := core data graph featurize backend models run api bench
+MODULES  := core data graph featurize backend models run api bench hpopt
 LIB_C    := $(foreach m,$(MODULES),$(wildcard src/$(m)/*.c))
 LIB_CXX  := $(wildcard src/featurize/*.cpp)
 LIB_CU   := $(if $(filter 1,$(CUDA)),$(wildcard src/gpu/*.cu),)
@@ -229,9 +229,11 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(BUILD)/libmolprop.a
 endif
 
 # ---------------------------------------------------------------------
-# Install: bin/molprop, lib/libmolprop.{a,so}, include/molprop.h and
-# lib/pkgconfig/molprop.pc.  Libs.private lists what a static link needs
-# (pkg-config --static); the shared library records its own dependencies.
+# Install: bin/molprop, lib/libmolprop.{a,so}, include/molprop.h,
+# lib/pkgconfig/molprop.pc and share/molprop/datasets.tsv (the registry the
+# installed binary and library find beside themselves: data/registry.c).
+# Libs.private lists what a static link needs (pkg-config --static); the
+# shared library records its own dependencies.
 PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
 INCDIR  ?= $(PREFIX)/include
@@ -253,6 +255,8 @@ install: all $(BUILD)/molprop.pc
 	ln -sf libmolprop.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libmolprop.so
 	install -m 644 include/molprop.h $(DESTDIR)$(INCDIR)/molprop.h
 	install -m 644 $(BUILD)/molprop.pc $(DESTDIR)$(LIBDIR)/pkgconfig/molprop.pc
+	install -d $(DESTDIR)$(PREFIX)/share/molprop
+	install -m 644 data/datasets.tsv $(DESTDIR)$(PREFIX)/share/molprop/datasets.tsv
 
 # The example programs, against the shared library of this build.
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))

@@ -109,6 +109,20 @@ typedef struct {
     const char *dest, *registry, *mirror, *url;
 } mp_data_args;
 
+enum { MP_HP_KEEP_BEST, MP_HP_KEEP_ALL, MP_HP_KEEP_NONE };
+
+typedef struct {
+    const char *space_path, *out_dir;
+    int         trials, method, startup, candidates, jobs, keep;
+    uint64_t    seed;
+} mp_hpopt_args;
+
+/* A copy of o (every value set in o set in the copy). */
+mp_status mp_options_copy(mp_options **out, const mp_options *o);
+/* The options set in o, one per call from *i (start at 0): the key, its
+ * text in *value; NULL after the last. */
+const char *mp_options_set_at(const mp_options *o, size_t *i, const char **value);
+
 #ifdef __cplusplus
 }
 #endif
