@@ -47,6 +47,6 @@ peak=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$work/time.txt")
 wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$work/time.txt")
 lines=$(($(wc -l < "$work/pred.csv") - 1))
 secs=$(echo "$wall" | awk -F: '{s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; print s}')
-rate=$(awk -v n="$lines" -v s="$secs" 'BEGIN {printf "%.0f", s > 0 ? n / s : 0}')
+rate=$(awk -v n="$lines" -v s="$secs" 'BEGIN {printf "%.0f", (s > 0 ? n / s : 0)}')
 echo "rows $rows  predicted $lines  wall $wall ($secs s, $rate rows/s)  peak RSS $((peak / 1024)) MiB ($peak KB)"
 rm -f "$work/pred.csv"

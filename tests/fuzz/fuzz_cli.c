@@ -23,11 +23,12 @@ int cli_train(int argc, char **argv) { (void)argc, (void)argv; return 0; }
 int cli_predict(int argc, char **argv) { (void)argc, (void)argv; return 0; }
 int cli_eval(int argc, char **argv) { (void)argc, (void)argv; return 0; }
 int cli_bench(int argc, char **argv) { (void)argc, (void)argv; return 0; }
+int cli_hpopt(int argc, char **argv) { (void)argc, (void)argv; return 0; }
 
 int mp_fuzz_cli(const uint8_t *data, size_t size)
 {
     static const char *const names[] = { "train", "predict", "eval", "featurize",
-                                          "split", "bench", "data" };
+                                          "split", "bench", "data", "hpopt" };
     if (size < 1 || size > 8192)
         return 0;
     const char *verb = names[data[0] % (sizeof names / sizeof names[0])];

@@ -10,7 +10,7 @@
 #include "molprop.h"
 
 static const char *const fuzz_verbs[] = { "train", "predict", "eval", "featurize",
-                                          "split", "bench", "data" };
+                                          "split", "bench", "data", "hpopt" };
 #define N_FUZZ_VERBS (sizeof fuzz_verbs / sizeof fuzz_verbs[0])
 
 /* Converts o into a zeroed block as large as any verb's struct. */

@@ -113,7 +113,7 @@ FEAT_ARGS="--atom-layout organic --scaffolds" feat organic 'c1ccsc1' 'CCCl'
 ls "$c"/* | wc -l
 
 # config: a verb byte (tests/fuzz/fuzz_config.c: 0 train, 1 predict, 2 eval,
-# 3 featurize, 4 split, 5 bench, 6 data), then an INI file; cli: a verb byte
+# 3 featurize, 4 split, 5 bench, 6 data, 7 hpopt), then an INI file; cli: a verb byte
 # the same way, then argv one argument per line (tests/fuzz/fuzz_cli.c).
 mkdir -p "$c/config" "$c/cli"
 python3 - "$c" "$here/../../configs" <<'PY'
