@@ -1,7 +1,7 @@
 /*
  * test_robust_core.c - the core's robustness hooks: the stop flag and its
  * poll counter, the cleanup list a fatal-signal handler runs, and the output
- * hook (mp_afile over its own stream, mp_mkdir, mp_io_fail_after).
+ * hook (mp_afile over its own stream, mp_mkdir, mp_mkdirs, mp_io_fail_after).
  */
 #include "test.h"
 #include "core/core.h"
@@ -231,4 +231,58 @@ MP_TEST(robust_mkdir_hook)
     mp_io_fail_after(-1, 0);
     CHECK_EQ_INT(st, MP_ERR_IO);
     CHECK(strstr(mp_error_message(), file) != NULL && !made && !exists(file));
+}
+
+/* mp_mkdirs: makes the missing levels, undoes only those (deepest first,
+ * leaving one that holds something else), keep forgets them, a failure
+ * undoes its own part; each level made is on the cleanup list meanwhile. */
+MP_TEST(robust_mkdirs_undo_and_keep)
+{
+    char base[1024], deep[1200], mid[1200], file[1200];
+    snprintf(base, sizeof base, "%s/mkdirs", mp_test_tmpdir());
+    CHECK(mkdir(base, 0777) == 0);
+    snprintf(mid, sizeof mid, "%s/a", base);
+    snprintf(deep, sizeof deep, "%s/a/b//c/", base);
+    int before = mp_cleanup_count();
+    mp_made_dirs m;
+    CHECK_OK(mp_mkdirs(deep, &m));
+    CHECK_EQ_INT(m.n, 3);
+    CHECK_EQ_INT(mp_cleanup_count(), before + 3);
+    CHECK(exists(deep));
+    mp_mkdirs_undo(&m);
+    CHECK(!exists(mid) && exists(base));   /* base was there: it stays */
+    CHECK_EQ_INT(mp_cleanup_count(), before);
+
+    CHECK_OK(mp_mkdirs(deep, &m));
+    snprintf(file, sizeof file, "%s/a/keep.txt", base);
+    FILE *fp = fopen(file, "w");
+    CHECK(fp != NULL);
+    fclose(fp);
+    mp_mkdirs_undo(&m);   /* a/b/c go, a holds a file of someone else's: stays */
+    CHECK(exists(file));
+    CHECK_EQ_INT(mp_cleanup_count(), before);
+
+    CHECK_OK(mp_mkdirs(deep, &m));   /* a there already: b and c made */
+    CHECK_EQ_INT(m.n, 2);
+    mp_mkdirs_keep(&m);
+    CHECK(exists(deep));
+    CHECK_EQ_INT(mp_cleanup_count(), before);
+
+    char under_file[1300];   /* a level that is a file: refused, naming it */
+    snprintf(under_file, sizeof under_file, "%s/x/y", file);
+    mp_status st = mp_mkdirs(under_file, &m);
+    CHECK_EQ_INT(st, MP_ERR_IO);
+    CHECK_MSG(strstr(mp_error_message(), "keep.txt") != NULL, "%s", mp_error_message());
+    CHECK_EQ_INT(m.n, 0);
+    mp_mkdirs_undo(&m);   /* a no-op after a failure */
+
+    mp_io_fail_after(1, ENOSPC);   /* the second level fails: the first is undone */
+    char two[1300];
+    snprintf(two, sizeof two, "%s/p/q", base);
+    st = mp_mkdirs(two, &m);
+    mp_io_fail_after(-1, 0);
+    CHECK_EQ_INT(st, MP_ERR_IO);
+    snprintf(two, sizeof two, "%s/p", base);
+    CHECK_MSG(!exists(two), "%s stays after the failed mp_mkdirs", two);
+    CHECK_EQ_INT(mp_cleanup_count(), before);
 }
