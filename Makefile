@@ -27,7 +27,14 @@ CUDA     ?= 1
 endif
 
 SAN      ?= 0
-ifeq ($(SAN),1)
+FUZZ     ?= 0
+ifeq ($(FUZZ),1)
+# `make fuzz` (below): the library instrumented for libFuzzer, with ASan+UBSan
+BUILD    ?= build-fuzz
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+            -fno-sanitize-recover=undefined
+OPT      := -O1 -g
+else ifeq ($(SAN),1)
 BUILD    ?= build-san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT      := -O1 -g
@@ -76,7 +83,7 @@ LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cpp=$(BUILD)/%.o) $(LIB_CU:%.c
 CLI_OBJ  := $(CLI_C:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_C:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test test-san test-gpu bench-gpu check demo bench clean install examples
+.PHONY: all deps test test-san test-gpu bench-gpu check demo bench clean install examples fuzz
 all: $(BUILD)/molprop $(BUILD)/libmolprop.a $(BUILD)/libmolprop.so
 
 deps:
@@ -208,6 +215,23 @@ $(BUILD)/bench/featurize_rate: bench/featurize_rate.c $(BUILD)/libmolprop.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
 
+# Fuzz harnesses (tests/fuzz/README.md): clang's libFuzzer with ASan and
+# UBSan (Debian: clang, libclang-rt-dev, libomp-dev), the library built
+# without CUDA into build-fuzz/.  Run one: build-fuzz/fuzz_csv
+# tests/fuzz/corpus/csv (a copy of the corpus to grow: see the README).  The
+# test suite replays the corpora without clang (tests/test_robust_fuzz.c).
+FUZZ_HARNESSES := csv smiles modelfile cache config cli
+fuzz:
+	@command -v clang >/dev/null 2>&1 || { echo "make fuzz needs clang: apt-get install clang libclang-rt-dev libomp-dev" >&2; exit 1; }
+	$(MAKE) FUZZ=1 CC=clang CXX=clang++ CUDA=0 $(FUZZ_HARNESSES:%=build-fuzz/fuzz_%)
+
+ifeq ($(FUZZ),1)
+# linked by clang++: the C++ half of UBSan's runtime (vptr checks in RDKit's headers)
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(BUILD)/libmolprop.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -DMP_FUZZ_MAIN -c -o $@.o $<
+	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $@.o $(BUILD)/libmolprop.a $(LDLIBS)
+endif
+
 # ---------------------------------------------------------------------
 # Install: bin/molprop, lib/libmolprop.{a,so}, include/molprop.h,
 # lib/pkgconfig/molprop.pc and share/molprop/datasets.tsv (the registry the
@@ -252,7 +276,7 @@ $(BUILD)/bench/desc_rate: bench/desc_rate.c $(BUILD)/libmolprop.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
 
 clean:
-	rm -rf build build-san build-nocuda
+	rm -rf build build-san build-nocuda build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d $(BUILD)/bench/gpu_predict.d
 

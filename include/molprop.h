@@ -74,7 +74,9 @@ typedef enum {
     MP_ERR_NOMEM,     /* an allocation failed                              */
     MP_ERR_CHECKSUM,  /* a checksum did not match                          */
     MP_ERR_NODEVICE,  /* no usable GPU                                     */
-    MP_ERR_INTERNAL   /* a library we call failed unexpectedly             */
+    MP_ERR_INTERNAL,  /* a library we call failed unexpectedly             */
+    MP_ERR_INTERRUPTED /* a stop was requested (SIGINT, SIGTERM): the run   *
+                        * unwound and left no temporary file behind        */
 } mp_status;
 
 /* The last error's message on this thread ("" when none was recorded). */
@@ -85,6 +87,23 @@ const char *mp_status_name(mp_status st);
 
 /* Frees what the library returned as `char *` (and NULL). */
 void mp_free(void *p);
+
+/*
+ * Stopping a run.  A signal handler calls mp_interrupt_request(signo)
+ * (async-signal-safe: one atomic store); every long loop of the library
+ * polls the flag, and the run in progress returns MP_ERR_INTERRUPTED
+ * ("interrupted by SIGINT") through its error paths, which remove its
+ * temporary files and the directories it made.  The flag stays set (every
+ * later call fails too) until mp_interrupt_clear.  mp_interrupted() is the
+ * signal requested, 0 if none.  mp_cleanup_run, for a handler that cannot
+ * wait for the unwinding (a second signal, then _exit), removes the
+ * temporary files and the directories the runs in progress made (those
+ * still empty): async-signal-safe.
+ */
+void mp_interrupt_request(int signo);
+int  mp_interrupted(void);
+void mp_interrupt_clear(void);
+void mp_cleanup_run(void);
 
 /* MP_VERSION of the linked library, and the RDKit version it was built with. */
 const char *mp_version(void);

@@ -14,11 +14,13 @@
 #include "data/unc_metrics.h"
 #include "run/ensemble.h"
 #include "run/fingerprint.h"
+#include "run/modelfile.h"
 #include "run/predict.h"
 #include "run/trainer.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *mp_version(void)
@@ -267,10 +269,90 @@ done:
     return st;
 }
 
+/* One option of a checkpoint's header (opt.KEY, run.data) as the option's
+ * text; NULL where the option was unset (its default). */
+static const char *checkpoint_value(const mp_kv *kv, const char *key, char *buf, size_t n)
+{
+    if (!strcmp(key, "data"))
+        return mp_kv_get(kv, "run.data");
+    if (!strcmp(key, "device"))
+        key = "backend";   /* "gpu:bf16": device and precision in one */
+    snprintf(buf, n, "opt.%s", key);
+    const char *v = mp_kv_get(kv, buf);
+    if (!v || !*v || (!strcmp(key, "metric") && !strcmp(v, "default")))
+        return NULL;
+    if (!strcmp(key, "resident") || !strcmp(key, "graph"))
+        return !strcmp(v, "1") ? "on" : !strcmp(v, "0") ? "off" : "auto";
+    if (!strcmp(key, "ffn-hidden") && atoi(v) <= 0)
+        return NULL;   /* auto */
+    return v;
+}
+
+/*
+ * The options of `train --resume D`: those set in o, over (when o sets no
+ * --data) every option the checkpoint in D records, with --save-dir D
+ * unless o names it.  The run then compares them with the checkpoint's
+ * identity (trainer.h), so an option set here that differs is refused.
+ */
+static mp_status resume_options(const mp_options *o, mp_options **out)
+{
+    *out = NULL;
+    const char *dir = mp_options_get(o, "resume");
+    mp_kv *keep = NULL;
+    mp_options *r = NULL;
+    mp_status st = MP_OK;
+    if (!mp_options_is_set(o, "data")) {
+        mp_train_opts t = mp_train_opts_default();
+        if ((st = mp_train_opts_from_checkpoint(dir, &t, &keep)))
+            return st;
+    }
+    if ((st = mp_options_create(&r, "train")))
+        goto done;
+    size_t n;
+    const mp_option_def *defs = mp_option_table("train", &n);
+    for (size_t i = 0; i < n && !st; i++) {
+        const char *key = defs[i].key;
+        char buf[160];
+        const char *v = !key ? NULL : mp_options_is_set(o, key) ? mp_options_get(o, key)
+                                    : keep ? checkpoint_value(keep, key, buf, sizeof buf) : NULL;
+        if (v)
+            st = mp_options_set(r, key, v);
+    }
+    if (!st && !mp_options_is_set(r, "save-dir"))
+        st = mp_options_set(r, "save-dir", dir);
+    if (st && keep) {   /* a value the checkpoint holds that the table refuses */
+        char why[512];
+        snprintf(why, sizeof why, "%s", mp_error_message());
+        st = mp_error_set(st, "cannot resume from %s: %s", dir, why);
+    }
+done:
+    mp_kv_free(keep);
+    if (st)
+        mp_options_free(r);
+    else
+        *out = r;
+    return st;
+}
+
+static mp_status run_train(const mp_options *o, mp_summary **out);
+
 mp_status mp_run_train(const mp_options *o, mp_summary **out)
 {
     if (out)
         *out = NULL;
+    if (o && !strcmp(mp_options_verb(o), "train") && mp_options_get(o, "resume")) {
+        mp_options *r;
+        mp_status st = resume_options(o, &r);
+        if (st == MP_OK)
+            st = run_train(r, out);
+        mp_options_free(r);
+        return st;
+    }
+    return run_train(o, out);
+}
+
+static mp_status run_train(const mp_options *o, mp_summary **out)
+{
     mp_status st = mp_run_check(o, "train");
     if (st)
         return st;

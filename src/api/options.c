@@ -254,6 +254,13 @@ static const mp_option_def train_table[] = {
       .help = "where model.mpm and metrics.json go", .flags = MP_OPTF_REQUIRED },
     { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, quiet),
       .help = "no progress output" },
+    { "checkpoint-every", MP_OPT_INT, "0", 0, 100000,
+      .offset = AT(mp_train_opts, checkpoint_every), .arg = "N",
+      .help = "after every N epochs, write the whole run's state\nto D/checkpoint.mpc "
+              "(atomically; removed when the\nrun ends well); 0: no checkpoints" },
+    { "resume", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, resume), .arg = "D",
+      .help = "continue the run whose checkpoint is in D, to the\nmodel an uninterrupted run "
+              "makes; alone, its options\nand data come from the checkpoint" },
 };
 
 static const mp_option_def predict_table[] = {

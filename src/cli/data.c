@@ -249,7 +249,7 @@ static int data_fetch(data_args *ap)
             } else if (d->file) {
                 if (fetch_one(reg, d, &a)) {
                     failed = 1;
-                    if (!have_source(&a))
+                    if (!have_source(&a) || mp_interrupted())
                         break;   /* no source: the rest would fail alike */
                 }
             }
@@ -258,7 +258,7 @@ static int data_fetch(data_args *ap)
                         d->name);
         }
     } else {
-        for (int i = 0; i < a.n_names; i++)
+        for (int i = 0; i < a.n_names && !mp_interrupted(); i++)   /* a stop ends the list */
             failed |= fetch_one(reg, mp_registry_find(reg, a.names[i]), &a);
     }
     mp_registry_free(reg);

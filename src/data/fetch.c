@@ -127,7 +127,7 @@ static mp_status copy_file(const char *src, const char *dst)
     unsigned char *buf = mp_malloc(IO_CHUNK);
     mp_status st = buf ? MP_OK : mp_error_set(MP_ERR_NOMEM, "out of memory copying %s", src);
     size_t n;
-    while (!st && (n = fread(buf, 1, IO_CHUNK, in)) > 0)
+    while (!st && !(st = mp_interrupt_poll()) && (n = fread(buf, 1, IO_CHUNK, in)) > 0)
         if (fwrite(buf, 1, n, out) != n)
             st = mp_error_set(MP_ERR_IO, "cannot write %s (disk full?)", dst);
     if (!st && ferror(in))
@@ -162,6 +162,8 @@ static size_t on_data(char *p, size_t size, size_t nmemb, void *arg)
 static int on_progress(void *arg, curl_off_t total, curl_off_t now, curl_off_t ut, curl_off_t un)
 {
     dl *d = arg;
+    if (mp_interrupt_check())   /* a stop request: the transfer ends (reported below) */
+        return 1;
     if (d->src && d->src->progress)
         d->src->progress(d->src->progress_arg, d->name, (int64_t)(d->offset + now),
                          total > 0 ? (int64_t)(d->offset + total) : -1);
@@ -217,6 +219,10 @@ static mp_status download(const char *url, const char *part, const mp_fetch_sour
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &d.http);
         curl_easy_cleanup(c);
         int closed = fclose(d.fp) == 0;
+        if (mp_interrupted()) {
+            st = mp_interrupt_poll();
+            break;
+        }
         if (d.failed || !closed) {
             st = mp_error_set(MP_ERR_IO, "cannot write %s (disk full?)", part);
             break;

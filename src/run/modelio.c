@@ -276,6 +276,49 @@ static mp_status header_apply(mp_ensemble *e, const mp_kv *kv, const header_info
     return MP_OK;
 }
 
+/*
+ * The parameters per member of a model of configuration c, in 64 bits: the
+ * views of model.c's layout_params (D-MPNN: W_i, W_h, W_o, b_o; then each
+ * FFN layer's weight and bias).  Checked against the tensors really in the
+ * file before a model is built, so a header that claims an absurd model
+ * (hidden = 65536: 2^32 parameters in W_h alone) is refused with a message
+ * instead of allocating what it claims.  A change of the layout fails the
+ * save/load round trips of tests/test_modelfile.c at once.
+ */
+static uint64_t config_params(const mp_model_config *c)
+{
+    uint64_t h = c->kind == MP_MODEL_DMPNN ? (uint64_t)c->hidden : 0, n = 0;
+    uint64_t fa = (uint64_t)c->atom_fdim;
+    if (c->kind == MP_MODEL_DMPNN)
+        n += (fa + MP_BOND_FDIM) * h + h * h + (fa + h) * h + h;
+    uint64_t fh = c->ffn_hidden > 0 ? (uint64_t)c->ffn_hidden : (uint64_t)c->hidden;
+    uint64_t in = h + (uint64_t)c->extra_dim;
+    for (int l = 0; l < c->ffn_layers; l++) {
+        uint64_t din = l == 0 ? in : fh, dout = l == c->ffn_layers - 1 ? (uint64_t)c->n_tasks : fh;
+        n += din * dout + dout;
+    }
+    return n;
+}
+
+/* Every member's tensors in the file hold `want` values (so what the
+ * models allocate is bounded by the file's length). */
+static mp_status check_file_params(const mp_modelfile *mf, uint64_t want, const char *path)
+{
+    uint64_t *have = mp_calloc(mf->n_blocks ? mf->n_blocks : 1, sizeof *have);
+    if (!have)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory loading %s", path);
+    for (size_t i = 0; i < mf->n_tensors; i++)
+        have[mf->tensors[i].block] += mp_tensor_numel(&mf->tensors[i]);
+    mp_status st = MP_OK;
+    for (uint32_t k = 0; k < mf->n_blocks && st == MP_OK; k++)
+        if (have[k] != want)
+            st = mp_error_set(MP_ERR_FORMAT, "%s: the header describes a model of %llu "
+                              "parameters per member, the file holds %llu for member %u", path,
+                              (unsigned long long)want, (unsigned long long)have[k], k);
+    mp_free(have);
+    return st;
+}
+
 /* Every member's tensors, each checked against the model's views. */
 static mp_status params_get(mp_ensemble *e, const mp_modelfile *mf, const char *path)
 {
@@ -322,7 +365,8 @@ mp_status mp_ensemble_load(mp_ensemble **out, const char *path, const char *back
                           path, h.n_members, mf->n_blocks);
         goto done;
     }
-    if ((st = mp_ensemble_create(&e, &h.c, h.n_members, 0, backend_name)) ||
+    if ((st = check_file_params(mf, config_params(&h.c), path)) ||
+        (st = mp_ensemble_create(&e, &h.c, h.n_members, 0, backend_name)) ||
         (st = header_apply(e, mf->header, &h)) || (st = params_get(e, mf, path)))
         goto done;
     *out = e;

@@ -37,26 +37,36 @@ static void chunk_free(chunk *c)
     mp_free(c->line);
 }
 
-/* The chunk's predictions and uncertainties (predict_unc.c); row0: the
- * chunk's first row in the input; file: the features file (NULL: none). */
+/* The chunk featurized into *f (the caller frees it: the invalid rows'
+ * reasons are in it) and predicted with its uncertainties (predict_unc.c);
+ * row0: the chunk's first row in the input; file: the features file (NULL:
+ * none). */
 static mp_status predict_chunk(mp_unc_run *u, const chunk *c, const mp_featurize_opts *fo,
                                const mp_featfile *file, int64_t row0, int32_t *idx,
-                               double *mean, double *unc, double *lower, double *upper)
+                               double *mean, double *unc, double *lower, double *upper,
+                               mp_features **f)
 {
-    mp_features *f = NULL;
-    mp_status st = mp_featurize(&f, (const char *const *)c->smiles, c->n, fo);
+    mp_status st = mp_featurize(f, (const char *const *)c->smiles, c->n, fo);
     if (st)
         return st;
     if (file) {
-        f->file_values = file->values + row0 * file->n_cols;
-        f->file_cols = (int32_t)file->n_cols;
+        (*f)->file_values = file->values + row0 * file->n_cols;
+        (*f)->file_cols = (int32_t)file->n_cols;
     }
     for (int32_t i = 0; i < c->n; i++)
         idx[i] = i;
-    st = mp_unc_run_predict(u, f, idx, c->n, PREDICT_BATCH_FOR(u->e), row0, mean, unc, lower,
-                            upper);
-    mp_features_free(f);
-    return st;
+    return mp_unc_run_predict(u, *f, idx, c->n, PREDICT_BATCH_FOR(u->e), row0, mean, unc,
+                              lower, upper);
+}
+
+/* A SMILES for a message: at most 60 characters, then "..." and its length. */
+static void clip_smiles(char *out, size_t cap, const char *s)
+{
+    size_t n = strlen(s);
+    if (n <= 60)
+        snprintf(out, cap, "%s", s);
+    else
+        snprintf(out, cap, "%.60s... (%zu characters)", s, n);
 }
 
 static void write_number(FILE *fp, double v)
@@ -174,16 +184,23 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
         return mp_error_set(MP_ERR_FORMAT, "%s: %zu rows of features, %s has more (one row of "
                             "features per input row)", o->features_path, file->n_rows,
                             o->data_path);
+    mp_features *f = NULL;
     mp_status st = predict_chunk(&p->u, &p->c, fo, file, (int64_t)p->stats->n_rows, p->idx,
-                                 p->mean, p->std, p->lower, p->upper);
-    if (st)
+                                 p->mean, p->std, p->lower, p->upper, &f);
+    if (st) {
+        mp_features_free(f);
         return st;
+    }
     for (int32_t i = 0; i < p->c.n; i++) {
         mp_csv_write_field(fp, p->c.smiles[i]);
         if (isnan(p->mean[(size_t)i * t])) {
-            if (!o->quiet && p->stats->n_invalid < MAX_REPORTED_INVALID)
-                fprintf(stderr, "%s:%zu: invalid SMILES '%s': no prediction\n", o->data_path,
-                        p->c.line[i], p->c.smiles[i]);
+            if (!o->quiet && p->stats->n_invalid < MAX_REPORTED_INVALID) {
+                char smi[128];
+                clip_smiles(smi, sizeof smi, p->c.smiles[i]);
+                fprintf(stderr, "%s:%zu: invalid SMILES '%s': no prediction (%s)\n",
+                        o->data_path, p->c.line[i], smi,
+                        f->error[i] ? f->error[i] : "invalid");
+            }
             p->stats->n_invalid++;
         }
         for (size_t k = 0; k < t; k++) {
@@ -199,9 +216,14 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
             }
         fputc('\n', fp);
     }
+    mp_features_free(f);
     p->stats->n_rows += (size_t)p->c.n;
     chunk_clear(&p->c);
-    return MP_OK;
+    /* a full disk or a stop request ends the run now, not after the rest
+     * of the input has been predicted for nothing */
+    if ((st = mp_afile_check(&p->out)))
+        return st;
+    return mp_interrupt_poll();
 }
 
 /* Reads the rows a chunk at a time and predicts each full chunk (and the

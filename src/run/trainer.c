@@ -8,8 +8,10 @@
 
 #include "data/featfile.h"
 #include "data/registry.h"
+#include "run/checkpoint.h"
 #include "run/fit.h"
 #include "run/resident.h"
+#include "run/resume.h"
 
 #include <errno.h>
 #include <math.h>
@@ -137,6 +139,16 @@ static mp_status check_opts(const mp_train_opts *o)
     if (o->no_features_scaling && o->features_scaling == MP_FSCALE_ON)
         return mp_error_set(MP_ERR_ARG, "--no-features-scaling contradicts "
                                         "--features-scaling on");
+    if (o->checkpoint_every < 0)
+        return mp_error_set(MP_ERR_ARG, "checkpoint-every must be at least 0, got %d",
+                            o->checkpoint_every);
+    if (o->checkpoint_every > 0 && !o->save_dir && !o->resume)
+        return mp_error_set(MP_ERR_ARG, "checkpoints are written into the save directory: "
+                                        "give --save-dir");
+    if (o->resume && o->save_dir && strcmp(o->resume, o->save_dir) != 0)
+        return mp_error_set(MP_ERR_ARG, "--resume %s continues the run saved there: "
+                            "--save-dir %s must be the same directory (or left out)", o->resume,
+                            o->save_dir);
     return MP_OK;
 }
 
@@ -259,22 +271,112 @@ typedef struct {
     mp_featfile          file;         /* --features-path (f->file_values)   */
     int32_t              eval_batch;
     int                  made_dir;     /* this run made save_dir             */
+    int                  wrote;        /* outputs[0..wrote) are written      */
+    int                  dir_slot;     /* ... and put it on the cleanup list */
     double               t_start;      /* when reading the CSV began         */
     mp_progress          prog;
+    /* checkpoints (checkpoint.h) */
+    char                 ck_path[4096];  /* save_dir/checkpoint.mpc          */
+    mp_kv               *id;           /* the run's identity (resume.h)      */
+    mp_kv               *ck_kv;        /* resuming: the checkpoint's header  */
+    mp_checkpoint        ck;           /*   and the rest of it               */
+    int                  resuming;
+    int                  ck_written;   /* this run wrote a checkpoint        */
+    int                  ck_member, ck_epoch;   /* the last one, written or resumed */
 } train_run;
 
 /* The save directory is made first (an unwritable place fails before any
- * work) and removed again if this run made it and then failed. */
+ * work) and removed again if this run made it and then failed, unless a
+ * checkpoint was written into it. */
 static mp_status open_save_dir(train_run *r)
 {
     const char *dir = r->o->save_dir;
     if (!dir)
         return MP_OK;
-    if (mkdir(dir, 0777) == 0)
-        r->made_dir = 1;
-    else if (errno != EEXIST)
-        return mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", dir, strerror(errno));
+    mp_status st = mp_mkdir(dir, &r->made_dir);
+    if (st == MP_OK && r->made_dir)
+        r->dir_slot = mp_cleanup_add(dir, 1);
+    return st;
+}
+
+/* The run's options as identity keys (when it checkpoints or resumes); a
+ * resumed run reads its checkpoint and must have the same options. */
+static mp_status resume_open(train_run *r)
+{
+    const mp_train_opts *o = r->o;
+    if (!o->save_dir || (o->checkpoint_every == 0 && !o->resume))
+        return MP_OK;
+    snprintf(r->ck_path, sizeof r->ck_path, "%s/%s", o->save_dir, MP_CHECKPOINT_FILE);
+    mp_status st = mp_kv_new(&r->id);
+    if (st == MP_OK)
+        st = mp_train_identity_opts(o, r->id);
+    if (st || !o->resume)
+        return st;
+    if ((st = mp_checkpoint_read(r->ck_path, &r->ck_kv, &r->ck)) == MP_ERR_IO) {
+        char msg[2048], model[4200];
+        snprintf(msg, sizeof msg, "%s", mp_error_message());
+        snprintf(model, sizeof model, "%s/model.mpm", o->save_dir);
+        struct stat sb;
+        return mp_error_set(MP_ERR_IO, "cannot resume from %s: no checkpoint to continue from%s "
+                            "(%s)", o->save_dir,
+                            stat(model, &sb) == 0 ? " (model.mpm is there: the run finished)" : "",
+                            msg);
+    }
+    if (st)
+        return st;
+    r->resuming = 1;
+    r->ck_member = r->ck.state.k;
+    r->ck_epoch = r->ck.state.epoch;
+    return mp_checkpoint_match(r->ck_kv, r->id, "opt.", r->ck_path);
+}
+
+/* Once the data are read, split and scaled: what the run made of them joins
+ * its identity, and a resumed run must have made the same. */
+static mp_status resume_check_data(train_run *r)
+{
+    if (!r->id)
+        return MP_OK;
+    mp_ensemble *e = r->e;
+    mp_status st = mp_train_identity_data(r->d, r->res->task, r->res->metric,
+                                          r->classification ? NULL : &e->target_scaler,
+                                          r->feat_dim ? &e->feature_scaler : NULL, r->id);
+    if (st || !r->resuming)
+        return st;
+    if ((st = mp_checkpoint_match(r->ck_kv, r->id, "data.", r->ck_path)) ||
+        (st = mp_train_identity_split(&r->ck.split, &r->sp, r->ck_path)))
+        return st;
+    if (r->ck.n_params != mp_model_n_params(e->members[0]) || r->ck.n_members != e->n_members)
+        return mp_error_set(MP_ERR_ARG, "cannot resume from %s: it holds %d members of %zu "
+                            "parameters, this run builds %d of %zu", r->ck_path,
+                            r->ck.n_members, r->ck.n_params, e->n_members,
+                            mp_model_n_params(e->members[0]));
     return MP_OK;
+}
+
+/* The fit loop's checkpoint hook: the members done so far, the one in
+ * training, the split, under the run's identity, into save_dir. */
+static mp_status write_checkpoint(void *arg, const mp_fit_state *s)
+{
+    train_run *r = arg;
+    size_t np = mp_model_n_params(r->e->members[0]);
+    float *done = mp_malloc(sizeof(float) * np * (size_t)(s->k > 0 ? s->k : 1));
+    if (!done)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", r->ck_path);
+    mp_status st = MP_OK;
+    for (int j = 0; st == MP_OK && j < s->k; j++)
+        st = mp_model_get_params(r->e->members[j], done + (size_t)j * np);
+    mp_checkpoint ck = { .n_members = r->e->n_members, .n_done = s->k, .n_params = np,
+                         .done_params = done, .done_best = r->res->best_epoch, .state = *s,
+                         .split = r->sp };
+    if (st == MP_OK)
+        st = mp_checkpoint_write(r->ck_path, r->id, &ck);
+    mp_free(done);
+    if (st == MP_OK) {
+        r->ck_written = 1;
+        r->ck_member = s->k;
+        r->ck_epoch = s->epoch;
+    }
+    return st;
 }
 
 /* A missing GPU is found before any work is done. */
@@ -406,9 +508,13 @@ static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
             valid[nv++] = i;
             continue;
         }
-        if (!o->quiet && *n_invalid < MAX_REPORTED_INVALID)
-            fprintf(stderr, "%s:%zu: invalid SMILES '%s' left out: %s\n", o->data_path,
-                    d->line[i], d->smiles[i], r->f->error[i] ? r->f->error[i] : "invalid");
+        if (!o->quiet && *n_invalid < MAX_REPORTED_INVALID) {
+            const char *smi = d->smiles[i];
+            size_t len = strlen(smi);
+            fprintf(stderr, "%s:%zu: invalid SMILES '%.60s%s' left out: %s\n", o->data_path,
+                    d->line[i], smi, len > 60 ? "..." : "",
+                    r->f->error[i] ? r->f->error[i] : "invalid");
+        }
         (*n_invalid)++;
     }
     if (!o->quiet && *n_invalid > MAX_REPORTED_INVALID)
@@ -561,8 +667,25 @@ static mp_status train_members(train_run *r)
         .progress = &r->prog,
     };
     long steps = (long)mp_batch_data_steps(&c.batches);
+    int k0 = 0;
+    if (r->resuming) {   /* the members the checkpoint holds as done, then its member */
+        k0 = r->ck.n_done;
+        for (int j = 0; j < k0; j++) {
+            mp_status st = mp_model_set_params(r->e->members[j],
+                                               r->ck.done_params + (size_t)j * r->ck.n_params);
+            if (st)
+                return st;
+            res->best_epoch[j] = r->ck.done_best[j];
+        }
+        c.resume = &r->ck.state;
+    }
+    if (r->id && o->checkpoint_every > 0) {
+        c.checkpoint_every = o->checkpoint_every;
+        c.checkpoint = write_checkpoint;
+        c.checkpoint_arg = r;
+    }
     double t1 = mp_time_now();
-    for (int k = 0; k < o->ensemble_size; k++) {
+    for (int k = k0; k < o->ensemble_size; k++) {
         mp_progress_begin_on(&r->prog, stderr, o->quiet ? MP_PROGRESS_QUIET : MP_PROGRESS_AUTO,
                              o->epochs, steps);
         if (o->ensemble_size > 1)
@@ -633,24 +756,40 @@ static mp_status save_outputs(train_run *r)
     snprintf(path, sizeof path, "%s/%s", dir, outputs[0]);
     if ((st = mp_ensemble_save(r->e, path)))
         return st;
+    r->wrote = 1;
     snprintf(path, sizeof path, "%s/%s", dir, outputs[1]);
     if ((st = write_metrics_json(r->o, r->d, r->res, path)))
         return st;
+    r->wrote = 2;
     snprintf(path, sizeof path, "%s/%s", dir, outputs[2]);
-    return write_split(&r->sp, path);
+    if ((st = write_split(&r->sp, path)))
+        return st;
+    r->wrote = 3;
+    return MP_OK;
 }
 
-/* Frees the run; after a failure, removes a save_dir this run made. */
+/* Frees the run.  After a failure: the outputs it wrote are removed (the
+ * three belong together), and a save_dir this run made too, unless a
+ * checkpoint is in it (rmdir keeps a directory that is not empty).  After
+ * success, the checkpoint is not needed. */
 static void train_free(train_run *r, int failed)
 {
-    if (failed && r->made_dir) {
+    if (!failed && r->ck_path[0])
+        (void)unlink(r->ck_path);
+    if (failed) {
         char path[4096];
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < r->wrote; i++) {
             snprintf(path, sizeof path, "%s/%s", r->o->save_dir, outputs[i]);
             (void)unlink(path);
         }
-        (void)rmdir(r->o->save_dir);
+        if (r->made_dir)
+            (void)rmdir(r->o->save_dir);
     }
+    if (r->made_dir)
+        mp_cleanup_remove(r->dir_slot);
+    mp_kv_free(r->id);
+    mp_kv_free(r->ck_kv);
+    mp_checkpoint_free(&r->ck);
     mp_free(r->tscaled);
     for (int s = 0; s < 3; s++)
         mp_free(r->sets[s]);
@@ -672,16 +811,27 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
         return st;
     if (o->threads > 0)
         mp_threads_set(o->threads);
+    /* a resumed run saves into the directory it resumes */
+    mp_train_opts oc = *o;
+    if (!oc.save_dir)
+        oc.save_dir = oc.resume;
     train_run r;
     memset(&r, 0, sizeof r);
-    r.o = o;
+    r.o = &oc;
     r.res = res;
-    if ((st = open_save_dir(&r)))
-        return st;
-    if ((st = probe_backend(o)) == MP_OK && (st = load_and_split(&r)) == MP_OK &&
+    r.dir_slot = -1;
+    if ((st = resume_open(&r)) == MP_OK && (st = open_save_dir(&r)) == MP_OK &&
+        (st = probe_backend(&oc)) == MP_OK && (st = load_and_split(&r)) == MP_OK &&
         (st = build_ensemble(&r)) == MP_OK && (st = fit_scalers(&r)) == MP_OK &&
-        (st = train_members(&r)) == MP_OK && (st = score(&r)) == MP_OK)
+        (st = resume_check_data(&r)) == MP_OK && (st = train_members(&r)) == MP_OK &&
+        (st = score(&r)) == MP_OK)
         st = save_outputs(&r);
+    if (st == MP_ERR_INTERRUPTED && (r.ck_written || r.resuming)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", mp_error_message());
+        mp_error_set(st, "%s; %s holds the run after epoch %d of member %d (train --resume %s "
+                     "continues it)", msg, r.ck_path, r.ck_epoch, r.ck_member + 1, oc.save_dir);
+    }
     train_free(&r, st != MP_OK);
     if (st)
         mp_train_result_free(res);

@@ -87,8 +87,18 @@ typedef struct {
                                       * differ                                 */
     int             freeze_encoder;  /* 1: the D-MPNN encoder is not trained   */
     int             freeze_ffn_layers;  /* the first K head layers are not     */
-    const char     *save_dir;        /* NULL: nothing written                  */
+    const char     *save_dir;        /* NULL: nothing written (NULL with       *
+                                      * resume: the resumed directory)          */
     int             quiet;           /* 1: no progress output                  */
+    int             checkpoint_every; /* epochs between checkpoints (0: none): *
+                                      * save_dir/checkpoint.mpc, replaced       *
+                                      * atomically, removed when the run ends   *
+                                      * well (checkpoint.h)                     */
+    const char     *resume;          /* a save directory holding a checkpoint: *
+                                      * continue that run (every option that    *
+                                      * decides the result must be the same;    *
+                                      * checkpoint_every, threads, quiet and    *
+                                      * profile may differ)                     */
     const mp_train_inputs *inputs;   /* NULL: read and featurize data_path     */
     mp_train_epoch_fn on_epoch;      /* NULL: none                             */
     void           *on_epoch_arg;
@@ -116,6 +126,14 @@ typedef struct {
  * invalid rows, per-epoch lines or a progress bar, skipped tasks) go to
  * stderr unless opts->quiet.  Writes save_dir/model.mpm and
  * save_dir/metrics.json atomically.  Fails with a message on bad input.
+ *
+ * A stop request (mp_interrupt_request) ends it with MP_ERR_INTERRUPTED;
+ * like any other failure that leaves no temporary file and removes the
+ * save directory if this run made it, unless a checkpoint is in it: then
+ * the directory and the checkpoint stay, and the message says how to go on.
+ * With resume, the run continues from the checkpoint and ends with the
+ * model, bit for bit, of a run never interrupted; MP_ERR_ARG (naming the
+ * option) when an option or the data differ from the checkpoint's.
  */
 mp_status mp_train(const mp_train_opts *opts, mp_train_result *res);
 
@@ -130,6 +148,17 @@ mp_status mp_train(const mp_train_opts *opts, mp_train_result *res);
  * (mp_model_set_frozen; freezing without an initial model is refused).
  */
 mp_status mp_transfer_init(mp_ensemble *e, const mp_train_opts *o);
+
+/*
+ * `molprop train --resume D` with no other option: every option that
+ * decides the result, and the data file, as the checkpoint in D records
+ * them, into *o (the rest of *o, threads, quiet, profile, checkpoint_every,
+ * stays as the caller set it), and o->resume = dir.  The strings of *o then
+ * point into *keep: free it with mp_kv_free after the run (run/modelfile.h).
+ * MP_ERR_IO when D holds no checkpoint, MP_ERR_FORMAT for a damaged one.
+ */
+struct mp_kv;
+mp_status mp_train_opts_from_checkpoint(const char *dir, mp_train_opts *o, struct mp_kv **keep);
 void      mp_train_result_free(mp_train_result *res);
 
 #ifdef __cplusplus
