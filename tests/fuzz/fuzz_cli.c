@@ -24,11 +24,13 @@ int cli_predict(int argc, char **argv) { (void)argc, (void)argv; return 0; }
 int cli_eval(int argc, char **argv) { (void)argc, (void)argv; return 0; }
 int cli_bench(int argc, char **argv) { (void)argc, (void)argv; return 0; }
 int cli_hpopt(int argc, char **argv) { (void)argc, (void)argv; return 0; }
+int cli_fingerprint(int argc, char **argv) { (void)argc, (void)argv; return 0; }
 
 int mp_fuzz_cli(const uint8_t *data, size_t size)
 {
     static const char *const names[] = { "train", "predict", "eval", "featurize",
-                                          "split", "bench", "data", "hpopt" };
+                                          "split", "bench", "data", "hpopt",
+                                          "fingerprint" };
     if (size < 1 || size > 8192)
         return 0;
     const char *verb = names[data[0] % (sizeof names / sizeof names[0])];
