@@ -470,7 +470,7 @@ MP_TEST(robust_signal_data_fetch_sigint_removes_dest)
     pid_t pid = spawn(dir, log, argv);
     CHECK(pid > 0);
     int ok = write_rows(fd, "smiles,y", 20);   /* some bytes, never the end */
-    dir_prefix p = { dest, "esol.csv.gz.tmp" };
+    dir_prefix p = { dest, "esol.csv.gz.part" };
     ok = ok && wait_until(pid, has_prefixed, &p);
     int status = ok ? stop_with(pid, SIGINT) : -1;
     close(fd);

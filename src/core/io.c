@@ -157,6 +157,17 @@ static ssize_t sink_write(void *cookie, const char *buf, size_t n)
     return (ssize_t)done;
 }
 
+/* The stream's seek (a writer that goes back to fill in a header: .npy). */
+static int sink_seek(void *cookie, off64_t *pos, int whence)
+{
+    struct mp_afile_sink *s = cookie;
+    off64_t at = lseek64(s->fd, *pos, whence);
+    if (at < 0)
+        return -1;
+    *pos = at;
+    return 0;
+}
+
 static int sink_close(void *cookie)
 {
     struct mp_afile_sink *s = cookie;
@@ -208,7 +219,7 @@ mp_status mp_afile_open(mp_afile *f, const char *path)
     f->cleanup = mp_cleanup_add(f->tmp_path, 0);
     f->sink->fd = fd;
     f->fd = fd;
-    cookie_io_functions_t io = { .read = NULL, .write = sink_write, .seek = NULL,
+    cookie_io_functions_t io = { .read = NULL, .write = sink_write, .seek = sink_seek,
                                  .close = sink_close };
     f->fp = fopencookie(f->sink, "w", io);
     if (!f->fp) {

@@ -27,34 +27,6 @@
 /* Paths and small files                                                  */
 /* ===================================================================== */
 
-static mp_status make_dirs(const char *dir)
-{
-    char *p = mp_strdup(dir);
-    if (!p)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory");
-    mp_status st = MP_OK;
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        struct stat sb;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            st = mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", p, strerror(errno));
-            break;
-        }
-        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            st = mp_error_set(MP_ERR_IO, "%s is not a directory", p);
-            break;
-        }
-        *s = c;
-        if (!c)
-            break;
-    }
-    mp_free(p);
-    return st;
-}
-
 static char *join(const char *a, const char *sep, const char *b)
 {
     size_t na = strlen(a);
@@ -403,7 +375,8 @@ mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char
     const char *base = source && source->url && *source->url ? source->url : NULL;
     if (!dest_dir)
         dest_dir = "data";
-    mp_status st = make_dirs(dest_dir);
+    mp_made_dirs made;   /* undone when the fetch is stopped by a signal */
+    mp_status st = mp_mkdirs(dest_dir, &made);
     if (st)
         return st;
     char *target = join(dest_dir, "/", d->file), *src = NULL, *part = NULL, *archive = NULL,
@@ -535,6 +508,10 @@ mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char
     if (result)
         *result = from_mirror ? MP_FETCH_MIRROR : MP_FETCH_DOWNLOADED;
 done:
+    if (st == MP_ERR_INTERRUPTED)
+        mp_mkdirs_undo(&made);
+    else
+        mp_mkdirs_keep(&made);
     mp_free(target);
     mp_free(src);
     mp_free(part);
