@@ -293,7 +293,19 @@ static mp_status open_save_dir(train_run *r)
     const char *dir = r->o->save_dir;
     if (!dir)
         return MP_OK;
-    mp_status st = mp_mkdir(dir, &r->made_dir);
+    /* missing parents first ("runs/esol" from a fresh checkout); they stay */
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    mp_status st = MP_OK;
+    if (slash && slash != parent) {
+        *slash = '\0';
+        mp_made_dirs m;
+        if ((st = mp_mkdirs(parent, &m)))
+            return st;
+        mp_mkdirs_keep(&m);
+    }
+    st = mp_mkdir(dir, &r->made_dir);
     if (st == MP_OK && r->made_dir)
         r->dir_slot = mp_cleanup_add(dir, 1);
     return st;
