@@ -1013,7 +1013,8 @@ typedef struct {
 static void op_loss(mp_backend *b, int s, const void *arg)
 {
     const opt_arg *q = arg;
-    b->loss(b, S(q->loss), S(q->dy), S(q->y), S(q->tg), S(q->mask), q->n, q->tasks, q->kind);
+    mp_loss_spec sp = { q->kind, q->tasks, 0, 0, 0, 0, NULL, NULL, NULL };
+    b->loss(b, S(q->loss), S(q->dy), S(q->y), S(q->tg), S(q->mask), q->n, &sp);
 }
 
 static void op_adam(mp_backend *b, int s, const void *arg)
