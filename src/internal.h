@@ -8,6 +8,7 @@
 #define MP_INTERNAL_H
 
 #include "molprop.h"
+#include "api/options.h"
 #include "core/core.h"
 #include "core/progress.h"
 #include "data/csv.h"
@@ -21,7 +22,6 @@
 #include "models/schedule.h"
 #include "run/ensemble.h"
 #include "run/modelfile.h"
-#include "run/options.h"
 #include "run/predict.h"
 #include "run/trainer.h"
 

@@ -5,13 +5,13 @@
  * metrics.json, and the predictor (a model file applied to SMILES in
  * memory).  featurize and split are in verbs.c, bench in bench.c.
  */
-#include "run/api.h"
+#include "api/api.h"
 
+#include "api/options.h"
 #include "backend/ops.h"
 #include "data/metrics.h"
 #include "data/registry.h"
 #include "run/ensemble.h"
-#include "run/options.h"
 #include "run/predict.h"
 #include "run/trainer.h"
 

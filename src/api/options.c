@@ -5,7 +5,7 @@
  * config.c reads INI files and writes the JSON form; the command line maps
  * argv onto these functions and knows no option itself.
  */
-#include "run/options.h"
+#include "api/options.h"
 
 #include "backend/ops.h"
 #include "data/metrics.h"

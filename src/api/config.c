@@ -4,7 +4,7 @@
  * file:line in every message, and the JSON object of a resolved
  * configuration that metrics.json records under "config".
  */
-#include "run/options.h"
+#include "api/options.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -4,11 +4,11 @@
  * several seeds, and write one comparable table (the test score per run in
  * the dataset's paper metric, then mean and spread over seeds).
  */
-#include "run/api.h"
+#include "api/api.h"
 
+#include "api/options.h"
 #include "data/registry.h"
 #include "run/ensemble.h"
-#include "run/options.h"
 #include "run/trainer.h"
 
 #include <math.h>

@@ -4,13 +4,13 @@
  * reference dump, or the three set files of a Chemprop v1 split.  Invalid
  * rows are recorded in the summary (the caller reports them).
  */
-#include "run/api.h"
+#include "api/api.h"
 
+#include "api/options.h"
 #include "data/csv.h"
 #include "data/dataset.h"
 #include "data/split.h"
 #include "featurize/featurize.h"
-#include "run/options.h"
 
 #include <errno.h>
 #include <libgen.h>
