@@ -3,6 +3,8 @@
  */
 #include "run/predict.h"
 
+#include "models/heads.h"
+
 #include "data/csv.h"
 
 #include <math.h>
@@ -45,10 +47,28 @@ static mp_status predict_chunk(mp_ensemble *e, const chunk *c, const mp_featuriz
         return st;
     for (int32_t i = 0; i < c->n; i++)
         idx[i] = i;
-    st = mp_ensemble_predict(e, f, idx, c->n, 0, 0, PREDICT_BATCH_FOR(e), mean, std);
+    st = mp_ensemble_predict_values(e, f, idx, c->n, 0, 0, PREDICT_BATCH_FOR(e), mean, std);
     mp_features_free(f);
     return st;
 }
+
+/* The value a task's own column holds (heads.h): value 0, or for a
+ * multiclass head the most probable class; NaN for an invalid molecule. */
+static double point_value(const mp_ensemble *e, const double *v)
+{
+    if (!mp_head_is_multiclass(e->cfg.task))
+        return v[0];
+    int C = e->cfg.n_classes, best = 0;
+    if (isnan(v[0]))
+        return NAN;
+    for (int c = 1; c < C; c++)
+        best = v[c] > v[best] ? c : best;
+    return best;
+}
+
+/* The head's other values after the task columns: value k >= 1 (all C
+ * class probabilities of a multiclass head) of each task. */
+static int extra_first(const mp_ensemble *e) { return mp_head_is_multiclass(e->cfg.task) ? 0 : 1; }
 
 static void write_number(FILE *fp, double v)
 {
@@ -66,7 +86,7 @@ typedef struct {
     int                    out_open;
     size_t                 n_header, smiles_col;
     chunk                  c;
-    double                *mean, *std;    /* cap x n_tasks        */
+    double                *mean, *std;    /* cap x n_tasks x values (heads.h) */
     int32_t               *idx;           /* cap                  */
 } predict_run;
 
@@ -80,6 +100,15 @@ static void write_header(predict_run *p, const char *smiles_name)
         fputc(',', fp);
         mp_csv_write_field(fp, e->task_names[k]);
     }
+    const int V = mp_ensemble_n_values(e);
+    for (size_t k = 0; k < e->n_tasks; k++)
+        for (int j = extra_first(e); j < V; j++) {
+            char name[1024], vn[32];
+            snprintf(name, sizeof name, "%s_%s", e->task_names[k],
+                     mp_head_value_name(e->cfg.task, j, vn, sizeof vn));
+            fputc(',', fp);
+            mp_csv_write_field(fp, name);
+        }
     for (size_t k = 0; p->o->uncertainty && k < e->n_tasks; k++) {
         char name[1024];
         snprintf(name, sizeof name, "%s_std", e->task_names[k]);
@@ -114,8 +143,9 @@ static mp_status predict_open(predict_run *p)
     size_t t = p->e->n_tasks;
     p->c.smiles = mp_malloc(sizeof(char *) * (size_t)cap);
     p->c.line = mp_malloc(sizeof(size_t) * (size_t)cap);
-    p->mean = mp_malloc(sizeof(double) * (size_t)cap * t);
-    p->std = mp_malloc(sizeof(double) * (size_t)cap * t);
+    const size_t V = (size_t)mp_ensemble_n_values(p->e);
+    p->mean = mp_malloc(sizeof(double) * (size_t)cap * t * V);
+    p->std = mp_malloc(sizeof(double) * (size_t)cap * t * V);
     p->idx = mp_malloc(sizeof(int32_t) * (size_t)cap);
     if (!p->c.smiles || !p->c.line || !p->mean || !p->std || !p->idx)
         return mp_error_set(MP_ERR_NOMEM, "out of memory (chunk of %d rows)", cap);
@@ -133,25 +163,31 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
 {
     const mp_predict_opts *o = p->o;
     FILE *fp = p->out.fp;
-    size_t t = p->e->n_tasks;
+    size_t t = p->e->n_tasks, V = (size_t)mp_ensemble_n_values(p->e);
     mp_status st = predict_chunk(p->e, &p->c, fo, p->idx, p->mean, p->std);
     if (st)
         return st;
     for (int32_t i = 0; i < p->c.n; i++) {
         mp_csv_write_field(fp, p->c.smiles[i]);
-        if (isnan(p->mean[(size_t)i * t])) {
+        if (isnan(p->mean[(size_t)i * t * V])) {
             if (!o->quiet && p->stats->n_invalid < MAX_REPORTED_INVALID)
                 fprintf(stderr, "%s:%zu: invalid SMILES '%s': no prediction\n", o->data_path,
                         p->c.line[i], p->c.smiles[i]);
             p->stats->n_invalid++;
         }
+        const double *row = p->mean + (size_t)i * t * V;
         for (size_t k = 0; k < t; k++) {
             fputc(',', fp);
-            write_number(fp, p->mean[(size_t)i * t + k]);
+            write_number(fp, point_value(p->e, row + k * V));
         }
+        for (size_t k = 0; k < t; k++)
+            for (size_t j = (size_t)extra_first(p->e); j < V; j++) {
+                fputc(',', fp);
+                write_number(fp, row[k * V + j]);
+            }
         for (size_t k = 0; o->uncertainty && k < t; k++) {
             fputc(',', fp);
-            write_number(fp, p->std[(size_t)i * t + k]);
+            write_number(fp, p->std[((size_t)i * t + k) * V]);
         }
         fputc('\n', fp);
     }
