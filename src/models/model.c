@@ -626,14 +626,14 @@ mp_status mp_model_loss_backward_ex(mp_model *m, const float *targets, const flo
 mp_status mp_model_set_task_weights(mp_model *m, const float *w)
 {
     int T = m->cfg.n_tasks;
+    for (int t = 0; w && t < T; t++)   /* a refused call leaves the weights as they were */
+        if (!(w[t] >= 0 && isfinite(w[t])))
+            return mp_error_set(MP_ERR_ARG, "task weight %d is %g (must be finite and >= 0)", t,
+                                (double)w[t]);
     m->b->free(m->b, m->task_w);
     m->task_w = NULL;
     if (!w)
         return MP_OK;
-    for (int t = 0; t < T; t++)
-        if (!(w[t] >= 0 && isfinite(w[t])))
-            return mp_error_set(MP_ERR_ARG, "task weight %d is %g (must be finite and >= 0)", t,
-                                (double)w[t]);
     if (!(m->task_w = m->b->alloc(m->b, (size_t)T * m->esize)))
         return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %d task weights", T);
     return upload_floats(m, m->task_w, w, (size_t)T);

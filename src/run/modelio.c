@@ -63,9 +63,12 @@ static mp_status header_get_v2(const mp_kv *kv, const char *path, uint32_t versi
         if (mp_kv_get(kv, v2_keys[i]))
             return mp_error_set(MP_ERR_FORMAT, "%s: key '%s' in a model file of format version "
                                 "%u (it came with version 2)", path, v2_keys[i], version);
+    char why[512];
     c->loss = mp_head_default_loss(c->task);
-    if ((s = mp_kv_get(kv, "loss")) && (st = mp_loss_parse(s, c->task, &c->loss)))
-        return mp_error_set(MP_ERR_FORMAT, "%s: %s", path, mp_error_message());
+    if ((s = mp_kv_get(kv, "loss")) && (st = mp_loss_parse(s, c->task, &c->loss))) {
+        snprintf(why, sizeof why, "%s", mp_error_message());
+        return mp_error_set(MP_ERR_FORMAT, "%s: %s", path, why);
+    }
     c->n_classes = 0;
     if (mp_head_is_multiclass(c->task)) {
         if ((st = mp_kv_get_int(kv, "n_classes", 2, MP_LOSS_MAX_CLASSES, &v)))
@@ -88,8 +91,10 @@ static mp_status header_get_v2(const mp_kv *kv, const char *path, uint32_t versi
             return mp_error_set(MP_ERR_FORMAT, "%s: %s = %g (must be in [%g, %g])", path,
                                 reals[i].key, *reals[i].field, reals[i].lo, reals[i].hi);
     }
-    if ((s = mp_kv_get(kv, "activation")) && mp_act_parse(s, &c->activation))
-        return mp_error_set(MP_ERR_FORMAT, "%s: %s", path, mp_error_message());
+    if ((s = mp_kv_get(kv, "activation")) && mp_act_parse(s, &c->activation)) {
+        snprintf(why, sizeof why, "%s", mp_error_message());
+        return mp_error_set(MP_ERR_FORMAT, "%s: %s", path, why);
+    }
     struct { const char *key; int *field; } flags[] = {
         { "batch_norm", &c->batch_norm }, { "atom_messages", &c->atom_messages },
         { "undirected", &c->undirected },
