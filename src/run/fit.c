@@ -95,12 +95,14 @@ mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out)
     mp_backend *dev = c->e->backend;
     mp_model *m = c->e->members[k];
     int resident = o->resident < 0 ? !dev->host_memory : o->resident;
-    /* the resident slots carry no sample weights or inequality flags: the
-     * host source steps those runs (on any backend) */
-    if (c->batches.weights || c->batches.ineq) {
+    /* the resident slots carry no sample weights or inequality flags, and
+     * their padding molecules would enter batch norm's batch statistics:
+     * the host source steps those runs (on any backend) */
+    if (c->batches.weights || c->batches.ineq || c->e->cfg.batch_norm) {
         if (o->resident == 1)
-            return mp_error_set(MP_ERR_ARG, "--resident on: sample weights and inequality "
-                                "labels train with the host loop (--resident off or auto)");
+            return mp_error_set(MP_ERR_ARG, "--resident on: sample weights, inequality labels "
+                                "and batch norm train with the host loop (--resident off or "
+                                "auto)");
         resident = 0;
     }
     if (!resident)
