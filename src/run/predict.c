@@ -288,7 +288,11 @@ static mp_status match_columns(const mp_ensemble *e, const mp_dataset *d, const 
  * metric of that type. */
 static mp_status choose_metrics(const mp_ensemble *e, const char *metric, mp_eval_result *res)
 {
-    int is_cls = e->task == MP_TASK_CLASSIFICATION;
+    int is_cls = mp_head_is_binary(e->cfg.task);   /* value 0: the probability of 1 */
+    if (mp_head_is_multiclass(e->cfg.task))
+        return mp_error_set(MP_ERR_ARG, "eval of a %s model: not yet (its validation and test "
+                            "accuracy are in the training's metrics.json)",
+                            mp_task_type_name(e->task));
     if (metric) {
         mp_status st = mp_metric_parse(metric, &res->metrics[0]);
         if (st)
@@ -338,7 +342,7 @@ static mp_status eval_rows(mp_ensemble *e, const mp_dataset *d, const mp_feature
         goto done;
     for (int m = 0; m < res->n_metrics; m++) {
         size_t skipped;
-        if ((st = mp_metric_tasks(res->metrics[m], e->task == MP_TASK_CLASSIFICATION, pred,
+        if ((st = mp_metric_tasks(res->metrics[m], mp_head_is_binary(e->cfg.task), pred,
                                   target, nv, t, res->per_task + (size_t)m * t, why,
                                   &res->mean[m], &skipped)))
             goto done;
