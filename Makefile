@@ -205,9 +205,11 @@ $(BUILD)/bench/featurize_rate: bench/featurize_rate.c $(BUILD)/libmolprop.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
 
 # ---------------------------------------------------------------------
-# Install: bin/molprop, lib/libmolprop.{a,so}, include/molprop.h and
-# lib/pkgconfig/molprop.pc.  Libs.private lists what a static link needs
-# (pkg-config --static); the shared library records its own dependencies.
+# Install: bin/molprop, lib/libmolprop.{a,so}, include/molprop.h,
+# lib/pkgconfig/molprop.pc and share/molprop/datasets.tsv (the registry the
+# installed binary and library find beside themselves: data/registry.c).
+# Libs.private lists what a static link needs (pkg-config --static); the
+# shared library records its own dependencies.
 PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
 INCDIR  ?= $(PREFIX)/include
@@ -229,6 +231,8 @@ install: all $(BUILD)/molprop.pc
 	ln -sf libmolprop.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libmolprop.so
 	install -m 644 include/molprop.h $(DESTDIR)$(INCDIR)/molprop.h
 	install -m 644 $(BUILD)/molprop.pc $(DESTDIR)$(LIBDIR)/pkgconfig/molprop.pc
+	install -d $(DESTDIR)$(PREFIX)/share/molprop
+	install -m 644 data/datasets.tsv $(DESTDIR)$(PREFIX)/share/molprop/datasets.tsv
 
 # The example programs, against the shared library of this build.
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))

@@ -34,10 +34,13 @@
 
 #include <cuda_runtime.h>
 
+#include <execinfo.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -297,8 +300,23 @@ static double time_forward(mp_backend *b, mp_model *m, const mp_dev_batch *bt,
 /* Main                                                                   */
 /* ===================================================================== */
 
+/* A crash prints where it happened (binary+offset: addr2line -e on the
+ * unstripped build resolves them). */
+static void on_fatal(int sig)
+{
+    void *frames[48];
+    int n = backtrace(frames, 48);
+    static const char msg[] = "gpu_infer: fatal signal, backtrace:\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    backtrace_symbols_fd(frames, n, 2);
+    _exit(128 + sig);
+}
+
 int main(int argc, char **argv)
 {
+    signal(SIGSEGV, on_fatal);
+    signal(SIGBUS, on_fatal);
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* a crash keeps the lines before it */
     char why[256];
     if (!mp_backend_cuda_available(why, sizeof why))
         DIE("no GPU: %s", why);

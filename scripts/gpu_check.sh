@@ -1,7 +1,8 @@
 #!/bin/sh
 # gpu_check.sh - the restructuring's GPU checks in one device run, old and
 # new binaries side by side.  From the repository root on the GPU machine:
-#   sh scripts/gpu_check.sh [PARTS]     (default "tests sums bench")
+#   sh scripts/gpu_check.sh [PARTS]     (default "tests sums bench"; also "small":
+#   batch-50 inference, old and new interleaved, per op)
 # expects .dev/new/bundle.tgz (scripts/device_bundle.sh: bin, lib, data) and
 # .dev/old/bundle.tgz (bin only: the binaries of the commit before), writes
 # logs under $OUT (default /tmp/gpu-check).
@@ -12,7 +13,8 @@ mkdir -p "$OUT" /tmp/new /tmp/old
 tar -C /tmp/new -xzf .dev/new/bundle.tgz
 [ -f .dev/old/bundle.tgz ] && tar -C /tmp/old -xzf .dev/old/bundle.tgz
 export LD_LIBRARY_PATH=/tmp/new/lib MOLPROP_DATA_MIRROR=/tmp/new/data
-export MOLPROP_SHARED=/tmp/new/shared
+export MOLPROP_SHARED=/tmp/new/shared RDDATADIR=/tmp/new/data
+mkdir -p /tmp/new/shared && ln -sfn /tmp/new/data /tmp/new/shared/datasets
 part() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if part tests; then
@@ -51,6 +53,17 @@ if part bench; then
         for ds in qm9 hiv; do
             echo "-- gpu_predict $v $ds"
             /tmp/$v/bin/gpu_predict /tmp/new/data/$ds.csv.gz 50 4096 2>&1 | tail -6
+        done
+    done
+fi
+if part small; then
+    echo "== batch-50 inference, old / new / old / new (fp32)"
+    for round in 1 2; do
+        for v in old new; do
+            /tmp/$v/bin/gpu_infer --prec fp32 --n 65536 --ops 1 50 > "$OUT/infer50-$v-$round.log" 2>&1
+            echo "-- gpu_infer 50 $v round $round"; tail -40 "$OUT/infer50-$v-$round.log"
+            echo "-- gpu_predict qm9 50 $v round $round"
+            MOLPROP_PREDICT_BACKENDS=cuda:fp32,cuda:bf16 /tmp/$v/bin/gpu_predict /tmp/new/data/qm9.csv.gz 50 2>&1 | tail -2
         done
     done
 fi

@@ -21,13 +21,19 @@ if ! make -s --no-print-directory ${MOLPROP_MAKEVARS:-} PREFIX="$prefix" install
     echo "make install failed:"; cat "$tmp/install.log"; exit 1
 fi
 for f in bin/molprop lib/libmolprop.a lib/libmolprop.so lib/libmolprop.so.0 \
-         include/molprop.h lib/pkgconfig/molprop.pc; do
+         include/molprop.h lib/pkgconfig/molprop.pc share/molprop/datasets.tsv; do
     [ -e "$prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 "$prefix/bin/molprop" version > /dev/null || { echo "the installed molprop does not run"; exit 1; }
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 cd "$tmp"   # outside the tree: nothing of the checkout is on any path
+
+# The installed binary finds the installed registry (no data/ here).
+if ! (unset MOLPROP_REGISTRY; "$prefix/bin/molprop" data list > list.txt 2>&1) ||
+        ! grep -q '^esol' list.txt; then
+    echo "the installed molprop does not find share/molprop/datasets.tsv:"; cat list.txt; exit 1
+fi
 
 # The exports are the header's functions, no more, no fewer.
 grep -oE '\bmp_[a-z0-9_]+\(' "$prefix/include/molprop.h" | tr -d '(' | sort -u > declared.txt

@@ -151,7 +151,7 @@ static const int bench_split_values[] = { MP_SPLIT_SCAFFOLD_BALANCED, MP_SPLIT_R
       .help = "default: the column named 'smiles', else the first" }
 #define REGISTRY(S, f, what) \
     { "registry", MP_OPT_TEXT, NULL, .offset = AT(S, f), .arg = "FILE", \
-      .help = "the dataset registry" what "\n(unset: $MOLPROP_REGISTRY, else data/datasets.tsv)" }
+      .help = "the dataset registry" what "\n(unset: $MOLPROP_REGISTRY, else data/datasets.tsv,\nelse the installed share/molprop/datasets.tsv)" }
 
 static const mp_option_def train_table[] = {
     HEADING("data:"),

@@ -6,10 +6,13 @@
  * Which registry file and which sources are arguments: nothing here reads
  * the environment (the command line does, and passes them in).
  */
+#define _GNU_SOURCE   /* dladdr */
 #include "data/registry.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,14 +176,49 @@ static size_t split_tabs(char *s, char **f, size_t cap)
     }
 }
 
+/* The installed registry, <prefix>/share/molprop/datasets.tsv, where
+ * <prefix> is the directory above the one holding the binary or library this
+ * code is in (bin/molprop, lib/libmolprop.so): found at run time, so an
+ * installed tree can be moved.  0 with out[0] = 0 when there is none. */
+static int installed_registry(char *out, size_t n)
+{
+    char file[PATH_MAX];
+    Dl_info info;
+    out[0] = 0;
+    if (dladdr((void *)mp_registry_load, &info) && info.dli_fname && info.dli_fname[0] &&
+        strchr(info.dli_fname, '/') && realpath(info.dli_fname, file))
+        ;
+    else {   /* the main program (dladdr may give its argv[0]) */
+        ssize_t k = readlink("/proc/self/exe", file, sizeof file - 1);
+        if (k <= 0)
+            return 0;
+        file[k] = 0;
+    }
+    for (int up = 0; up < 2; up++) {   /* <prefix>/bin/molprop -> <prefix> */
+        char *slash = strrchr(file, '/');
+        if (!slash)
+            return 0;
+        *slash = 0;
+    }
+    if ((size_t)snprintf(out, n, "%s/share/molprop/datasets.tsv", file) >= n ||
+        access(out, R_OK) != 0) {
+        out[0] = 0;
+        return 0;
+    }
+    return 1;
+}
+
 mp_status mp_registry_load(mp_registry **out, const char *path)
 {
     *out = NULL;
     const char *hint = "";
+    char installed[PATH_MAX];
     if (!path || !*path) {
         path = MP_REGISTRY_DEFAULT;
-        hint = " (run molprop from its checkout, or name the registry file: --registry FILE "
-               "or MOLPROP_REGISTRY)";
+        if (access(path, R_OK) != 0 && installed_registry(installed, sizeof installed))
+            path = installed;
+        hint = " (run molprop from its checkout or install it, or name the registry file: "
+               "--registry FILE or MOLPROP_REGISTRY)";
     }
     mp_buf b = { 0 };
     mp_registry *reg = mp_calloc(1, sizeof *reg);
