@@ -167,6 +167,25 @@ MP_TEST(loss_values_match_closed_forms)
     }
     double mcc = (tp * tn - fp * fn) / sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn) + 1e-8);
     CHECK_NEAR(lb[0], 1 - mcc, 1e-12, 1e-12);
+    /* two tasks, task weights: the mean over tasks of tw (1 - MCC); the same
+     * labels in both columns give the same MCC */
+    double y2[8], t2[8], tw2[2] = { 0.5, 2.0 };
+    uint8_t m2[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+    for (int i = 0; i < 4; i++) {
+        y2[2 * i] = y2[2 * i + 1] = yb[i];
+        t2[2 * i] = t2[2 * i + 1] = tb[i];
+    }
+    double l2[1], d2[8];
+    mp_loss_spec s2 = { MP_LOSS_BINARY_MCC, 2, 0, 0, 0, 0, tw2, NULL, NULL };
+    b->loss(b, l2, d2, y2, t2, m2, 4, &s2);
+    CHECK_NEAR(l2[0], (0.5 + 2.0) * (1 - mcc) / 2, 1e-12, 1e-12);
+    /* an elementwise loss with task weights (2, 0): 2 l_0 over 2 labelled pairs */
+    double ym2[2] = { 0.3, 5.0 }, tm2[2] = { -0.5, 1.0 }, tw3[2] = { 2.0, 0.0 }, l3[1], d3[2];
+    uint8_t mm2[2] = { 1, 1 };
+    mp_loss_spec s3 = { MP_LOSS_MAE, 2, 0, 0, 0, 0, tw3, NULL, NULL };
+    b->loss(b, l3, d3, ym2, tm2, mm2, 1, &s3);
+    CHECK_NEAR(l3[0], 2 * 0.8 / 2, 1e-15, 0);
+    CHECK(d3[1] == 0);
     mp_backend_close(b);
 }
 

@@ -41,7 +41,7 @@ static double loss_mcc(mp_backend *b, void *dy, const void *y, const void *targe
 {
     const int T = s->n_tasks, C = s->n_classes;
     const int W = mp_loss_width(s->kind, C);
-    double sum = 0;
+    double sum = 0, tw_sum = 0;
     for (size_t i = 0; i < (size_t)n * row; i++)
         st(b, dy, i, 0);
     for (int t = 0; t < T; t++) {
@@ -88,8 +88,9 @@ static double loss_mcc(mp_backend *b, void *dy, const void *y, const void *targe
             mcc = mp_mcc_multiclass(pc, tc, C, correct, tot);
         }
         sum += tw * mcc;
+        tw_sum += tw;
     }
-    return 1 - sum / T;
+    return (tw_sum - sum) / T;   /* Chemprop v2: the mean over tasks of tw (1 - MCC) */
 }
 
 void mp_loss_host(mp_backend *b, void *loss, void *dy, const void *y, const void *target,

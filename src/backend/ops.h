@@ -132,8 +132,8 @@ enum { MP_INEQ_LT = 1, MP_INEQ_GT = 2 };
 /*
  * One call of the loss op.  The reduction is Chemprop's:
  *   sum over labelled (i, t) of l(i, t) w_i tw_t, divided by the number of
- *   labelled pairs (rmse: the square root of that; the mcc losses: 1 - the
- *   mean over tasks of tw_t MCC_t, each MCC_t over the batch's labelled rows
+ *   labelled pairs (rmse: the square root of that; the mcc losses: the mean
+ *   over tasks of tw_t (1 - MCC_t), each MCC_t over the batch's labelled rows
  *   weighted by w_i, Chemprop v2's soft (binary) and hard (multiclass) MCC).
  * w_i: sample_weight (NULL: 1), tw_t: task_weight (NULL: 1), both device
  * buffers of the element type; ineq [n x n_tasks] (NULL: none) for the

@@ -462,7 +462,7 @@ k_loss_mcc_binary(float *loss, float *dy, const float *y, const float *target,
     cnt[t] = k;
     block_sum(cnt, t);
     const unsigned long long count = cnt[0];
-    double mcc_sum = 0;
+    double mcc_sum = 0, tw_sum = 0;
     for (int task = 0; count && task < T; task++) {
         double a[4] = { 0, 0, 0, 0 };
         for (int32_t i = t; i < n; i += RED_THREADS) {
@@ -482,6 +482,7 @@ k_loss_mcc_binary(float *loss, float *dy, const float *y, const float *target,
         double d1, d0, mcc = mp_mcc_binary(s[0][0], s[1][0], s[2][0], s[3][0], &d1, &d0);
         double twt = tw ? tw[task] : 1.0;
         mcc_sum += twt * mcc;
+        tw_sum += twt;
         for (int32_t i = t; i < n; i += RED_THREADS) {
             size_t at = (size_t)i * T + task;
             if (!mask[at])
@@ -493,7 +494,7 @@ k_loss_mcc_binary(float *loss, float *dy, const float *y, const float *target,
         __syncthreads();
     }
     if (t == 0)
-        loss[0] = count ? (float)(1 - mcc_sum / T) : 0.0f;
+        loss[0] = count ? (float)((tw_sum - mcc_sum) / T) : 0.0f;
 }
 
 /* Chemprop v2's multiclass MCC: counts of argmax predictions, no gradient;
@@ -510,7 +511,8 @@ k_loss_mcc_multi(float *loss, float *dy, const float *y, const float *target,
     size_t count = 0;
     for (size_t i = 0; i < (size_t)n * T; i++)
         count += mask[i] != 0;
-    double sum = 0, v[MP_LOSS_MAX_CLASSES], pc[MP_LOSS_MAX_CLASSES], tc[MP_LOSS_MAX_CLASSES];
+    double sum = 0, tw_sum = 0;
+    double v[MP_LOSS_MAX_CLASSES], pc[MP_LOSS_MAX_CLASSES], tc[MP_LOSS_MAX_CLASSES];
     for (int task = 0; count && task < T; task++) {
         double correct = 0, tot = 0;
         for (int c = 0; c < C; c++)
@@ -529,8 +531,9 @@ k_loss_mcc_multi(float *loss, float *dy, const float *y, const float *target,
             tot += w;
         }
         sum += (tw ? tw[task] : 1.0) * mp_mcc_multiclass(pc, tc, C, correct, tot);
+        tw_sum += tw ? tw[task] : 1.0;
     }
-    loss[0] = count ? (float)(1 - sum / T) : 0.0f;
+    loss[0] = count ? (float)((tw_sum - sum) / T) : 0.0f;
 }
 
 void mp_cu_loss_ext(mp_backend *b, void *loss, void *dy, const void *y, const void *target,

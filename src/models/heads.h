@@ -40,6 +40,13 @@
  *
  * The point prediction a metric scores is value 0 of each task (the mean,
  * the probability of class 1), or all C values for the multiclass heads.
+ *
+ * Where the values reach the rest of molprop (for the uncertainty
+ * estimators and calibrators): mp_ensemble_predict_values (run/ensemble.h)
+ * gives every value of every task, the member mean [n x T x V] and the
+ * member spread; mp_ensemble_predict gives value 0 only.  `molprop predict`
+ * writes "<task>" (value 0; the most probable class for the multiclass
+ * heads) and then "<task>_<mp_head_value_name>" for the others.
  */
 #ifndef MP_HEADS_H
 #define MP_HEADS_H
