@@ -63,7 +63,7 @@ NVCCFLAGS := -O2 -std=c++17 -Iinclude -Isrc -DMP_HAVE_CUDA=1 \
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 endif
 
-MODULES  := core data graph featurize backend models run api bench
+MODULES  := core data graph featurize backend models run api bench hpopt
 LIB_C    := $(foreach m,$(MODULES),$(wildcard src/$(m)/*.c))
 LIB_CXX  := $(wildcard src/featurize/*.cpp)
 LIB_CU   := $(if $(filter 1,$(CUDA)),$(wildcard src/gpu/*.cu),)

@@ -257,6 +257,21 @@ mp_status mp_run_split(const mp_options *o, mp_summary **out);
  * writing it as TSV to "out" when set.  Summary: "n_runs". */
 mp_status mp_run_bench(const mp_options *o, FILE *table, mp_summary **out);
 
+/*
+ * Searches hyperparameters: trials of `train` with the options `base`
+ * (train options: the data, split, epochs ... every trial shares) and the
+ * values the search proposes for the options of the space file (hpopt
+ * option "space"), by random search or TPE.  Writes <out>/hpopt.json (the
+ * search's identity), <out>/trials.jsonl (a line per finished trial,
+ * appended as it finishes: a rerun with the same options continues where
+ * the last one stopped, and one with more "trials" goes on), <out>/best.ini
+ * (a [train] section for mp_options_read_config) and the trials' model
+ * directories under <out>/trials (option "keep").  Summary: numbers
+ * "best_trial", "best_val", "best_test", "trials", "failed"; texts
+ * "metric", "best_config", "trials_file".
+ */
+mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary **out);
+
 /* ===================================================================== */
 /* Predictor: a saved model applied to SMILES in memory                   */
 /* ===================================================================== */

@@ -57,13 +57,16 @@ if part bench; then
     done
 fi
 if part small; then
-    echo "== batch-50 inference, old / new / old / new (fp32)"
-    for round in 1 2; do
+    echo "== batch-50 inference, old and new interleaved (qm9, fp32 and bf16)"
+    for round in 1 2 3; do
         for v in old new; do
-            /tmp/$v/bin/gpu_infer --prec fp32 --n 65536 --ops 1 50 > "$OUT/infer50-$v-$round.log" 2>&1
-            echo "-- gpu_infer 50 $v round $round"; tail -40 "$OUT/infer50-$v-$round.log"
-            echo "-- gpu_predict qm9 50 $v round $round"
-            MOLPROP_PREDICT_BACKENDS=cuda:fp32,cuda:bf16 /tmp/$v/bin/gpu_predict /tmp/new/data/qm9.csv.gz 50 2>&1 | tail -2
+            printf -- "-- gpu_predict qm9 50 %s round %s: " $v $round
+            MOLPROP_PREDICT_BACKENDS=cuda:fp32,cuda:bf16 /tmp/$v/bin/gpu_predict \
+                /tmp/new/data/qm9.csv.gz 50 2>&1 | tail -2 | tr '\n' ' '; echo
         done
+    done
+    for v in new old; do
+        /tmp/$v/bin/gpu_infer --prec fp32 --n 65536 --ops 1 50 > "$OUT/infer50-$v.log" 2>&1
+        echo "-- gpu_infer 50 $v (exit $?)"; tail -30 "$OUT/infer50-$v.log"
     done
 fi

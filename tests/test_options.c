@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 static const char *const verbs[] = { "train", "predict", "eval", "featurize", "split",
-                                     "bench", "data" };
+                                     "bench", "data", "hpopt" };
 #define N_VERBS (sizeof verbs / sizeof verbs[0])
 
 static const char *tmp(const char *name)
@@ -40,7 +40,7 @@ static int write_text(const char *path, const char *text)
 
 MP_TEST(options_table_is_well_formed)
 {
-    CHECK_EQ_STR(mp_options_verbs(), "train, predict, eval, featurize, split, bench, data");
+    CHECK_EQ_STR(mp_options_verbs(), "train, predict, eval, featurize, split, bench, data, hpopt");
     for (size_t v = 0; v < N_VERBS; v++) {
         size_t n;
         const mp_option_def *d = mp_option_table(verbs[v], &n);
@@ -355,7 +355,7 @@ MP_TEST(options_read_config_errors_name_file_and_line)
           "bad.ini:4: threads expects an integer in [1, 1024] or auto, got '0'", MP_ERR_ARG },
         { "[predict]\nepochs = 3\n", "bad.ini:2: unknown key 'epochs' in [predict]", MP_ERR_ARG },
         { "[trian]\nepochs = 3\n", "bad.ini:2: unknown section [trian] (sections: train, "
-          "predict, eval, featurize, split, bench, data)", MP_ERR_ARG },
+          "predict, eval, featurize, split, bench, data, hpopt)", MP_ERR_ARG },
         { "epochs = 3\n", "bad.ini:1: 'epochs' is outside a section (start with [train])",
           MP_ERR_ARG },
         { "[train]\nepochs 3\n", "bad.ini:2: expected 'key = value', a [section] or a comment",

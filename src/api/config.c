@@ -19,9 +19,11 @@
 /* libinih's fgets-style reader, counting lines: the handler learns the line
  * it is called for (this build of libinih does not pass it). */
 typedef struct {
-    FILE *fp;
-    int   line;           /* the line being read, 1-based */
-    int   at_line_start;
+    FILE            *fp;
+    int              line;           /* the line being read, 1-based */
+    int              at_line_start;
+    mp_ini_entry_fn  fn;
+    void            *user;
 } line_reader;
 
 static char *read_line(char *str, int num, void *stream)
@@ -37,10 +39,35 @@ static char *read_line(char *str, int num, void *stream)
     return s;
 }
 
+static int entry(void *user, const char *section, const char *name, const char *value)
+{
+    line_reader *r = user;
+    return r->fn(r->user, r->line, section, name, value);
+}
+
+int mp_ini_parse(const char *path, mp_ini_entry_fn fn, void *user)
+{
+    line_reader r = { .at_line_start = 1, .fn = fn, .user = user };
+    if (!(r.fp = fopen(path, "r")))
+        return -1;
+    /* Our dialect: no continuation lines, ';' or '#' comments (inline ones
+     * after a blank), any line length, stop at the first error. */
+    ini_allow_multiline = 0;
+    ini_stop_on_first_error = 1;
+    ini_allow_inline_comments = 1;
+    ini_inline_comment_prefixes = (char *)";#";
+    ini_use_stack = 0;
+    ini_allow_realloc = 1;
+    ini_max_line = 1 << 20;
+    int rc = ini_parse_stream(read_line, &r, entry, &r);
+    int failed_read = ferror(r.fp);
+    fclose(r.fp);
+    return failed_read && rc >= 0 ? -3 : rc;
+}
+
 typedef struct {
     mp_options *o;
     const char *path;
-    line_reader rd;
     mp_status   st;
     char        msg[2048];
 } ini_ctx;
@@ -50,11 +77,12 @@ static int is_verb(const char *s)
     return mp_option_table(s, NULL) != NULL;
 }
 
-static int on_entry(void *user, const char *section, const char *name, const char *value)
+static int on_entry(void *user, int line, const char *section, const char *name,
+                    const char *value)
 {
     ini_ctx *c = user;
     char origin[1200];
-    snprintf(origin, sizeof origin, "%s:%d", c->path, c->rd.line);
+    snprintf(origin, sizeof origin, "%s:%d", c->path, line);
     mp_status st;
     if (!*section)
         st = mp_error_set(MP_ERR_ARG, "%s: '%s' is outside a section (start with [%s])", origin,
@@ -81,29 +109,17 @@ mp_status mp_options_read_config(mp_options *o, const char *path)
     memset(&c, 0, sizeof c);
     c.o = o;
     c.path = path;
-    c.rd.at_line_start = 1;
-    if (!(c.rd.fp = fopen(path, "r")))
+    int rc = mp_ini_parse(path, on_entry, &c);
+    if (rc == -1)
         return mp_error_set(MP_ERR_IO, "cannot open configuration file %s: %s", path,
                             strerror(errno));
-    /* Our dialect: no continuation lines, ';' or '#' comments (inline ones
-     * after a blank), any line length, stop at the first error. */
-    ini_allow_multiline = 0;
-    ini_stop_on_first_error = 1;
-    ini_allow_inline_comments = 1;
-    ini_inline_comment_prefixes = (char *)";#";
-    ini_use_stack = 0;
-    ini_allow_realloc = 1;
-    ini_max_line = 1 << 20;
-    int rc = ini_parse_stream(read_line, &c.rd, on_entry, &c);
-    int failed_read = ferror(c.rd.fp);
-    fclose(c.rd.fp);
-    if (rc == 0 && !failed_read)
+    if (rc == 0)
         return MP_OK;
     if (c.st)
         return mp_error_set(c.st, "%s", c.msg);
     if (rc == -2)
         return mp_error_set(MP_ERR_NOMEM, "%s: out of memory", path);
-    if (failed_read || rc < 0)
+    if (rc < 0)
         return mp_error_set(MP_ERR_IO, "cannot read configuration file %s", path);
     return mp_error_set(MP_ERR_FORMAT, "%s:%d: expected 'key = value', a [section] or a comment",
                         path, rc);

@@ -387,6 +387,39 @@ static const mp_option_def bench_table[] = {
     PRECISION,
 };
 
+static const int hp_method_values[] = { 0, 1 };   /* hpopt.h: MP_HP_RANDOM, MP_HP_TPE */
+static const int hp_objective_values[] = { 0 };
+static const int hp_keep_values[] = { MP_HP_KEEP_BEST, MP_HP_KEEP_ALL, MP_HP_KEEP_NONE };
+
+/* hpopt's own options; every other option of `molprop hpopt` is a train
+ * option, the base of every trial (src/cli/hpopt.c sorts them). */
+static const mp_option_def hpopt_table[] = {
+    { "space", MP_OPT_TEXT, "configs/hpopt/chemprop.ini", .offset = AT(mp_hpopt_args, space_path),
+      .arg = "F", .help = "the search space: train options and their ranges" },
+    { "trials", MP_OPT_INT, "20", 1, 100000, .offset = AT(mp_hpopt_args, trials), .arg = "N",
+      .help = "trials in all (a rerun with more continues the search)" },
+    { "method", MP_OPT_CHOICE, "tpe", .choices = "random|tpe", .values = hp_method_values,
+      .offset = AT(mp_hpopt_args, method), .arg = "M",
+      .help = "random | tpe (tree-structured Parzen estimator)" },
+    { "objective", MP_OPT_CHOICE, "val", .choices = "val", .values = hp_objective_values,
+      .offset = -1, .arg = "O",
+      .help = "the score compared: the validation score of the\ntrain options' metric" },
+    { "search-seed", MP_OPT_INT, "0", 0, 2147483647, .offset = AT(mp_hpopt_args, seed),
+      .arg = "N", .help = "seed of the proposals (--seed is the trials' split seed)",
+      .flags = MP_OPTF_U64 },
+    { "startup-trials", MP_OPT_INT, "10", 1, 100000, .offset = AT(mp_hpopt_args, startup),
+      .arg = "N", .help = "tpe: random trials before the first model" },
+    { "candidates", MP_OPT_INT, "24", 1, 100000, .offset = AT(mp_hpopt_args, candidates),
+      .arg = "N", .help = "tpe: draws scored per proposal" },
+    { "jobs", MP_OPT_INT, "1", 1, 256, .offset = AT(mp_hpopt_args, jobs), .arg = "N",
+      .help = "trials trained side by side (proposed together,\nfrom the same history)" },
+    { "keep", MP_OPT_CHOICE, "best", .choices = "best|all|none", .values = hp_keep_values,
+      .offset = AT(mp_hpopt_args, keep), .arg = "K",
+      .help = "trial models kept under OUT/trials: best | all | none" },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_hpopt_args, out_dir), .arg = "DIR",
+      .help = "trials.jsonl, best.ini and the trials' models", .flags = MP_OPTF_REQUIRED },
+};
+
 static const mp_option_def data_table[] = {
     { "dest", MP_OPT_TEXT, "data", .offset = AT(mp_data_args, dest), .arg = "DIR",
       .help = "where fetched files live (created if missing)" },
@@ -406,13 +439,13 @@ static const struct {
     TABLE("train", train_table),         TABLE("predict", predict_table),
     TABLE("eval", eval_table),           TABLE("featurize", featurize_table),
     TABLE("split", split_table),         TABLE("bench", bench_table),
-    TABLE("data", data_table),
+    TABLE("data", data_table),           TABLE("hpopt", hpopt_table),
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
 
 const char *mp_options_verbs(void)
 {
-    return "train, predict, eval, featurize, split, bench, data";
+    return "train, predict, eval, featurize, split, bench, data, hpopt";
 }
 
 const mp_option_def *mp_option_table(const char *verb, size_t *n)
@@ -523,6 +556,32 @@ const char *mp_options_missing(const mp_options *o)
     for (size_t i = 0; o && i < o->n; i++)
         if ((o->defs[i].flags & MP_OPTF_REQUIRED) && !o->text[i] && !o->defs[i].def)
             return o->defs[i].key;
+    return NULL;
+}
+
+mp_status mp_options_copy(mp_options **out, const mp_options *o)
+{
+    *out = NULL;
+    mp_options *c;
+    mp_status st = mp_options_create(&c, o ? o->verb : NULL);
+    if (st)
+        return st;
+    for (size_t i = 0; i < o->n; i++)
+        if (o->text[i] && !(c->text[i] = mp_strdup(o->text[i]))) {
+            mp_options_free(c);
+            return mp_error_set(MP_ERR_NOMEM, "out of memory");
+        }
+    *out = c;
+    return MP_OK;
+}
+
+const char *mp_options_set_at(const mp_options *o, size_t *i, const char **value)
+{
+    for (; o && *i < o->n; (*i)++)
+        if (o->defs[*i].key && o->text[*i]) {
+            *value = o->text[*i];
+            return o->defs[(*i)++].key;
+        }
     return NULL;
 }
 

@@ -109,6 +109,32 @@ typedef struct {
     const char *dest, *registry, *mirror, *url;
 } mp_data_args;
 
+enum { MP_HP_KEEP_BEST, MP_HP_KEEP_ALL, MP_HP_KEEP_NONE };
+
+typedef struct {
+    const char *space_path, *out_dir;
+    int         trials, method, startup, candidates, jobs, keep;
+    uint64_t    seed;
+} mp_hpopt_args;
+
+/*
+ * libinih over the file at `path` in molprop's INI dialect (';' and '#'
+ * comments, inline ones after a blank; no continuation lines; any line
+ * length; stop at the first error), fn called per entry with its line.
+ * Returns 0, the first failing line (> 0: fn returned 0 or a malformed
+ * line), -1 when the file cannot be opened (errno), -2 on no memory, -3 on
+ * a read error.  Not thread-safe (libinih's settings are globals).
+ */
+typedef int (*mp_ini_entry_fn)(void *user, int line, const char *section, const char *name,
+                               const char *value);
+int mp_ini_parse(const char *path, mp_ini_entry_fn fn, void *user);
+
+/* A copy of o (every value set in o set in the copy). */
+mp_status mp_options_copy(mp_options **out, const mp_options *o);
+/* The options set in o, one per call from *i (start at 0): the key, its
+ * text in *value; NULL after the last. */
+const char *mp_options_set_at(const mp_options *o, size_t *i, const char **value);
+
 #ifdef __cplusplus
 }
 #endif

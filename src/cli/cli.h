@@ -18,6 +18,7 @@ int cli_train(int argc, char **argv);
 int cli_predict(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_hpopt(int argc, char **argv);
 
 /* Prints "molprop <verb>: <message>\n" to stderr and returns 1. */
 int cli_fail(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -37,6 +38,11 @@ int cli_fail_status(const char *verb, mp_status st);
  */
 int cli_options(const char *verb, const char *usage, int argc, char **argv, mp_options **out,
                 char **pos, int *n_pos);
+/* The same for a verb that takes the options of several tables (hpopt: its
+ * own, then train's): out[k] gets table k's; a key goes to the first table
+ * that has it, --config files are read into each, --help lists them all. */
+int cli_options_sets(const char *verb, const char *usage, int argc, char **argv,
+                     const char *const *tables, int n, mp_options **out, char **pos, int *n_pos);
 
 /* Prints a run's invalid rows to stderr as "molprop <verb>: FILE:LINE:
  * invalid SMILES 'S'<sep>REASON<tail>", the first `max` of them, then how

@@ -21,6 +21,7 @@ static const struct {
     { "split",     cli_split,     "split a CSV into train/val/test files (random, scaffold_balanced, cv)" },
     { "data",      cli_data,      "list, fetch and verify the benchmark datasets" },
     { "bench",     cli_bench,     "train and compare models on the benchmark datasets" },
+    { "hpopt",     cli_hpopt,     "search hyperparameters (random or TPE) over train options" },
 };
 
 static void usage(FILE *fp)
@@ -78,24 +79,51 @@ static void print_help(const char *verb, const char *text, const mp_options *o)
     mp_free(list);
 }
 
-int cli_options(const char *verb, const char *text, int argc, char **argv, mp_options **out,
-                char **pos, int *n_pos)
+/* Which of the n option sets takes `key`: the first whose table has it, or
+ * -1. */
+static int owner(mp_options **o, int n, const char *key)
 {
-    *out = NULL;
+    for (int k = 0; k < n; k++)
+        if (mp_options_type(o[k], key) != MP_OPT_UNKNOWN)
+            return k;
+    return -1;
+}
+
+static void free_sets(mp_options **o, int n)
+{
+    for (int k = 0; k < n; k++) {
+        mp_options_free(o[k]);
+        o[k] = NULL;
+    }
+}
+
+int cli_options_sets(const char *verb, const char *text, int argc, char **argv,
+                     const char *const *tables, int n, mp_options **out, char **pos, int *n_pos)
+{
     if (n_pos)
         *n_pos = 0;
-    mp_options *o;
-    mp_status st = mp_options_create(&o, verb);
-    if (st)
+    mp_status st = MP_OK;
+    for (int k = 0; k < n; k++)
+        out[k] = NULL;
+    for (int k = 0; k < n && !st; k++)
+        st = mp_options_create(&out[k], tables[k]);
+    if (st) {
+        free_sets(out, n);
         return cli_fail_status(verb, st);
+    }
     /* First pass: --help, --config, and the shape of every argument. */
     const char *config[8];
     int n_config = 0;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            print_help(verb, text, o);
-            mp_options_free(o);
+            print_help(verb, text, out[0]);
+            for (int k = 1; k < n; k++) {
+                char *list = mp_options_help(out[k]);
+                printf("\n%s options:\n%s", tables[k], list ? list : "");
+                mp_free(list);
+            }
+            free_sets(out, n);
             return 2;
         }
         if (strncmp(s, "--", 2) != 0 || !s[2]) {
@@ -103,7 +131,7 @@ int cli_options(const char *verb, const char *text, int argc, char **argv, mp_op
                 pos[(*n_pos)++] = argv[i];
                 continue;
             }
-            mp_options_free(o);
+            free_sets(out, n);
             if (s[0] == '-')
                 return cli_fail(verb, "unknown option '%s' (see molprop %s --help)", s, verb);
             return cli_fail(verb, "unexpected argument '%s' (see molprop %s --help)", s, verb);
@@ -112,39 +140,42 @@ int cli_options(const char *verb, const char *text, int argc, char **argv, mp_op
         char key[128];
         size_t len = eq ? (size_t)(eq - s - 2) : strlen(s + 2);
         snprintf(key, sizeof key, "%.*s", (int)(len < sizeof key ? len : sizeof key - 1), s + 2);
-        int is_config = !strcmp(key, "config");
-        mp_option_type t = is_config ? MP_OPT_TEXT : mp_options_type(o, key);
+        int is_config = !strcmp(key, "config"), k = owner(out, n, key);
+        mp_option_type t = is_config ? MP_OPT_TEXT : k < 0 ? MP_OPT_UNKNOWN
+                                                           : mp_options_type(out[k], key);
         if (t == MP_OPT_UNKNOWN) {
-            mp_options_free(o);
+            free_sets(out, n);
             return cli_fail(verb, "unknown option '--%s' (see molprop %s --help)", key, verb);
         }
         if (t != MP_OPT_BOOL && !eq) {
             if (i + 1 >= argc) {
-                mp_options_free(o);
+                free_sets(out, n);
                 return cli_fail(verb, "--%s needs a value", key);
             }
             i++;
         }
         if (is_config && n_config == (int)(sizeof config / sizeof config[0])) {
-            mp_options_free(o);
+            free_sets(out, n);
             return cli_fail(verb, "more than %d --config files", n_config);
         }
         if (is_config)
             config[n_config++] = eq ? eq + 1 : argv[i];
     }
     /* Then the layers, each overriding the one before. */
-    for (size_t k = 0; k < sizeof env_defaults / sizeof env_defaults[0]; k++) {
-        const char *v = getenv(env_defaults[k].env);
-        if (strcmp(env_defaults[k].verb, verb) != 0 || !v || !*v)
-            continue;
-        char origin[64];
-        snprintf(origin, sizeof origin, "$%s", env_defaults[k].env);
-        if ((st = mp_options_set_from(o, env_defaults[k].key, v, origin)))
-            goto fail;
-    }
-    for (int k = 0; k < n_config; k++)   /* in order: a later file overrides */
-        if ((st = mp_options_read_config(o, config[k])))
-            goto fail;
+    for (int k = 0; k < n; k++)
+        for (size_t e = 0; e < sizeof env_defaults / sizeof env_defaults[0]; e++) {
+            const char *v = getenv(env_defaults[e].env);
+            if (strcmp(env_defaults[e].verb, tables[k]) != 0 || !v || !*v)
+                continue;
+            char origin[64];
+            snprintf(origin, sizeof origin, "$%s", env_defaults[e].env);
+            if ((st = mp_options_set_from(out[k], env_defaults[e].key, v, origin)))
+                goto fail;
+        }
+    for (int c = 0; c < n_config; c++)   /* in order: a later file overrides */
+        for (int k = 0; k < n; k++)
+            if ((st = mp_options_read_config(out[k], config[c])))
+                goto fail;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (strncmp(s, "--", 2) != 0)
@@ -153,18 +184,23 @@ int cli_options(const char *verb, const char *text, int argc, char **argv, mp_op
         char key[128];
         size_t len = eq ? (size_t)(eq - s - 2) : strlen(s + 2);
         snprintf(key, sizeof key, "%.*s", (int)(len < sizeof key ? len : sizeof key - 1), s + 2);
-        int is_config = !strcmp(key, "config");
+        int is_config = !strcmp(key, "config"), k = owner(out, n, key);
         const char *value = eq ? eq + 1 : NULL;
-        if ((is_config || mp_options_type(o, key) != MP_OPT_BOOL) && !eq)
+        if ((is_config || mp_options_type(out[k], key) != MP_OPT_BOOL) && !eq)
             value = argv[++i];
-        if (!is_config && (st = mp_options_set(o, key, value)))
+        if (!is_config && (st = mp_options_set(out[k], key, value)))
             goto fail;
     }
-    *out = o;
     return 0;
 fail:
-    mp_options_free(o);
+    free_sets(out, n);
     return cli_fail_status(verb, st);
+}
+
+int cli_options(const char *verb, const char *text, int argc, char **argv, mp_options **out,
+                char **pos, int *n_pos)
+{
+    return cli_options_sets(verb, text, argc, argv, &verb, 1, out, pos, n_pos);
 }
 
 void cli_report_invalid(const char *verb, const mp_summary *s, const char *file, size_t max,

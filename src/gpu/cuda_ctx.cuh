@@ -249,6 +249,19 @@ __device__ __forceinline__ bool d_keep(uint64_t key, uint64_t index, uint32_t th
 /* The context of a cuda backend, or NULL when b is not one (ops_cuda.cu). */
 gpu_ctx *mp_cu_ctx(const mp_backend *b);
 
+/*
+ * The capture gate (ops_cuda.cu), one per process: held by a thread from
+ * the start of a stream capture to its end, and around every call that
+ * synchronizes the device or may (cudaFree, cudaFreeHost, cudaMalloc,
+ * cudaHostAlloc, a backend's open and close with their cuBLAS handles,
+ * graph destruction).  Such a call from another thread (another run side
+ * by side, its own backend) would invalidate the capture, even in
+ * thread-local capture mode.  Recursive: the capturing thread may close
+ * its backend.
+ */
+void mp_cu_gate_enter(void);
+void mp_cu_gate_leave(void);
+
 /* Registration, called by mp_backend_cuda_open: dense_cuda.cu (gemm,
  * gemm_res_relu), rows_cuda.cu (copy2d, the elementwise and graph row ops),
  * reduce_cuda.cu (col_sum, the embed backwards, loss, adam, adam_sched,

@@ -24,10 +24,14 @@ extern "C" mp_status mp_cuda_graph_begin(mp_backend *b)
         return mp_error_set(MP_ERR_ARG, "mp_cuda_graph_begin: a capture is already running");
     if (!usable(c))
         return report(c);
-    /* Thread-local mode: other threads' CUDA calls do not break our capture,
-     * ours that cannot be captured do. */
-    if (!CUDA_OK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal)))
+    /* Thread-local mode: other threads' stream work does not break our
+     * capture, ours that cannot be captured does; the gate keeps other
+     * threads' device-synchronizing calls (cudaFree ...) out until the end. */
+    mp_cu_gate_enter();
+    if (!CUDA_OK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal))) {
+        mp_cu_gate_leave();
         return report(c);
+    }
     c->capturing = 1;
     return MP_OK;
 }
@@ -43,6 +47,7 @@ extern "C" mp_status mp_cuda_graph_end(mp_backend *b, mp_cuda_graph **out)
     c->capturing = 0;
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+    mp_cu_gate_leave();
     if (e != cudaSuccess || c->err != MP_OK) {
         if (graph)
             cudaGraphDestroy(graph);
@@ -83,9 +88,11 @@ extern "C" void mp_cuda_graph_free(mp_cuda_graph *g)
 {
     if (!g)
         return;
+    mp_cu_gate_enter();
     (void)cudaGraphExecDestroy(g->exec);
     (void)cudaGraphDestroy(g->graph);
     (void)cudaGetLastError();
+    mp_cu_gate_leave();
     mp_free(g);
 }
 

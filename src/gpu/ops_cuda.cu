@@ -19,6 +19,7 @@
 #include "gpu/cuda_ctx.cuh"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 /* A plain device copy in 16-byte units (cu_copy of aligned buffers). */
@@ -32,6 +33,26 @@ __global__ void k_copy16(uint4 *__restrict__ dst, const uint4 *__restrict__ src,
 /* Memory                                                                 */
 /* ===================================================================== */
 
+static pthread_mutex_t gate;
+static pthread_once_t gate_once = PTHREAD_ONCE_INIT;
+
+static void gate_init(void)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&gate, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+void mp_cu_gate_enter(void)
+{
+    pthread_once(&gate_once, gate_init);
+    pthread_mutex_lock(&gate);
+}
+
+void mp_cu_gate_leave(void) { pthread_mutex_unlock(&gate); }
+
 static void *cu_alloc(mp_backend *b, size_t bytes)
 {
     gpu_ctx *c = CTX(b);
@@ -42,7 +63,9 @@ static void *cu_alloc(mp_backend *b, size_t bytes)
     }
     void *p = NULL;
     /* 0 bytes still gives a distinct pointer: NULL means failure. */
+    mp_cu_gate_enter();
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    mp_cu_gate_leave();
     if (e == cudaSuccess)
         return p;
     (void)cudaGetLastError();                  /* an allocation failure is not sticky */
@@ -64,7 +87,9 @@ static void cu_free(mp_backend *b, void *p)
     gpu_ctx *c = CTX(b);
     if (!p || !NOT_CAPTURING(c, "b->free"))
         return;
+    mp_cu_gate_enter();
     CUDA_OK(c, cudaFree(p));
+    mp_cu_gate_leave();
 }
 
 static mp_status cu_upload(mp_backend *b, void *dst, const void *src, size_t bytes)
@@ -185,12 +210,14 @@ static void cu_close(mp_backend *b)
         return;
     gpu_ctx *c = CTX(b);
     if (c) {
+        mp_cu_gate_enter();
         if (c->capturing) {
             cudaGraph_t g = NULL;
             if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g)
                 cudaGraphDestroy(g);
             (void)cudaGetLastError();
             c->capturing = 0;
+            mp_cu_gate_leave();   /* the capture's hold (mp_cuda_graph_begin) */
         }
         /* the two streams drained, then everything made at open released
          * (cudaFree(NULL) is a no-op; the handles are checked) */
@@ -216,6 +243,7 @@ static void cu_close(mp_backend *b)
             if (streams[i])
                 (void)cudaStreamDestroy(streams[i]);
         (void)cudaGetLastError();
+        mp_cu_gate_leave();
         mp_free(c);
     }
     mp_free(b);
@@ -276,17 +304,22 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
              prop.totalGlobalMem / 1073741824.0, prop.l2CacheSize >> 20, drv / 1000,
              drv % 1000 / 10, rt / 1000, rt % 1000 / 10, mp_precision_name(prec));
 
-    if (!CUDA_OK(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
-        !CUDA_OK(c, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking)) ||
-        !CUDA_OK(c, cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) ||
-        !CUDA_OK(c, cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming)) ||
-        !BLAS_OK(c, cublasCreate(&c->blas)) ||
-        !BLAS_OK(c, cublasSetStream(c->blas, c->stream)) ||
-        !BLAS_OK(c, cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST)) ||
-        !BLAS_OK(c, cublasCreate(&c->blas2)) ||
-        !BLAS_OK(c, cublasSetStream(c->blas2, c->side)) ||
-        !BLAS_OK(c, cublasSetPointerMode(c->blas2, CUBLAS_POINTER_MODE_HOST)) ||
-        !BLAS_OK(c, cublasLtCreate(&c->lt)))
+    /* the handles, under the capture gate: cuBLAS allocates (and may
+     * synchronize) as it makes them */
+    mp_cu_gate_enter();
+    int made = CUDA_OK(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) &&
+               CUDA_OK(c, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking)) &&
+               CUDA_OK(c, cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) &&
+               CUDA_OK(c, cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming)) &&
+               BLAS_OK(c, cublasCreate(&c->blas)) &&
+               BLAS_OK(c, cublasSetStream(c->blas, c->stream)) &&
+               BLAS_OK(c, cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST)) &&
+               BLAS_OK(c, cublasCreate(&c->blas2)) &&
+               BLAS_OK(c, cublasSetStream(c->blas2, c->side)) &&
+               BLAS_OK(c, cublasSetPointerMode(c->blas2, CUBLAS_POINTER_MODE_HOST)) &&
+               BLAS_OK(c, cublasLtCreate(&c->lt));
+    mp_cu_gate_leave();
+    if (!made)
         return open_fail(b, MP_ERR_INTERNAL);
     c->lane_stream[0] = c->stream;
     c->lane_stream[1] = c->side;

@@ -28,7 +28,9 @@ static int fence_ok(gpu_ctx *c, int f, const char *what)
 static void *cu_host_alloc(mp_backend *b, size_t bytes)
 {
     void *p = NULL;
+    mp_cu_gate_enter();
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 16, cudaHostAllocDefault);
+    mp_cu_gate_leave();
     if (e == cudaSuccess)
         return p;
     (void)cudaGetLastError();               /* not sticky: the caller may fall back */
@@ -42,8 +44,11 @@ static void *cu_host_alloc(mp_backend *b, size_t bytes)
 static void cu_host_free(mp_backend *b, void *p)
 {
     gpu_ctx *c = mp_cu_ctx(b);
-    if (p && c)
+    if (p && c) {
+        mp_cu_gate_enter();
         CUDA_OK(c, cudaFreeHost(p));
+        mp_cu_gate_leave();
+    }
 }
 
 static void cu_upload_async(mp_backend *b, int lane, void *dst, const void *src, size_t bytes)
