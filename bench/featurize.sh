@@ -15,7 +15,7 @@
 set -e
 DATA=${1:-${MOLPROP_DATA_MIRROR:-../shared/datasets}}
 REP=${2:-3}
-make -s CUDA=0 bench >/dev/null
+make -s CUDA=0 build/bench/featurize_rate build/bench/parse_rate >/dev/null
 B=build/bench
 
 FIELD=${FIELD:-molecules_per_s}
