@@ -37,7 +37,7 @@ static inline const float *row_in(float *tmp, const void *x, mp_stype st, size_t
 {
     if (st == MP_ST_ELEM)
         return (const float *)x + i * (size_t)n;
-    mp_cpu_widen(tmp, (const uint16_t *)x + i * (size_t)n, (size_t)n);
+    bf16_widen(tmp, (const uint16_t *)x + i * (size_t)n, (size_t)n);
     return tmp;
 }
 
@@ -47,35 +47,41 @@ static inline void put(void *y, mp_stype st, size_t off, const float *v, size_t 
     if (st == MP_ST_ELEM)
         memcpy((float *)y + off, v, n * sizeof(float));
     else
-        mp_cpu_narrow((uint16_t *)y + off, v, n);
+        bf16_narrow((uint16_t *)y + off, v, n);
 }
 
 /* ===================================================================== */
 /* Elementwise                                                            */
 /* ===================================================================== */
 
+KERNEL static void copy2d_rows(void *dst, mp_stype dst_st, int ldd, const void *src,
+                               mp_stype src_st, int lds, size_t a, size_t z, int n_cols)
+{
+    float tmp[CHUNK];
+    for (size_t i = a; i < z; i++)
+        for (int c0 = 0; c0 < n_cols; c0 += CHUNK) {
+            int w = n_cols - c0 < CHUNK ? n_cols - c0 : CHUNK;
+            size_t so = i * (size_t)lds + c0;
+            const float *v;
+            if (src_st == MP_ST_ELEM) {
+                v = (const float *)src + so;
+            } else {
+                bf16_widen(tmp, (const uint16_t *)src + so, (size_t)w);
+                v = tmp;
+            }
+            put(dst, dst_st, i * (size_t)ldd + c0, v, (size_t)w);
+        }
+}
+
 void mp_cpu_bf16_copy2d(void *dst, mp_stype dst_st, int ldd, const void *src, mp_stype src_st,
                         int lds, int32_t n_rows, int n_cols)
 {
     int nt = threads_for((size_t)n_rows * n_cols);
     PARALLEL_RANGE((size_t)n_rows, 1,
-        float tmp[CHUNK];
-        for (size_t i = a; i < z; i++)
-            for (int c0 = 0; c0 < n_cols; c0 += CHUNK) {
-                int w = n_cols - c0 < CHUNK ? n_cols - c0 : CHUNK;
-                size_t so = i * (size_t)lds + c0;
-                const float *v;
-                if (src_st == MP_ST_ELEM) {
-                    v = (const float *)src + so;
-                } else {
-                    mp_cpu_widen(tmp, (const uint16_t *)src + so, (size_t)w);
-                    v = tmp;
-                }
-                put(dst, dst_st, i * (size_t)ldd + c0, v, (size_t)w);
-            });
+        copy2d_rows(dst, dst_st, ldd, src, src_st, lds, a, z, n_cols));
 }
 
-static void relu_dropout_range(void *y, const void *x, mp_stype st, size_t a, size_t z,
+KERNEL static void relu_dropout_range(void *y, const void *x, mp_stype st, size_t a, size_t z,
                                uint32_t thr, float scale, uint64_t key)
 {
     float t[CHUNK];
@@ -84,7 +90,7 @@ static void relu_dropout_range(void *y, const void *x, mp_stype st, size_t a, si
         if (st == MP_ST_ELEM)
             memcpy(t, (const float *)x + i0, n * sizeof(float));
         else
-            mp_cpu_widen(t, (const uint16_t *)x + i0, n);
+            bf16_widen(t, (const uint16_t *)x + i0, n);
         if (!thr) {
 #pragma omp simd
             for (size_t j = 0; j < n; j++)
@@ -108,7 +114,7 @@ void mp_cpu_bf16_relu_dropout(void *y, const void *x, mp_stype st, size_t n, dou
     PARALLEL_RANGE(n, 16, relu_dropout_range(y, x, st, a, z, thr, scale, key));
 }
 
-static void relu_back_range(float *dx, void *dxo, mp_stype dxo_st, const void *y,
+KERNEL static void relu_back_range(float *dx, void *dxo, mp_stype dxo_st, const void *y,
                             mp_stype y_st, const float *dy, size_t a, size_t z, float scale)
 {
     float t[CHUNK];
@@ -118,7 +124,7 @@ static void relu_back_range(float *dx, void *dxo, mp_stype dxo_st, const void *y
         if (y_st == MP_ST_ELEM) {
             yv = (const float *)y + i0;
         } else {
-            mp_cpu_widen(t, (const uint16_t *)y + i0, n);
+            bf16_widen(t, (const uint16_t *)y + i0, n);
             yv = t;
         }
 #pragma omp simd
@@ -143,6 +149,25 @@ void mp_cpu_bf16_relu_backward(void *dx, void *dxo, mp_stype dxo_st, const void 
 /* Graph ops                                                              */
 /* ===================================================================== */
 
+KERNEL static void edge_embed_rows(void *h0, void *m0, mp_stype st, const int32_t *edge_src,
+                                   const int8_t *bond_hot, const float *at, const float *wb,
+                                   size_t a, size_t z, int h)
+{
+    float o[h];
+    for (size_t e = a; e < z; e++) {
+        memcpy(o, at + (size_t)edge_src[e] * h, (size_t)h * sizeof(float));
+        const int8_t *bh = bond_hot + (e >> 1) * MP_BOND_MAX_HOT;
+        for (int q = 0; q < MP_BOND_MAX_HOT; q++)
+            if (bh[q] >= 0)
+                row_add(o, wb + (size_t)bh[q] * h, h);
+        put(h0, st, e * h, o, (size_t)h);
+        if (m0) {
+            row_relu_self(o, h);
+            put(m0, st, e * h, o, (size_t)h);
+        }
+    }
+}
+
 void mp_cpu_bf16_edge_embed(void *h0, void *m0, mp_stype st, const int32_t *edge_src,
                             const int8_t *bond_hot, const float *at, const float *wb,
                             int32_t n_edges, int h)
@@ -151,24 +176,12 @@ void mp_cpu_bf16_edge_embed(void *h0, void *m0, mp_stype st, const int32_t *edge
         return;
     int nt = threads_for((size_t)n_edges * h * 2);
     PARALLEL_RANGE((size_t)n_edges, 2,
-        float o[h];
-        for (size_t e = a; e < z; e++) {
-            memcpy(o, at + (size_t)edge_src[e] * h, (size_t)h * sizeof(float));
-            const int8_t *bh = bond_hot + (e >> 1) * MP_BOND_MAX_HOT;
-            for (int q = 0; q < MP_BOND_MAX_HOT; q++)
-                if (bh[q] >= 0)
-                    row_add(o, wb + (size_t)bh[q] * h, h);
-            put(h0, st, e * h, o, (size_t)h);
-            if (m0) {
-                row_relu_self(o, h);
-                put(m0, st, e * h, o, (size_t)h);
-            }
-        });
+        edge_embed_rows(h0, m0, st, edge_src, bond_hot, at, wb, a, z, h));
 }
 
 /* o = sum over the CSR segment of v of rows m[in_edge[k] ^ flip] (read
  * through max(., 0) when relu); t: a row of scratch. */
-static void seg_row(float *o, float *t, const int32_t *in_start, const int32_t *in_edge,
+static inline __attribute__((always_inline)) void seg_row(float *o, float *t, const int32_t *in_start, const int32_t *in_edge,
                     const void *m, mp_stype m_st, int32_t flip, int relu, size_t v, int h)
 {
     int32_t k0 = in_start[v], k1 = in_start[v + 1];
@@ -194,7 +207,7 @@ static void seg_row(float *o, float *t, const int32_t *in_start, const int32_t *
     }
 }
 
-static void seg_sums(float *s, const int32_t *in_start, const int32_t *in_edge, const void *m,
+KERNEL static void seg_sums(float *s, const int32_t *in_start, const int32_t *in_edge, const void *m,
                      mp_stype m_st, int32_t flip, int relu, size_t a, size_t z, int h)
 {
     float t[h];
@@ -204,7 +217,7 @@ static void seg_sums(float *s, const int32_t *in_start, const int32_t *in_edge, 
 
 /* For e in [a, z): g = s[end[e]] - M[e ^ 1] (M through max(., 0) when
  * relu); with y, g = y[e] > 0 ? g * scale : 0 and dh0[e] += g; out[e] = g. */
-static void edge_diffs(void *out, mp_stype out_st, const float *s, const int32_t *end,
+KERNEL static void edge_diffs(void *out, mp_stype out_st, const float *s, const int32_t *end,
                        const void *m, mp_stype m_st, int relu, const void *y, mp_stype y_st,
                        float scale, float *dh0, size_t a, size_t z, int h)
 {
@@ -271,6 +284,17 @@ void mp_cpu_bf16_message_backward(void *dz, mp_stype dz_st, float *dh0, float *d
                 scale, dh0, n_atoms, n_edges, h);
 }
 
+KERNEL static void atom_sum_rows(void *av, mp_stype a_st, const int32_t *in_start,
+                                 const int32_t *in_edge, const void *m, mp_stype m_st,
+                                 size_t a, size_t z, int h)
+{
+    float o[h], t[h];
+    for (size_t v = a; v < z; v++) {
+        seg_row(o, t, in_start, in_edge, m, m_st, 0, 0, v, h);
+        put(av, a_st, v * h, o, (size_t)h);
+    }
+}
+
 void mp_cpu_bf16_atom_sum(void *av, mp_stype a_st, const int32_t *in_start,
                           const int32_t *in_edge, const void *m, mp_stype m_st,
                           int32_t n_atoms, int h)
@@ -279,11 +303,22 @@ void mp_cpu_bf16_atom_sum(void *av, mp_stype a_st, const int32_t *in_start,
         return;
     int nt = threads_for((size_t)n_atoms * h * 2);
     PARALLEL_RANGE((size_t)n_atoms, 1,
-        float o[h], t[h];
-        for (size_t v = a; v < z; v++) {
-            seg_row(o, t, in_start, in_edge, m, m_st, 0, 0, v, h);
-            put(av, a_st, v * h, o, (size_t)h);
-        });
+        atom_sum_rows(av, a_st, in_start, in_edge, m, m_st, a, z, h));
+}
+
+KERNEL static void atom_sum_back_rows(float *dm, void *dmo, mp_stype dmo_st,
+                                      const int32_t *edge_dst, const float *da, const void *y,
+                                      mp_stype y_st, float scale, size_t a, size_t z, int h)
+{
+    float yt[h];
+    for (size_t e = a; e < z; e++) {
+        float *o = dm + e * h;
+        memcpy(o, da + (size_t)edge_dst[e] * h, (size_t)h * sizeof(float));
+        if (y)
+            row_mask(o, row_in(yt, y, y_st, e, h), scale, h);
+        if (dmo != dm)
+            put(dmo, dmo_st, e * h, o, (size_t)h);
+    }
 }
 
 void mp_cpu_bf16_atom_sum_backward(float *dm, void *dmo, mp_stype dmo_st,
@@ -295,14 +330,5 @@ void mp_cpu_bf16_atom_sum_backward(float *dm, void *dmo, mp_stype dmo_st,
     float scale = p > 0 && p < 1 ? (float)(1.0 / (1.0 - p)) : 1.0f;
     int nt = threads_for((size_t)n_edges * h);
     PARALLEL_RANGE((size_t)n_edges, 1,
-        float yt[h];
-        for (size_t e = a; e < z; e++) {
-            float *o = dm + e * h;
-            memcpy(o, da + (size_t)edge_dst[e] * h, (size_t)h * sizeof(float));
-            if (y) {
-                row_mask(o, row_in(yt, y, y_st, e, h), scale, h);
-            }
-            if (dmo != dm)
-                put(dmo, dmo_st, e * h, o, (size_t)h);
-        });
+        atom_sum_back_rows(dm, dmo, dmo_st, edge_dst, da, y, y_st, scale, a, z, h));
 }

@@ -44,22 +44,14 @@
 /* bf16 rows                                                              */
 /* ===================================================================== */
 
-void mp_cpu_widen(float *restrict dst, const uint16_t *restrict src, size_t n)
+KERNEL void mp_cpu_widen(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        float x;
-        memcpy(&x, &u, 4);
-        dst[i] = x;
-    }
+    bf16_widen(dst, src, n);
 }
 
-void mp_cpu_narrow(uint16_t *restrict dst, const float *restrict src, size_t n)
+KERNEL void mp_cpu_narrow(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
-#pragma omp simd
-    for (size_t i = 0; i < n; i++)
-        dst[i] = mp_bf16_round(src[i]);
+    bf16_narrow(dst, src, n);
 }
 
 /* ===================================================================== */

@@ -159,6 +159,31 @@ static inline void row_sub(float *restrict y, const float *restrict x, const flo
         y[j] = x[j] - r[j];
 }
 
+/* bf16 <-> float over n elements, inlined into the KERNEL loops so that
+ * they vectorize for the CPU at hand: widening is exact; narrowing rounds to
+ * nearest even and keeps a NaN a quiet NaN (mp_bf16_round's bits, written
+ * with integer ops only). */
+static inline void bf16_widen(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+static inline void bf16_narrow(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        uint32_t q = (u >> 16) | 0x40u;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+    }
+}
+
 /* Every storage type given to a cpu op is the element type (float). */
 #define CPU_ELEM(st) MP_ASSERT((st) == MP_ST_ELEM)
 
