@@ -227,6 +227,26 @@ out:
     return p;
 }
 
+/* Padding buffers per thread (two of them), kept for the process and grown
+ * when a product needs more: a padded tail would otherwise allocate (and
+ * the kernel zero) up to a megabyte per call.  Contents undefined. */
+static void *pad_buf[MAX_THREADS][2];
+static size_t pad_size[MAX_THREADS][2];
+
+static void *pad_get(int which, size_t bytes)
+{
+    int t = thread_id();
+    if (t >= MAX_THREADS)
+        return NULL;
+    if (bytes > pad_size[t][which]) {
+        free(pad_buf[t][which]);
+        size_t n = (bytes + 4095) & ~(size_t)4095;
+        pad_buf[t][which] = aligned_alloc(64, n);
+        pad_size[t][which] = pad_buf[t][which] ? n : 0;
+    }
+    return pad_buf[t][which];
+}
+
 /* Runs p on the given buffers on this thread.  Returns 0 on failure. */
 static int prim_run(prim *p, const void *a, const void *b, void *c)
 {
@@ -300,12 +320,14 @@ static int run_rows(const mp_gemm *g, int r0, int r, int relu, int prepare)
     prim *p = prim_get(&k);
     if (!p || prepare)
         return p != NULL;
-    uint16_t *ap = calloc((size_t)mp * g->k, 2);
-    char *cp = calloc((size_t)mp * g->n, cs);
+    uint16_t *ap = pad_get(0, (size_t)mp * g->k * 2);
+    char *cp = pad_get(1, (size_t)mp * g->n * cs);
     int ok = ap && cp;
     if (ok) {
         for (int i = 0; i < r; i++)
             memcpy(ap + (size_t)i * g->k, a + (size_t)i * g->lda, (size_t)g->k * 2);
+        /* the padding rows: zeros (their C rows are computed, then dropped) */
+        memset(ap + (size_t)r * g->k, 0, (size_t)(mp - r) * g->k * 2);
         if (g->beta != 0)
             for (int i = 0; i < r; i++)
                 memcpy(cp + (size_t)i * g->n * cs, c + (size_t)i * g->ldc * cs, (size_t)g->n * cs);
@@ -314,8 +336,6 @@ static int run_rows(const mp_gemm *g, int r0, int r, int relu, int prepare)
             for (int i = 0; i < r; i++)
                 memcpy(c + (size_t)i * g->ldc * cs, cp + (size_t)i * g->n * cs, (size_t)g->n * cs);
     }
-    free(ap);
-    free(cp);
     return ok;
 }
 
@@ -350,9 +370,12 @@ static int run_chunks(const mp_gemm *g, int r0, int r, int relu, int prepare)
             ok = p != NULL;
             continue;
         }
-        uint16_t *ap = calloc((size_t)kp * r, 2), *bp = calloc((size_t)kp * g->n, 2);
+        uint16_t *ap = pad_get(0, (size_t)kp * r * 2), *bp = pad_get(1, (size_t)kp * g->n * 2);
         ok = ap && bp;
         if (ok) {
+            /* the padding rows of k: zeros, so they add nothing */
+            memset(ap + (size_t)t * r, 0, (size_t)(kp - t) * r * 2);
+            memset(bp + (size_t)t * g->n, 0, (size_t)(kp - t) * g->n * 2);
             for (int i = 0; i < t; i++)
                 memcpy(ap + (size_t)i * r, a + (size_t)(k0 + i) * g->lda + r0, (size_t)r * 2);
             for (int i = 0; i < t; i++)
@@ -361,8 +384,6 @@ static int run_chunks(const mp_gemm *g, int r0, int r, int relu, int prepare)
                                                      : b[(size_t)(k0 + i) * g->ldb + j];
             ok = prim_run(p, ap, bp, c);
         }
-        free(ap);
-        free(bp);
     }
     return ok;
 }
