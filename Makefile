@@ -26,6 +26,10 @@ else
 CUDA     ?= 1
 endif
 
+# oneDNN (Debian's libdnnl-dev) for the cpu backend's bf16 products
+# (cpu:bf16, src/backend/cpu_dnnl.c); without it those run in fp32 sgemm.
+DNNL     ?= $(shell test -f /usr/include/oneapi/dnnl/dnnl.h && echo 1 || echo 0)
+
 SAN      ?= 0
 FUZZ     ?= 0
 ifeq ($(FUZZ),1)
@@ -45,7 +49,7 @@ OPT      ?= -O2 -g
 endif
 
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
-CPPFLAGS += -Iinclude -Isrc -isystem /usr/include/rdkit -DMP_HAVE_CUDA=$(CUDA)
+CPPFLAGS += -Iinclude -Isrc -isystem /usr/include/rdkit -DMP_HAVE_CUDA=$(CUDA) -DMP_HAVE_DNNL=$(DNNL)
 CFLAGS   += -std=gnu11 $(OPT) $(WARN) -fopenmp $(SANFLAGS) -MMD -MP
 CXXFLAGS += -std=c++17 $(OPT) $(WARN) -fopenmp $(SANFLAGS) -MMD -MP \
             -Wno-deprecated-declarations
@@ -61,6 +65,9 @@ RDKIT_LIBS := -lRDKitDescriptors -lRDKitPartialCharges -lRDKitFingerprints \
               -lRDKitChemTransforms -lRDKitSubstructMatch -lRDKitSmilesParse -lRDKitGraphMol \
               -lRDKitDataStructs -lRDKitRDGeometryLib -lRDKitRDGeneral
 LDLIBS   := $(RDKIT_LIBS) -lopenblas -lcsv -lz -lcjson -linih -lcrypto -lcurl -lm
+ifeq ($(DNNL),1)
+LDLIBS   += -ldnnl
+endif
 LDFLAGS  += -fopenmp $(SANFLAGS)
 
 ifeq ($(CUDA),1)

@@ -2,6 +2,10 @@
 # featurize.sh - featurization speed beside the bare RDKit SMILES-parse rate.
 #
 #   sh bench/featurize.sh [DATA_DIR] [REPEATS]
+#   OLD=DIR sh bench/featurize.sh ...   also DIR/featurize_rate (an older
+#                   build's bench programs) beside this one, same runs
+#   FIELD=molecules_per_cpu_s sh ...    molecules per CPU second (the per-core
+#                   rate, which a loaded machine's other jobs leave alone)
 #
 # Builds the bench programs (make bench), then runs each configuration
 # REPEATS times (default 3), alternating with its partner, on hiv and qm9
@@ -11,12 +15,13 @@
 set -e
 DATA=${1:-${MOLPROP_DATA_MIRROR:-../shared/datasets}}
 REP=${2:-3}
-make -s CUDA=0 bench >/dev/null
+make -s CUDA=0 build/bench/featurize_rate build/bench/parse_rate >/dev/null
 B=build/bench
 
-# rate CMD...: the molecules_per_s= field of one run
+FIELD=${FIELD:-molecules_per_s}
+# rate CMD...: the $FIELD= field of one run
 rate() {
-    "$@" | sed -n 's/.*molecules_per_s=\([0-9]*\).*/\1/p'
+    "$@" | sed -n "s/.* $FIELD=\([0-9]*\).*/\1/p"
 }
 
 # median of whitespace-separated numbers
@@ -40,7 +45,27 @@ pair() {
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "rates: $FIELD"
 echo
+if [ -n "${OLD:-}" ]; then
+    # old and new featurize, each beside the parse rate, alternating
+    echo "| dataset | threads | RDKit parse only | featurize, old ($OLD) | featurize, new | old / parse | new / parse | new / old |"
+    echo "|---|---|---|---|---|---|---|---|"
+    for ds in hiv qm9; do
+        p=""; a=""; b=""; i=0
+        while [ $i -lt "$REP" ]; do
+            p="$p $(rate $B/parse_rate $DATA/$ds.csv.gz 1)"
+            a="$a $(rate $OLD/featurize_rate $DATA/$ds.csv.gz --threads 1)"
+            b="$b $(rate $B/featurize_rate $DATA/$ds.csv.gz --threads 1)"
+            i=$((i + 1))
+        done
+        p=$(median $p); a=$(median $a); b=$(median $b)
+        echo "| $ds | 1 | $p | $a | $b | $(awk -v x=$a -v y=$p 'BEGIN{printf "%.1f%%", 100*x/y}') | $(awk -v x=$b -v y=$p 'BEGIN{printf "%.1f%%", 100*x/y}') | $(awk -v x=$b -v y=$a 'BEGIN{printf "%.3f", x/y}') |"
+    done
+    echo
+    echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    exit 0
+fi
 echo "| dataset | threads | RDKit parse only (mol/s) | molprop featurize (mol/s) | ratio |"
 echo "|---|---|---|---|---|"
 for ds in hiv qm9; do

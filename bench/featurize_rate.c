@@ -14,6 +14,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zlib.h>
 
 int main(int argc, char **argv)
@@ -70,9 +71,13 @@ int main(int argc, char **argv)
     if (!smiles)
         return 1;
     mp_features *f;
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
     double t0 = mp_time_now();
     mp_status st = mp_featurize(&f, (const char *const *)smiles, (int32_t)n, &o);
     double s = mp_time_now() - t0;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+    double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
     if (st) {
         fprintf(stderr, "%s\n", mp_error_message());
         return 1;
@@ -81,10 +86,10 @@ int main(int argc, char **argv)
     for (int32_t i = 0; i < f->g.n_mols; i++)
         valid += f->g.valid[i];
     printf("featurize_rate file=%s threads=%d morgan=%d descriptors=%d scaffolds=%d layout=%s "
-           "molecules=%zu valid=%d atoms=%d edges=%d seconds=%.3f molecules_per_s=%.0f\n",
+           "molecules=%zu valid=%d atoms=%d edges=%d seconds=%.3f molecules_per_s=%.0f cpu_seconds=%.3f molecules_per_cpu_s=%.0f\n",
            argv[1], o.n_threads, o.morgan, o.descriptors, o.scaffolds,
            mp_atom_layout_name(o.layout), n, (int)valid, (int)f->g.n_atoms, (int)f->g.n_edges, s,
-           (double)n / s);
+           (double)n / s, cpu, (double)n / cpu);
     long differ = 0;
     if (check && o.morgan) {
         static uint32_t ref[MP_MORGAN_BITS];

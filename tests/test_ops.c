@@ -335,7 +335,7 @@ MP_TEST(ops_backend_open_names)
     CHECK(mp_backend_open(&b, "cuda") == MP_ERR_NODEVICE && !b);
     CHECK(mp_backend_open(&b, "ref:fp16") == MP_ERR_ARG && !b);
     CHECK(strstr(mp_error_message(), "ref:bf16") != NULL);
-    CHECK(mp_backend_open(&b, "cpu:bf16") == MP_ERR_ARG && !b);
+    CHECK(mp_backend_open(&b, "cpu:tf32") == MP_ERR_ARG && !b);   /* bf16 opens (below) */
     static const struct {
         const char *name;
         mp_dtype    dtype;
@@ -343,7 +343,7 @@ MP_TEST(ops_backend_open_names)
     } ok[] = {
         { "cpu", MP_F32, MP_ST_ELEM },      { "ref", MP_F32, MP_ST_ELEM },
         { "ref64", MP_F64, MP_ST_ELEM },    { "ref:bf16", MP_F32, MP_ST_BF16 },
-        { "ref64:bf16", MP_F64, MP_ST_BF16 },
+        { "ref64:bf16", MP_F64, MP_ST_BF16 }, { "cpu:bf16", MP_F32, MP_ST_BF16 },
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         CHECK_OK(mp_backend_open(&b, ok[i].name));

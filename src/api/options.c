@@ -167,7 +167,7 @@ static const int missing_values[] = { 0, 1 };
       .help = "cpu | gpu" }
 #define PRECISION \
     { "precision", MP_OPT_TEXT, NULL, .offset = -1, .arg = "P", \
-      .help = "fp32 | tf32 | bf16 on the GPU (fp32 when unset)" }
+      .help = "fp32 | bf16 (cpu, gpu) | tf32 (gpu); fp32 when unset" }
 #define SMILES_COLUMN(S, f) \
     { "smiles-column", MP_OPT_TEXT, NULL, .offset = AT(S, f), .arg = "C", \
       .help = "default: the column named 'smiles', else the first" }

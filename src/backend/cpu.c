@@ -269,7 +269,7 @@ static void gemm_batch(int count, const mp_gemm *g)
         gemm_rows(&g[t[i].g], t[i].r0, t[i].r);
 }
 
-static void cpu_gemm(mp_backend *b, int count, const mp_gemm *g)
+void mp_cpu_gemm_f32(int count, const mp_gemm *g)
 {
     for (int i = 0; i < count; i++) {
         CPU_ELEM(g[i].a_st);
@@ -282,6 +282,17 @@ static void cpu_gemm(mp_backend *b, int count, const mp_gemm *g)
         gemm_one(g);
     else
         gemm_batch(count, g);
+}
+
+static void cpu_gemm(mp_backend *b, int count, const mp_gemm *g)
+{
+    int any16 = 0;
+    for (int i = 0; i < count; i++)
+        any16 |= g[i].a_st == MP_ST_BF16 || g[i].b_st == MP_ST_BF16 || g[i].c_st == MP_ST_BF16;
+    if (!any16)
+        mp_cpu_gemm_f32(count, g);
+    else
+        mp_cpu_gemm_bf16(count, g, 0);   /* cpu_dnnl.c (fp32 ones included) */
 }
 
 static void cpu_col_sum(mp_backend *b, void *dstv, const void *xv, int ldx,
@@ -298,8 +309,10 @@ static void cpu_col_sum(mp_backend *b, void *dstv, const void *xv, int ldx,
 static void cpu_copy2d(mp_backend *b, void *dstv, mp_stype dst_st, int ldd, const void *srcv,
                        mp_stype src_st, int lds, int32_t n_rows, int n_cols)
 {
-    CPU_ELEM(dst_st);
-    CPU_ELEM(src_st);
+    if (dst_st != MP_ST_ELEM || src_st != MP_ST_ELEM) {
+        mp_cpu_bf16_copy2d(dstv, dst_st, ldd, srcv, src_st, lds, n_rows, n_cols);
+        return;
+    }
     float *dst = dstv;
     const float *src = srcv;
     if (lds == 0) {   /* one row into every row (a bias): rows in parallel */
@@ -363,8 +376,10 @@ void mp_cpu_relu_dropout(float *y, const float *x, size_t n, double p, uint64_t 
 static void cpu_relu_dropout(mp_backend *b, void *y, const void *x, mp_stype st, size_t n,
                              double p, mp_key key)
 {
-    CPU_ELEM(st);
-    mp_cpu_relu_dropout(y, x, n, p, mp_key_value(key));
+    if (st != MP_ST_ELEM)
+        mp_cpu_bf16_relu_dropout(y, x, st, n, p, mp_key_value(key));
+    else
+        mp_cpu_relu_dropout(y, x, n, p, mp_key_value(key));
 }
 
 KERNEL static void relu_back_range(float *dx, const float *y, const float *dy, size_t a, size_t z,
@@ -388,7 +403,10 @@ static void cpu_relu_dropout_backward(mp_backend *b, void *dx, void *dxo, mp_sty
                                       const void *y, mp_stype y_st, const void *dy, size_t n,
                                       double p)
 {
-    CPU_ELEM(y_st);
+    if (y_st != MP_ST_ELEM || (dxo != dx && dxo_st != MP_ST_ELEM)) {
+        mp_cpu_bf16_relu_backward(dx, dxo, dxo_st, y, y_st, dy, n, p);
+        return;
+    }
     mp_cpu_relu_backward(dx, y, dy, n, p);
     if (dxo != dx) {
         CPU_ELEM(dxo_st);
@@ -424,10 +442,17 @@ static void cpu_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a,
                               const void *w, int ldw, mp_stype aw_st, const void *r, int ldr,
                               void *c, int ldc, mp_stype rc_st)
 {
-    CPU_ELEM(aw_st);
-    CPU_ELEM(rc_st);
     if (m <= 0 || n <= 0)
         return;
+    if (aw_st != MP_ST_ELEM || rc_st != MP_ST_ELEM) {
+        /* cpu:bf16: the residual and the ReLU in the product's epilogue
+         * (oneDNN's sum and relu post-ops: c rounded once) */
+        if (c != r)
+            cpu_copy2d(b, c, rc_st, ldc, r, rc_st, ldr, m, n);
+        mp_gemm g = { 0, 0, m, n, k, 1.0, 1.0, a, w, c, lda, ldw, ldc, aw_st, aw_st, rc_st };
+        mp_cpu_gemm_bf16(1, &g, 1);
+        return;
+    }
     if (c != r)
         cpu_copy2d(b, c, MP_ST_ELEM, ldc, r, MP_ST_ELEM, ldr, m, n);
     mp_gemm g = { 0, 0, m, n, k, 1.0, 1.0, a, w, c, lda, ldw, ldc, MP_ST_ELEM, MP_ST_ELEM,
@@ -545,14 +570,14 @@ static void cpu_step_end(mp_backend *b, int32_t *k_dev, void *losses, const void
 
 static void cpu_close(mp_backend *b) { mp_free(b); }
 
-mp_status mp_backend_cpu_open(mp_backend **out)
+static mp_status cpu_open_st(mp_backend **out, mp_stype act_st)
 {
     *out = NULL;
     pthread_once(&blas_once, blas_setup);
     mp_backend *b = mp_calloc(1, sizeof *b);
     if (!b)
         return mp_error_set(MP_ERR_NOMEM, "cpu backend: out of memory");
-    b->name = "cpu";
+    b->name = act_st == MP_ST_BF16 ? "cpu:bf16" : "cpu";
     b->dtype = MP_F32;
     b->esize = sizeof(float);
     b->host_memory = 1;
@@ -564,7 +589,7 @@ mp_status mp_backend_cpu_open(mp_backend **out)
     b->zero = cpu_zero;
     b->copy = cpu_copy;
     b->sync = cpu_sync;
-    b->act_st = MP_ST_ELEM;
+    b->act_st = act_st;
     b->gemm = cpu_gemm;
     b->gemm_res_relu = cpu_gemm_res_relu;
     b->copy2d = cpu_copy2d;
@@ -582,14 +607,24 @@ mp_status mp_backend_cpu_open(mp_backend **out)
     return MP_OK;
 }
 
-/* "cpu" (or "cpu:fp32"): the CPU computes in fp32 only. */
+mp_status mp_backend_cpu_open(mp_backend **out)
+{
+    return cpu_open_st(out, MP_ST_ELEM);
+}
+
+/* "cpu" (or "cpu:fp32"), or "cpu:bf16": the product operands, messages and
+ * their gradients stored in bf16, the products bf16 x bf16 with fp32
+ * accumulation (cpu_dnnl.c: on AMX / AVX-512 BF16 where the CPU has them,
+ * else in sgemm on the widened operands). */
 static mp_status cpu_open_name(mp_backend **out, const char *name)
 {
     *out = NULL;
     const char *prec = strchr(name, ':');
+    if (prec && strcmp(prec + 1, "bf16") == 0)
+        return cpu_open_st(out, MP_ST_BF16);
     if (prec && strcmp(prec + 1, "fp32") != 0)
-        return mp_error_set(MP_ERR_ARG, "the cpu backend computes in fp32 (got precision '%s'; "
-                            "tf32 and bf16 need the GPU)", prec + 1);
+        return mp_error_set(MP_ERR_ARG, "the cpu backend computes in fp32 or bf16 (got precision "
+                            "'%s'; tf32 needs the GPU)", prec + 1);
     return mp_backend_cpu_open(out);
 }
 
@@ -600,5 +635,6 @@ static int cpu_available(char *why, size_t n)
 }
 
 const mp_backend_provider mp_backend_cpu_provider = {
-    "cpu", "cpu", "OpenBLAS + OpenMP, fp32", cpu_open_name, cpu_available,
+    "cpu", "cpu[:fp32|bf16]", "OpenBLAS + OpenMP, fp32; bf16 products through oneDNN",
+    cpu_open_name, cpu_available,
 };

@@ -182,7 +182,10 @@ static void cpu_edge_embed(mp_backend *b, void *h0v, void *m0, mp_stype st,
                            const int32_t *edge_src, const int8_t *bond_hot, const void *av,
                            const void *wbv, int32_t n_edges, int h)
 {
-    CPU_ELEM(st);
+    if (st != MP_ST_ELEM) {
+        mp_cpu_bf16_edge_embed(h0v, m0, st, edge_src, bond_hot, av, wbv, n_edges, h);
+        return;
+    }
     float *h0 = h0v;
     const float *at = av, *wb = wbv;
     int nt = threads_for((size_t)n_edges * h * 2);
@@ -298,8 +301,10 @@ static void cpu_atom_sum(mp_backend *b, void *av, mp_stype a_st, const int32_t *
                          const int32_t *in_edge, const void *mv, mp_stype m_st, int32_t n_atoms,
                          int h)
 {
-    CPU_ELEM(a_st);
-    CPU_ELEM(m_st);
+    if (a_st != MP_ST_ELEM || m_st != MP_ST_ELEM) {
+        mp_cpu_bf16_atom_sum(av, a_st, in_start, in_edge, mv, m_st, n_atoms, h);
+        return;
+    }
     float *out = av;
     const float *m = mv;
     int nt = threads_for((size_t)n_atoms * h * 2);
@@ -359,8 +364,11 @@ static void cpu_message(mp_backend *b, void *msg, mp_stype msg_st, void *s,
                         const int32_t *edge_src, const void *m, mp_stype m_st, int relu_in,
                         int32_t n_atoms, int32_t n_edges, int h)
 {
-    CPU_ELEM(msg_st);
-    CPU_ELEM(m_st);
+    if (msg_st != MP_ST_ELEM || m_st != MP_ST_ELEM) {
+        mp_cpu_bf16_message(msg, msg_st, s, in_start, in_edge, edge_src, m, m_st, relu_in,
+                            n_atoms, n_edges, h);
+        return;
+    }
     message_both(msg, s, in_start, in_edge, edge_src, m, 0, relu_in != 0, n_atoms, n_edges, h);
 }
 
@@ -372,8 +380,11 @@ static void cpu_message_backward(mp_backend *b, void *dz, mp_stype dz_st, void *
                                  const void *y, mp_stype y_st, double p, int32_t n_atoms,
                                  int32_t n_edges, int h)
 {
-    CPU_ELEM(dz_st);
-    CPU_ELEM(dmsg_st);
+    if (dz_st != MP_ST_ELEM || dmsg_st != MP_ST_ELEM || (y && y_st != MP_ST_ELEM)) {
+        mp_cpu_bf16_message_backward(dz, dz_st, dh0, ds, in_start, in_edge, edge_dst, dmsg,
+                                     dmsg_st, y, y_st, p, n_atoms, n_edges, h);
+        return;
+    }
     message_both(dz, ds, in_start, in_edge, edge_dst, dmsg, 1, 0, n_atoms, n_edges, h);
     if (!y || n_edges <= 0 || h <= 0)
         return;
@@ -390,6 +401,10 @@ static void cpu_atom_sum_backward(mp_backend *b, void *dmv, void *dmo, mp_stype 
                                   const int32_t *edge_dst, const void *dav, const void *y,
                                   mp_stype y_st, double p, int32_t n_edges, int h)
 {
+    if ((y && y_st != MP_ST_ELEM) || (dmo != dmv && dmo_st != MP_ST_ELEM)) {
+        mp_cpu_bf16_atom_sum_backward(dmv, dmo, dmo_st, edge_dst, dav, y, y_st, p, n_edges, h);
+        return;
+    }
     float *dm = dmv;
     const float *da = dav;
     const size_t n = n_edges > 0 && h > 0 ? (size_t)n_edges * h : 0;

@@ -18,9 +18,13 @@
  *     thread count (each block is one deterministic sgemm call).  So there is
  *     one thread pool (ours), not two fighting over the cores.
  *
- * The cpu backend computes in fp32 only: an op asked for a bf16 operand
- * fails an assertion (CPU_ELEM), which the model never makes it do (the
- * backend reports act_st = MP_ST_ELEM).
+ * Storage.  "cpu" stores every operand in fp32 (act_st = MP_ST_ELEM) and
+ * runs the fp32 code, whose bits never change; "cpu:bf16" (act_st =
+ * MP_ST_BF16) gives the ops bf16 operands, which they hand to the bf16
+ * paths: cpu_bf16.c (the elementwise and graph ops, widening each bf16 value
+ * when read and rounding once when written) and cpu_dnnl.c (the products).
+ * An fp32 op asked for a bf16 operand it does not take fails an assertion
+ * (CPU_ELEM).
  */
 #ifndef MP_CPU_IMPL_H
 #define MP_CPU_IMPL_H
@@ -155,6 +159,31 @@ static inline void row_sub(float *restrict y, const float *restrict x, const flo
         y[j] = x[j] - r[j];
 }
 
+/* bf16 <-> float over n elements, inlined into the KERNEL loops so that
+ * they vectorize for the CPU at hand: widening is exact; narrowing rounds to
+ * nearest even and keeps a NaN a quiet NaN (mp_bf16_round's bits, written
+ * with integer ops only). */
+static inline void bf16_widen(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+static inline void bf16_narrow(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        uint32_t q = (u >> 16) | 0x40u;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+    }
+}
+
 /* Every storage type given to a cpu op is the element type (float). */
 #define CPU_ELEM(st) MP_ASSERT((st) == MP_ST_ELEM)
 
@@ -167,5 +196,45 @@ void mp_cpu_add(float *y, const float *x, size_t n);
 
 /* cpu_graph.c: sets the graph ops of the cpu backend. */
 void mp_cpu_graph_ops(mp_backend *b);
+
+/* cpu.c: gemm's contract (ops.h) for fp32 operands. */
+void mp_cpu_gemm_f32(int count, const mp_gemm *g);
+
+/* cpu_dnnl.c: gemm's contract for bf16 A and B (C fp32 or bf16), each C
+ * then through a ReLU when relu; bf16 <-> float rows; whether the products
+ * run on bf16 instructions (1) or in sgemm on widened operands (0); a line
+ * for logs. */
+void mp_cpu_gemm_bf16(int count, const mp_gemm *g, int relu);
+void mp_cpu_widen(float *restrict dst, const uint16_t *restrict src, size_t n);
+void mp_cpu_narrow(uint16_t *restrict dst, const float *restrict src, size_t n);
+int  mp_cpu_bf16_native(void);
+const char *mp_cpu_bf16_info(void);
+
+/* cpu_bf16.c: the ops that take storage types, for operands of any storage
+ * (the entry points cpu.c and cpu_graph.c hand a call to when one of its
+ * storage types is bf16); the arguments are the seam's. */
+void mp_cpu_bf16_copy2d(void *dst, mp_stype dst_st, int ldd, const void *src, mp_stype src_st,
+                        int lds, int32_t n_rows, int n_cols);
+void mp_cpu_bf16_relu_dropout(void *y, const void *x, mp_stype st, size_t n, double p,
+                              uint64_t key);
+void mp_cpu_bf16_relu_backward(void *dx, void *dxo, mp_stype dxo_st, const void *y,
+                               mp_stype y_st, const void *dy, size_t n, double p);
+void mp_cpu_bf16_edge_embed(void *h0, void *m0, mp_stype st, const int32_t *edge_src,
+                            const int8_t *bond_hot, const float *a, const float *wb,
+                            int32_t n_edges, int h);
+void mp_cpu_bf16_message(void *msg, mp_stype msg_st, float *s, const int32_t *in_start,
+                         const int32_t *in_edge, const int32_t *edge_src, const void *m,
+                         mp_stype m_st, int relu_in, int32_t n_atoms, int32_t n_edges, int h);
+void mp_cpu_bf16_message_backward(void *dz, mp_stype dz_st, float *dh0, float *ds,
+                                  const int32_t *in_start, const int32_t *in_edge,
+                                  const int32_t *edge_dst, const void *dmsg, mp_stype dmsg_st,
+                                  const void *y, mp_stype y_st, double p, int32_t n_atoms,
+                                  int32_t n_edges, int h);
+void mp_cpu_bf16_atom_sum(void *a, mp_stype a_st, const int32_t *in_start,
+                          const int32_t *in_edge, const void *m, mp_stype m_st,
+                          int32_t n_atoms, int h);
+void mp_cpu_bf16_atom_sum_backward(float *dm, void *dmo, mp_stype dmo_st,
+                                   const int32_t *edge_dst, const float *da, const void *y,
+                                   mp_stype y_st, double p, int32_t n_edges, int h);
 
 #endif /* MP_CPU_IMPL_H */

@@ -5,7 +5,8 @@
  *   model code (dmpnn.c, ffn.c, model.c)
  *        |  calls only through mp_backend's function pointers
  *        v
- *   cpu    (cpu.c, cpu_graph.c: OpenBLAS + OpenMP, float)     - the fast one
+ *   cpu    (cpu.c, cpu_graph.c: OpenBLAS + OpenMP, float;     - the fast one
+ *           cpu:bf16 adds cpu_bf16.c, cpu_dnnl.c: bf16 storage, oneDNN products)
  *   ref    (ref.c: plain loops, float or double; bf16 mode)   - the test oracle
  *   cuda   (src/gpu: cuBLAS(Lt) + our kernels, float; bf16 storage)
  *
@@ -24,9 +25,9 @@
  * (fp32 accumulation on cpu/cuda, double on ref): a bf16 operand is widened
  * exactly when read and rounded once when written.  Parameters, gradients
  * and the Adam moments are of the element type.  The backend reports which
- * storage the model should give its product operands (act_st below); the
- * cpu backend computes in fp32 only and refuses bf16 operands (an assertion:
- * the model never passes them there).
+ * storage the model should give its product operands (act_st below):
+ * "cpu" stores everything in fp32; "cpu:bf16" takes bf16 operands as the GPU
+ * does (its products bf16 x bf16 -> fp32 through oneDNN, see cpu_dnnl.c).
  *
  * Why a double backend: the finite-difference gradient checks of every op and
  * of both whole models run the *same* model code over the reference backend in
@@ -560,7 +561,8 @@ static inline void mp_adam_sched_entry(double lr, double beta1, double beta2, lo
  * GPU's bf16 is checked against, on any machine), "gpu" /
  * "gpu:fp32|tf32|bf16" (src/gpu; "cuda" is the same; without a usable GPU,
  * or in a CUDA=0 build, MP_ERR_NODEVICE with the reason).  NULL or "" is
- * "cpu".  MP_ERR_ARG names the known backends for an unknown name.  Close
+ * "cpu"; "cpu:fp32" is "cpu", "cpu:bf16" the cpu backend with bf16 storage
+ * (act_st).  MP_ERR_ARG names the known backends for an unknown name.  Close
  * with mp_backend_close.  The cpu backend uses mp_threads_get() threads and
  * sets OpenBLAS to one thread (it splits the products itself).  Its first
  * open may re-select OpenBLAS's kernels (cpu.c), which briefly sets an

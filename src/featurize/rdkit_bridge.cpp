@@ -77,6 +77,12 @@ std::once_flag g_once;
 RDKit::Descriptors::Properties *g_props;      /* process lifetime */
 std::vector<std::string> *g_desc_names;
 
+/* RDKit's average atomic weights by atomic number (the PeriodicTable
+ * singleton costs a lookup per call): Atom::getMass() of an atom without an
+ * isotope, and the reference of getConnectivityInvariants' delta mass. */
+const int N_WEIGHTS = 119;
+double g_weight[N_WEIGHTS];
+
 void init_once()
 {
     std::call_once(g_once, [] {
@@ -85,6 +91,9 @@ void init_once()
         auto *buf = new capture_buf;
         auto *os = new std::ostream(buf);
         rdErrorLog = std::make_shared<boost::logging::rdLogger>(os);
+        const RDKit::PeriodicTable *pt = RDKit::PeriodicTable::getTable();
+        for (int z = 0; z < N_WEIGHTS; z++)
+            g_weight[z] = pt->getAtomicWeight(z);
         g_props = new RDKit::Descriptors::Properties();
         g_desc_names = new std::vector<std::string>(g_props->getPropertyNames());
     });
@@ -130,7 +139,10 @@ RDKit::RWMol *parse_smiles(const char *smiles, std::string &err)
     std::unique_ptr<RDKit::RWMol> mol;
     tl_log.clear();
     try {
-        mol.reset(RDKit::SmilesToMol(std::string(smiles), params));
+        /* one string per thread, its capacity reused from molecule to molecule */
+        static thread_local std::string text;
+        text.assign(smiles);
+        mol.reset(RDKit::SmilesToMol(text, params));
     } catch (const std::exception &e) {
         err = e.what();
         if (err.empty())
@@ -183,15 +195,25 @@ bool grow(T *&p, int32_t &cap, int32_t n)
 
 /* Scratch of the Morgan fingerprint (see morgan_counts), reused. */
 struct morgan_ws {
+    /* filled by copy_graph's one pass over RDKit's atoms and bonds: */
+    std::vector<std::int32_t> nbr_start;         /* per atom: its slice of nbr_*  */
+    std::vector<std::uint32_t> nbr_atom, nbr_bond;
+    std::vector<std::int32_t> nbr_type;          /* RDKit's Bond::BondType value  */
+    std::vector<std::int32_t> h_nbrs;            /* per atom: hydrogen neighbours */
+    std::vector<std::int32_t> bond_rdtype;       /* per bond: Bond::BondType      */
+    std::vector<std::uint8_t> in_ring;           /* per atom: in any SSSR ring    */
     std::vector<std::uint32_t> inv, next;        /* per atom: this / next layer   */
     std::vector<std::uint64_t> env, env_next;    /* per atom: bonds of its environment, W words */
     std::vector<std::uint8_t> dead;
     std::vector<std::pair<std::int32_t, std::uint32_t>> nbrs;
     std::vector<std::pair<std::uint32_t, std::uint32_t>> cands;   /* (invariant, atom) */
     std::vector<std::uint32_t> order;
+    std::vector<std::uint64_t> cand_key;         /* env_key of each candidate's environment */
     std::vector<std::uint64_t> seen;             /* environments counted so far, W words each */
     std::vector<std::uint64_t> seen_key;
-    std::vector<std::uint16_t> touched;
+    std::vector<std::int32_t> seen_slot;         /* open addressing over seen_key: index + 1 */
+    std::uint64_t touched[MP_MORGAN_BITS / 64];  /* bits with a nonzero count */
+    std::int32_t n_touched;
     std::uint32_t count[MP_MORGAN_BITS];
 };
 
@@ -324,37 +346,87 @@ static uint8_t bond_type_code(Bond::BondType t)
     }
 }
 
-/* The graph part: plain numbers per atom and bond.  -1 on OOM. */
+/* Atom::getMass() without the PeriodicTable lookup for the common case. */
+static double atom_mass(const Atom *a)
+{
+    int z = a->getAtomicNum();
+    if (a->getIsotope() == 0 && z >= 0 && z < N_WEIGHTS)
+        return g_weight[z];
+    return a->getMass();
+}
+
+/*
+ * The graph part: plain numbers per atom and bond, in one pass over RDKit's
+ * atoms and one over its bonds, which also leave what the Morgan
+ * fingerprint needs in flat arrays of the context (the adjacency, bond
+ * types, hydrogen neighbours, ring membership: morgan_ws), so that
+ * morgan_counts never walks RDKit's graph again.  Every array is the
+ * context's, grown when a molecule needs more and otherwise reused: no
+ * allocation per molecule.  -1 on OOM.
+ */
 static int copy_graph(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
 {
     mp_rdk_mol *m = &ctx->mol;
+    morgan_ws &w = ctx->mw;
     int32_t na = (int32_t)mol.getNumAtoms(), nb = (int32_t)mol.getNumBonds();
     if (!reserve_atoms(ctx, na) || !reserve_bonds(ctx, nb))
         return -1;
     m->n_atoms = na;
     m->n_bonds = nb;
-    for (const Atom *a : mol.atoms()) {
-        int32_t i = (int32_t)a->getIdx();
-        m->atomic_num[i] = a->getAtomicNum();
-        m->total_degree[i] = (int32_t)a->getTotalDegree();
-        m->formal_charge[i] = a->getFormalCharge();
-        m->chiral_tag[i] = (int32_t)a->getChiralTag();
-        m->total_hs[i] = (int32_t)a->getTotalNumHs();
-        m->hybridization[i] = (int32_t)a->getHybridization();
-        m->aromatic[i] = a->getIsAromatic() ? 1 : 0;
-        m->mass[i] = a->getMass();
-    }
     const RDKit::RingInfo *ri = mol.getRingInfo();
     if (!ri->isInitialized())
         RDKit::MolOps::findSSSR(mol);
+    w.nbr_start.assign((size_t)na + 1, 0);
+    w.h_nbrs.assign((size_t)na, 0);
+    w.in_ring.resize((size_t)na);
+    w.bond_rdtype.resize((size_t)nb);
     for (const Bond *b : mol.bonds()) {
         int32_t k = (int32_t)b->getIdx();
-        m->bond_begin[k] = (int32_t)b->getBeginAtomIdx();
-        m->bond_end[k] = (int32_t)b->getEndAtomIdx();
-        m->bond_type[k] = bond_type_code(b->getBondType());
+        int32_t u = (int32_t)b->getBeginAtomIdx(), v = (int32_t)b->getEndAtomIdx();
+        Bond::BondType t = b->getBondType();
+        m->bond_begin[k] = u;
+        m->bond_end[k] = v;
+        m->bond_type[k] = bond_type_code(t);
         m->bond_conjugated[k] = b->getIsConjugated() ? 1 : 0;
         m->bond_in_ring[k] = ri->numBondRings(b->getIdx()) != 0;
         m->bond_stereo[k] = (uint8_t)b->getStereo();
+        w.bond_rdtype[k] = static_cast<std::int32_t>(t);
+        w.nbr_start[u + 1]++;
+        w.nbr_start[v + 1]++;
+    }
+    for (int32_t i = 0; i < na; i++)
+        w.nbr_start[i + 1] += w.nbr_start[i];
+    w.nbr_atom.resize((size_t)2 * nb);
+    w.nbr_bond.resize((size_t)2 * nb);
+    w.nbr_type.resize((size_t)2 * nb);
+    w.next.assign(w.nbr_start.begin(), w.nbr_start.end() - 1);   /* fill cursors */
+    for (int32_t k = 0; k < nb; k++) {
+        int32_t u = m->bond_begin[k], v = m->bond_end[k];
+        std::uint32_t cu = w.next[u]++, cv = w.next[v]++;
+        w.nbr_atom[cu] = (std::uint32_t)v;
+        w.nbr_atom[cv] = (std::uint32_t)u;
+        w.nbr_bond[cu] = w.nbr_bond[cv] = (std::uint32_t)k;
+        w.nbr_type[cu] = w.nbr_type[cv] = w.bond_rdtype[k];
+    }
+    for (const Atom *a : mol.atoms()) {
+        int32_t i = (int32_t)a->getIdx();
+        int z = a->getAtomicNum();
+        int32_t hs = (int32_t)a->getTotalNumHs();
+        m->atomic_num[i] = z;
+        /* Atom::getTotalDegree() is getTotalNumHs(false) + getDegree() */
+        m->total_degree[i] = hs + (w.nbr_start[i + 1] - w.nbr_start[i]);
+        m->formal_charge[i] = a->getFormalCharge();
+        m->chiral_tag[i] = (int32_t)a->getChiralTag();
+        m->total_hs[i] = hs;
+        m->hybridization[i] = (int32_t)a->getHybridization();
+        m->aromatic[i] = a->getIsAromatic() ? 1 : 0;
+        m->mass[i] = atom_mass(a);
+        w.in_ring[i] = ri->numAtomRings(a->getIdx()) != 0;
+    }
+    for (int32_t k = 0; k < nb; k++) {   /* hydrogens left as atoms */
+        int32_t u = m->bond_begin[k], v = m->bond_end[k];
+        w.h_nbrs[u] += m->atomic_num[v] == 1;
+        w.h_nbrs[v] += m->atomic_num[u] == 1;
     }
     return 0;
 }
@@ -382,8 +454,10 @@ static int copy_graph(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
 static void morgan_add(morgan_ws &w, std::uint32_t invariant)
 {
     std::uint32_t bit = invariant % MP_MORGAN_BITS;
-    if (w.count[bit]++ == 0)
-        w.touched.push_back((std::uint16_t)bit);
+    if (w.count[bit]++ == 0) {
+        w.touched[bit >> 6] |= std::uint64_t(1) << (bit & 63);
+        w.n_touched++;
+    }
 }
 
 static std::uint64_t env_key(const std::uint64_t *e, size_t W)
@@ -394,11 +468,23 @@ static std::uint64_t env_key(const std::uint64_t *e, size_t W)
     return k;
 }
 
-static bool env_seen(const morgan_ws &w, const std::uint64_t *e, std::uint64_t key, size_t W)
+/* Whether environment e (key = env_key(e)) was counted already; if not, it
+ * is recorded as counted.  A hash set (seen_slot, sized per molecule for
+ * at most 2 entries per atom, at most half full) over the counted ones. */
+static bool env_seen_add(morgan_ws &w, const std::uint64_t *e, std::uint64_t key, size_t W)
 {
-    for (size_t s = 0; s < w.seen_key.size(); s++)
-        if (w.seen_key[s] == key && std::memcmp(&w.seen[s * W], e, W * sizeof *e) == 0)
+    const size_t mask = w.seen_slot.size() - 1;
+    size_t h = (size_t)(key ^ (key >> 29)) & mask;
+    for (;; h = (h + 1) & mask) {
+        std::int32_t s = w.seen_slot[h];
+        if (s == 0)
+            break;
+        if (w.seen_key[s - 1] == key && std::memcmp(&w.seen[(size_t)(s - 1) * W], e, W * sizeof *e) == 0)
             return true;
+    }
+    w.seen.insert(w.seen.end(), e, e + W);
+    w.seen_key.push_back(key);
+    w.seen_slot[h] = (std::int32_t)w.seen_key.size();
     return false;
 }
 
@@ -407,17 +493,37 @@ static int morgan_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
     morgan_ws &w = ctx->mw;
     const unsigned n = mol.getNumAtoms(), nb = mol.getNumBonds();
     const size_t W = nb ? (nb + 63) / 64 : 1;
+    /* RDKit's getConnectivityInvariants(mol, inv, includeRingMembership =
+     * true), from copy_graph's numbers: the hash (gboost::hash_range, as its
+     * std::vector hasher) of (atomic number, total degree, getTotalNumHs(true)
+     * = Hs + hydrogen neighbours, formal charge, (int)(mass - average
+     * weight), then 1 when the atom is in a ring). */
+    const mp_rdk_mol *cm = &ctx->mol;
     w.inv.resize(n);
-    RDKit::MorganFingerprints::getConnectivityInvariants(mol, w.inv, true);
-    w.touched.clear();
+    for (unsigned i = 0; i < n; i++) {
+        int z = cm->atomic_num[i];
+        double avg = z >= 0 && z < N_WEIGHTS ? g_weight[z]
+                                             : RDKit::PeriodicTable::getTable()->getAtomicWeight(z);
+        std::uint32_t c[6] = { (std::uint32_t)z, (std::uint32_t)cm->total_degree[i],
+                               (std::uint32_t)(cm->total_hs[i] + w.h_nbrs[i]),
+                               (std::uint32_t)cm->formal_charge[i],
+                               (std::uint32_t)static_cast<int>(cm->mass[i] - avg), 1u };
+        w.inv[i] = (std::uint32_t)gboost::hash_range(c, c + (w.in_ring[i] ? 6 : 5));
+    }
+    std::memset(w.touched, 0, sizeof w.touched);
+    w.n_touched = 0;
     for (unsigned i = 0; i < n; i++)
         morgan_add(w, w.inv[i]);
     w.env.assign((size_t)n * W, 0);
     w.dead.assign(n, 0);
     for (unsigned i = 0; i < n; i++)
-        w.dead[i] = mol.getAtomWithIdx(i)->getDegree() == 0;
+        w.dead[i] = w.nbr_start[i + 1] == w.nbr_start[i];
     w.seen.clear();
     w.seen_key.clear();
+    size_t slots = 16;
+    while (slots < 4 * (size_t)n)
+        slots *= 2;
+    w.seen_slot.assign(slots, 0);
     for (unsigned layer = 0; layer < 2; layer++) {
         w.env_next = w.env;
         w.next.assign(n, 0);
@@ -425,16 +531,15 @@ static int morgan_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
         for (unsigned i = 0; i < n; i++) {
             if (w.dead[i])
                 continue;
-            const Atom *a = mol.getAtomWithIdx(i);
             std::uint64_t *e = &w.env_next[(size_t)i * W];
             w.nbrs.clear();
-            for (const Bond *b : mol.atomBonds(a)) {
-                unsigned bi = b->getIdx(), j = b->getOtherAtomIdx(i);
+            for (std::int32_t q = w.nbr_start[i]; q < w.nbr_start[i + 1]; q++) {
+                unsigned bi = w.nbr_bond[q], j = w.nbr_atom[q];
                 e[bi >> 6] |= std::uint64_t(1) << (bi & 63);
                 const std::uint64_t *ej = &w.env[(size_t)j * W];
                 for (size_t k = 0; k < W; k++)
                     e[k] |= ej[k];
-                w.nbrs.emplace_back(static_cast<std::int32_t>(b->getBondType()), w.inv[j]);
+                w.nbrs.emplace_back(w.nbr_type[q], w.inv[j]);
             }
             std::sort(w.nbrs.begin(), w.nbrs.end());
             std::hash_result_t invar = layer;
@@ -451,7 +556,15 @@ static int morgan_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
             w.order[c] = (std::uint32_t)c;
         const std::uint64_t *envs = w.env_next.data();
         const auto &cands = w.cands;
+        /* by the environment's key first (one compare, not a memcmp, in
+         * almost every case); equal keys by the environment itself */
+        w.cand_key.resize(cands.size());
+        for (size_t c = 0; c < cands.size(); c++)
+            w.cand_key[c] = env_key(envs + (size_t)cands[c].second * W, W);
+        const auto &ck = w.cand_key;
         std::sort(w.order.begin(), w.order.end(), [&](std::uint32_t x, std::uint32_t y) {
+            if (ck[x] != ck[y])
+                return ck[x] < ck[y];
             int c = std::memcmp(envs + (size_t)cands[x].second * W,
                                 envs + (size_t)cands[y].second * W, W * sizeof *envs);
             return c != 0 ? c < 0 : cands[x] < cands[y];
@@ -459,31 +572,31 @@ static int morgan_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
         for (std::uint32_t c : w.order) {
             unsigned atom = cands[c].second;
             const std::uint64_t *e = envs + (size_t)atom * W;
-            std::uint64_t key = env_key(e, W);
-            if (env_seen(w, e, key, W)) {
+            std::uint64_t key = ck[c];
+            if (env_seen_add(w, e, key, W)) {
                 w.dead[atom] = 1;
                 continue;
             }
             morgan_add(w, cands[c].first);
-            w.seen.insert(w.seen.end(), e, e + W);
-            w.seen_key.push_back(key);
         }
         w.inv.swap(w.next);
         w.env.swap(w.env_next);
     }
     mp_rdk_mol *m = &ctx->mol;
-    if (!reserve_morgan(ctx, (int32_t)w.touched.size()))
-        return -1;
-    std::sort(w.touched.begin(), w.touched.end());
+    bool ok = reserve_morgan(ctx, w.n_touched);
     int32_t j = 0;
-    for (std::uint16_t bit : w.touched) {
-        m->morgan_bit[j] = bit;
-        m->morgan_count[j] = w.count[bit];
-        w.count[bit] = 0;
-        j++;
-    }
+    for (int q = 0; q < MP_MORGAN_BITS / 64; q++)   /* ascending bits; counts back to 0 */
+        for (std::uint64_t x = w.touched[q]; x; x &= x - 1) {
+            unsigned bit = (unsigned)q * 64 + (unsigned)__builtin_ctzll(x);
+            if (ok) {
+                m->morgan_bit[j] = (std::uint16_t)bit;
+                m->morgan_count[j] = w.count[bit];
+                j++;
+            }
+            w.count[bit] = 0;
+        }
     m->n_morgan = j;
-    return 0;
+    return ok ? 0 : -1;
 }
 
 static void copy_scaffold(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
