@@ -51,14 +51,10 @@ static mp_status check_out_dir(const char *out)
 
 mp_status mp_run_featurize(const mp_options *o, mp_summary **out)
 {
-    if (out)
-        *out = NULL;
-    mp_status st = mp_run_check(o, "featurize");
-    if (st)
-        return st;
     mp_featurize_args a;
     memset(&a, 0, sizeof a);
-    if ((st = mp_options_apply(o, &a)))
+    mp_status st = mp_run_start(o, "featurize", &a, NULL, 0, out);
+    if (st)
         return st;
     if (!a.out_path && !a.dump_dir)
         return mp_error_set(MP_ERR_ARG, "nothing to write: give --out FILE.mpf and/or --dump DIR");
@@ -124,11 +120,7 @@ done:
     mp_features_dump_abort(dump);
     mp_features_free(f);
     mp_dataset_free(d);
-    if (st)
-        mp_summary_free(s);
-    else
-        mp_summary_hand_over(s, out);
-    return st;
+    return mp_summary_finish(st, s, out);
 }
 
 /* ===================================================================== */
@@ -200,15 +192,11 @@ done:
 
 mp_status mp_run_split(const mp_options *o, mp_summary **out)
 {
-    if (out)
-        *out = NULL;
-    mp_status st = mp_run_check(o, "split");
-    if (st)
-        return st;
     mp_split_args a;
     memset(&a, 0, sizeof a);
     a.split = mp_split_opts_default();
-    if ((st = mp_options_apply(o, &a)))
+    mp_status st = mp_run_start(o, "split", &a, NULL, 0, out);
+    if (st)
         return st;
 
     mp_column_spec spec = { .smiles_column = a.smiles_column, .no_targets = 1 };
@@ -272,9 +260,5 @@ done:
     mp_split_free(&sp);
     mp_features_free(f);
     mp_dataset_free(d);
-    if (st)
-        mp_summary_free(s);
-    else
-        mp_summary_hand_over(s, out);
-    return st;
+    return mp_summary_finish(st, s, out);
 }

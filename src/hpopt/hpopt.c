@@ -679,10 +679,7 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
                (st = mp_summary_put_text(s, "best_config", best_ini)) ||
                (st = mp_summary_put_text(s, "trials_file", S.path)));
     }
-    if (st)
-        mp_summary_free(s);
-    else
-        mp_summary_hand_over(s, out);
+    (void)mp_summary_finish(st, s, out);
 done:
     if (st && S.t && n_recorded(&S) == 0)   /* nothing to resume: leave nothing */
         undo_start(&a, wrote_identity, made_sub, made_out);
