@@ -25,7 +25,6 @@
 #include <DataStructs/ExplicitBitVect.h>
 #include <DataStructs/SparseIntVect.h>
 #include <RDGeneral/RDLog.h>
-#include <RDGeneral/hash/hash.hpp>
 #include <RDGeneral/versions.h>
 
 #include <algorithm>
@@ -183,15 +182,7 @@ bool grow(T *&p, int32_t &cap, int32_t n)
 
 /* Scratch of the Morgan fingerprint (see morgan_counts), reused. */
 struct morgan_ws {
-    std::vector<std::uint32_t> inv, next;        /* per atom: this / next layer   */
-    std::vector<std::uint64_t> env, env_next;    /* per atom: bonds of its environment, W words */
-    std::vector<std::uint8_t> dead;
-    std::vector<std::pair<std::int32_t, std::uint32_t>> nbrs;
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> cands;   /* (invariant, atom) */
-    std::vector<std::uint32_t> order;
-    std::vector<std::uint64_t> seen;             /* environments counted so far, W words each */
-    std::vector<std::uint64_t> seen_key;
-    std::vector<std::uint16_t> touched;
+    std::vector<std::uint16_t> touched;          /* bits with a count, unordered */
     std::uint32_t count[MP_MORGAN_BITS];
 };
 
@@ -365,111 +356,23 @@ static int copy_graph(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
 
 /*
  * RDKit's hashed Morgan count fingerprint (GetHashedMorganFingerprint, radius
- * 2, 2048 bits, bond types on, no chirality), computed here with reused flat
- * buffers instead of RDKit's per-call bitsets, tuples and map: it was a
- * quarter of the featurization time.  Same atom invariants (RDKit's own
- * getConnectivityInvariants) and the same hash (RDKit's gboost::hash_combine);
- * the tests compare it with RDKit's function molecule by molecule.
- *
- * The ECFP iteration as RDKit runs it: every atom counts its invariant; then,
- * for each layer, each live atom hashes (layer, its invariant, its sorted
- * (bond type, neighbour invariant) pairs) and grows its environment (the set
- * of bonds within reach) by its bonds and its neighbours' environments.  An
- * environment already counted (in an earlier layer, or earlier in this one
- * in the order (environment, invariant, atom)) is not counted again, and its
- * atom drops out of later layers.  Atoms without bonds drop out at once.
+ * 2, 2048 bits, bond types on, no chirality): the identifiers of the
+ * unfolded one (mp_d2_morgan_ids: RDKit's own atom invariants and hash, the
+ * ECFP iteration with reused flat buffers instead of RDKit's per-call
+ * bitsets, tuples and map, which were a quarter of the featurization time),
+ * each counted in bit id % 2048.  The tests compare it with RDKit's function
+ * molecule by molecule.
  */
-static void morgan_add(morgan_ws &w, std::uint32_t invariant)
-{
-    std::uint32_t bit = invariant % MP_MORGAN_BITS;
-    if (w.count[bit]++ == 0)
-        w.touched.push_back((std::uint16_t)bit);
-}
-
-static std::uint64_t env_key(const std::uint64_t *e, size_t W)
-{
-    std::uint64_t k = 0x9e3779b97f4a7c15ull;
-    for (size_t i = 0; i < W; i++)
-        k = (k ^ e[i]) * 0x100000001b3ull;
-    return k;
-}
-
-static bool env_seen(const morgan_ws &w, const std::uint64_t *e, std::uint64_t key, size_t W)
-{
-    for (size_t s = 0; s < w.seen_key.size(); s++)
-        if (w.seen_key[s] == key && std::memcmp(&w.seen[s * W], e, W * sizeof *e) == 0)
-            return true;
-    return false;
-}
-
 static int morgan_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
 {
     morgan_ws &w = ctx->mw;
-    const unsigned n = mol.getNumAtoms(), nb = mol.getNumBonds();
-    const size_t W = nb ? (nb + 63) / 64 : 1;
-    w.inv.resize(n);
-    RDKit::MorganFingerprints::getConnectivityInvariants(mol, w.inv, true);
+    const mp_d2_morgan_id *ids;
+    size_t n = mp_d2_morgan_ids(reinterpret_cast<const mp_d2_mol *>(&mol), 2, &ids);
     w.touched.clear();
-    for (unsigned i = 0; i < n; i++)
-        morgan_add(w, w.inv[i]);
-    w.env.assign((size_t)n * W, 0);
-    w.dead.assign(n, 0);
-    for (unsigned i = 0; i < n; i++)
-        w.dead[i] = mol.getAtomWithIdx(i)->getDegree() == 0;
-    w.seen.clear();
-    w.seen_key.clear();
-    for (unsigned layer = 0; layer < 2; layer++) {
-        w.env_next = w.env;
-        w.next.assign(n, 0);
-        w.cands.clear();
-        for (unsigned i = 0; i < n; i++) {
-            if (w.dead[i])
-                continue;
-            const Atom *a = mol.getAtomWithIdx(i);
-            std::uint64_t *e = &w.env_next[(size_t)i * W];
-            w.nbrs.clear();
-            for (const Bond *b : mol.atomBonds(a)) {
-                unsigned bi = b->getIdx(), j = b->getOtherAtomIdx(i);
-                e[bi >> 6] |= std::uint64_t(1) << (bi & 63);
-                const std::uint64_t *ej = &w.env[(size_t)j * W];
-                for (size_t k = 0; k < W; k++)
-                    e[k] |= ej[k];
-                w.nbrs.emplace_back(static_cast<std::int32_t>(b->getBondType()), w.inv[j]);
-            }
-            std::sort(w.nbrs.begin(), w.nbrs.end());
-            std::hash_result_t invar = layer;
-            gboost::hash_combine(invar, w.inv[i]);
-            for (const auto &p : w.nbrs)
-                gboost::hash_combine(invar, p);
-            w.next[i] = invar;
-            w.cands.emplace_back(invar, i);
-        }
-        /* Identical environments meet in a run, smallest (invariant, atom)
-         * first; the order between different environments does not matter. */
-        w.order.resize(w.cands.size());
-        for (size_t c = 0; c < w.cands.size(); c++)
-            w.order[c] = (std::uint32_t)c;
-        const std::uint64_t *envs = w.env_next.data();
-        const auto &cands = w.cands;
-        std::sort(w.order.begin(), w.order.end(), [&](std::uint32_t x, std::uint32_t y) {
-            int c = std::memcmp(envs + (size_t)cands[x].second * W,
-                                envs + (size_t)cands[y].second * W, W * sizeof *envs);
-            return c != 0 ? c < 0 : cands[x] < cands[y];
-        });
-        for (std::uint32_t c : w.order) {
-            unsigned atom = cands[c].second;
-            const std::uint64_t *e = envs + (size_t)atom * W;
-            std::uint64_t key = env_key(e, W);
-            if (env_seen(w, e, key, W)) {
-                w.dead[atom] = 1;
-                continue;
-            }
-            morgan_add(w, cands[c].first);
-            w.seen.insert(w.seen.end(), e, e + W);
-            w.seen_key.push_back(key);
-        }
-        w.inv.swap(w.next);
-        w.env.swap(w.env_next);
+    for (size_t k = 0; k < n; k++) {
+        std::uint32_t bit = ids[k].id % MP_MORGAN_BITS;
+        if (w.count[bit]++ == 0)
+            w.touched.push_back((std::uint16_t)bit);
     }
     mp_rdk_mol *m = &ctx->mol;
     if (!reserve_morgan(ctx, (int32_t)w.touched.size()))
