@@ -277,6 +277,30 @@ MP_TEST(robust_signal_predict_sigterm_leaves_no_temp_file)
     CHECK_EQ_INT(count_prefixed(dir, "pred.csv"), 0);
 }
 
+/* fingerprint --out F.npy (its header is written last, into the temp file)
+ * stopped mid-run: no .npy, no temporary file. */
+MP_TEST(robust_signal_fingerprint_sigint_leaves_no_npy)
+{
+    NEED_BIN();
+    char dir[1024], in[1100], out[1100], log[1100], model[1100];
+    test_dir("fingerprint", dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/big.csv", dir);
+    snprintf(out, sizeof out, "%s/fp.npy", dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(model, sizeof model, "%s/model/model.mpm", dir);
+    CHECK(small_model(dir));
+    CHECK(write_rows_file(in, 100000));
+    const char *argv[] = { "fingerprint", "--model", model, "--data", in, "--out", out,
+                           "--threads", "1", NULL };
+    pid_t pid = spawn(dir, log, argv);
+    CHECK(pid > 0);
+    dir_prefix p = { dir, "fp.npy.tmp" };
+    CHECK(wait_until(pid, has_prefixed, &p));
+    CHECK_EQ_INT(stop_with(pid, SIGINT), 130);
+    CHECK_STOP_LINE(log, "fingerprint", "SIGINT");
+    CHECK_EQ_INT(count_prefixed(dir, "fp.npy"), 0);
+}
+
 /* A named pipe the test holds open for writing: the run reading it never
  * sees its end.  feed() writes `rows` rows into it (blocking until the run
  * has read all but what the pipe buffers), so it is mid-read after. */
