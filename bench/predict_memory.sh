@@ -18,8 +18,9 @@
 # python3 wrapper (getrusage(RUSAGE_CHILDREN).ru_maxrss of the finished
 # run), or without python3 by polling /proc/PID/status (VmHWM, the kernel's
 # high-water mark, last read before the run ends).  Either way VmRSS and
-# VmHWM are sampled every second into RSS_LOG, so a run cut short still
-# shows how far it got and whether its memory stayed flat.  Without python3
+# VmHWM are sampled every second into RSS_LOG with the bytes of predictions
+# written so far, so a run cut short still shows how far it got and whether
+# its memory stayed flat.  Without python3
 # the CSV is generated with awk (rows with a quote character are skipped).
 # Prints one line: rows, predicted rows, seconds, rows/s, peak RSS.
 set -eu
@@ -89,15 +90,19 @@ else
 fi
 
 # ---- the run, measured ------------------------------------------------------
-# Writes "PEAK_KB SECONDS EXIT_STATUS" to $work/peak.txt; RSS samples to
-# $rss_log ("seconds VmRSS_kB VmHWM_kB").
+# Writes "PEAK_KB SECONDS EXIT_STATUS" to $work/peak.txt; samples to $rss_log
+# ("seconds VmRSS_kB VmHWM_kB bytes_of_predictions_written"), so a run cut
+# short shows its rate and its memory so far.
 set -- "$bin" predict --model "$model" --data "$in" --out "$work/pred.csv" \
     --threads "$threads" --device "$device" --quiet
 rm -f "$work/peak.txt"
 if [ $have_python = 1 ]; then
     python3 - "$work/peak.txt" "$rss_log" "$@" <<'PY' || true
-import resource, subprocess, sys, time
+import glob, os, resource, subprocess, sys, time
 peak_path, log_path, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
+out_glob = cmd[cmd.index("--out") + 1] + ".tmp.*"   # the predictions so far
+def written():
+    return sum(os.path.getsize(f) for f in glob.glob(out_glob) if os.path.isfile(f))
 def status(pid):
     v = {}
     try:
@@ -115,7 +120,8 @@ with open(log_path, "w") as log:
     while p.poll() is None:
         v = status(p.pid)
         if v:
-            log.write("%.0f %d %d\n" % (time.monotonic() - t0, v.get("VmRSS", 0), v.get("VmHWM", 0)))
+            log.write("%.0f %d %d %d\n" % (time.monotonic() - t0, v.get("VmRSS", 0),
+                                           v.get("VmHWM", 0), written()))
             log.flush()
         try:
             p.wait(timeout=1.0)
@@ -137,7 +143,8 @@ else
             "/proc/$pid/status" 2>/dev/null || true)
         if [ -n "$v" ]; then
             hwm=${v#* }
-            echo "$(($(date +%s) - t0)) $v" >> "$rss_log"
+            bytes=$(cat "$work"/pred.csv.tmp.* 2>/dev/null | wc -c)
+            echo "$(($(date +%s) - t0)) $v $bytes" >> "$rss_log"
         fi
         sleep 1
     done
