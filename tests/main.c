@@ -5,6 +5,7 @@
 #include "test.h"
 #include "core/core.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -104,6 +105,30 @@ char *mp_test_slurp(const char *path, size_t *len)
     if (len)
         *len = b.len;
     return b.data;
+}
+
+int mp_test_count_in(const char *dir, const char *part)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (strstr(e->d_name, part))
+            n++;
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            int k = mp_test_count_in(sub, part);
+            n += k > 0 ? k : 0;
+        }
+    }
+    closedir(d);
+    return n;
 }
 
 static char tmpdir_path[1024];

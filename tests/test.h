@@ -40,6 +40,9 @@ int mp_test_cli(char *out, size_t cap, const char *fmt, ...)
  * cannot be read); *len gets its length when len is not NULL. */
 char *mp_test_slurp(const char *path, size_t *len);
 
+/* Entries under dir (recursively) whose name holds `part`; -1 without dir. */
+int mp_test_count_in(const char *dir, const char *part);
+
 #define MP_TEST(name)                                                         \
     static void mp_test_##name(mp_test_result *mp__r);                        \
     __attribute__((constructor)) static void mp_test_reg_##name(void)         \

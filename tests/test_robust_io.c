@@ -10,6 +10,7 @@
 #include "test.h"
 #include "data/dataset.h"
 #include "featurize/featurize.h"
+#include "molprop.h"
 #include "run/predict.h"
 #include "run/trainer.h"
 
@@ -26,31 +27,6 @@ static const char *tmp(const char *name)
     char *b = buf[next++ % 8];
     snprintf(b, sizeof buf[0], "%s/%s", mp_test_tmpdir(), name);
     return b;
-}
-
-/* Entries of dir (recursively) whose name holds `part`, or -1 without dir. */
-static int count_in(const char *dir, const char *part)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        if (strstr(e->d_name, part))
-            n++;
-        char sub[4096];
-        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-            int k = count_in(sub, part);
-            n += k > 0 ? k : 0;
-        }
-    }
-    closedir(d);
-    return n;
 }
 
 static int exists(const char *p)
@@ -111,11 +87,11 @@ MP_TEST(robust_io_train_each_write_failing)
         CHECK_MSG(st == MP_ERR_IO, "op %ld: %s: %s", n, mp_status_name(st), mp_error_message());
         CHECK_MSG(strstr(mp_error_message(), dir) != NULL, "op %ld: no path in: %s", n,
                   mp_error_message());
-        CHECK_MSG(count_in(mp_test_tmpdir(), ".tmp.") == 0, "op %ld left a temp file", n);
+        CHECK_MSG(mp_test_count_in(mp_test_tmpdir(), ".tmp.") == 0, "op %ld left a temp file", n);
         /* either nothing, or the directory with the last good checkpoint
          * (which a resume continues) */
         if (exists(dir)) {
-            CHECK_MSG(exists(ck) && count_in(dir, "") == 1, "op %ld left more than a "
+            CHECK_MSG(exists(ck) && mp_test_count_in(dir, "") == 1, "op %ld left more than a "
                       "checkpoint in %s", n, dir);
             CHECK(unlink(ck) == 0 && rmdir(dir) == 0);
         }
@@ -123,7 +99,7 @@ MP_TEST(robust_io_train_each_write_failing)
     CHECK(done);
     CHECK_MSG(n_fail >= 10, "only %d operations to fail", n_fail);
     /* the run that went through: its three outputs, no checkpoint */
-    CHECK(count_in(dir, "") == 3 && !exists(ck));
+    CHECK(mp_test_count_in(dir, "") == 3 && !exists(ck));
 }
 
 MP_TEST(robust_io_predict_each_write_failing)
@@ -158,7 +134,7 @@ MP_TEST(robust_io_predict_each_write_failing)
         }
         CHECK_MSG(st == MP_ERR_IO, "op %ld: %s", n, mp_error_message());
         CHECK_MSG(strstr(mp_error_message(), out) != NULL, "op %ld: %s", n, mp_error_message());
-        CHECK_MSG(!exists(out) && count_in(dir, ".tmp.") == 0, "op %ld left output", n);
+        CHECK_MSG(!exists(out) && mp_test_count_in(dir, ".tmp.") == 0, "op %ld left output", n);
     }
     CHECK(done && exists(out));
 }
@@ -195,8 +171,8 @@ MP_TEST(robust_io_cache_and_dump_each_write_failing)
             }
             const char *name = what == 0 ? cache : dump;
             ok = st == MP_ERR_IO && strstr(mp_error_message(), name) != NULL &&
-                 count_in(dir, ".tmp.") == 0 && (what > 0 || !exists(cache)) &&
-                 (what == 0 || count_in(dump, ".tsv") <= 0);
+                 mp_test_count_in(dir, ".tmp.") == 0 && (what > 0 || !exists(cache)) &&
+                 (what == 0 || mp_test_count_in(dump, ".tsv") <= 0);
             if (!ok)
                 fprintf(stdout, "    %s, op %ld: %s: %s\n", what == 0 ? "cache" : "dump", n,
                         mp_status_name(st), mp_error_message());
@@ -272,4 +248,51 @@ MP_TEST(robust_io_output_directory_removed_mid_run)
     CHECK_MSG(strstr(out, "status=1") && strstr(out, pout) &&
               strstr(out, "directory removed"), "predict with its directory removed: %s", out);
     CHECK(!exists(pdir));
+}
+
+/* featurize --out F.mpf --dump DIR: the dump waits under its temporary names
+ * until the cache is written, so a failure at any write (of the dump or of
+ * the cache after it) publishes neither, and the dump's folders (two
+ * levels, made by the run) go too. */
+MP_TEST(robust_io_featurize_out_and_dump_all_or_none)
+{
+    const char *csv = small_csv(120), *dir = tmp("io-feat-both");
+    CHECK(csv != NULL);
+    CHECK(mkdir(dir, 0777) == 0);
+    char cache[1400], top[1400], dump[1400];
+    snprintf(cache, sizeof cache, "%s/f.mpf", dir);
+    snprintf(top, sizeof top, "%s/d", dir);
+    snprintf(dump, sizeof dump, "%s/d/sub", dir);
+    mp_options *o;
+    CHECK_OK(mp_options_create(&o, "featurize"));
+    mp_status st = MP_OK;
+    (void)((st = mp_options_set(o, "data", csv)) || (st = mp_options_set(o, "out", cache)) ||
+           (st = mp_options_set(o, "dump", dump)) || (st = mp_options_set(o, "threads", "1")) ||
+           (st = mp_options_set(o, "no-descriptors", NULL)));
+    if (st)
+        mp_options_free(o);
+    CHECK_OK(st);
+    int ok = 1, done = 0, failures = 0;
+    for (long n = 0; n < 200 && ok && !done; n++) {
+        mp_summary *s = NULL;
+        mp_io_fail_after(n, ENOSPC);
+        st = mp_run_featurize(o, &s);
+        mp_io_fail_after(-1, 0);
+        mp_summary_free(s);
+        if (st == MP_OK) {
+            done = 1;
+            break;
+        }
+        failures++;
+        ok = st == MP_ERR_IO && !exists(cache) && !exists(top) &&
+             mp_test_count_in(dir, ".tmp.") == 0;
+        if (!ok)
+            fprintf(stdout, "    op %ld: %s: %s (cache %s, dump folder %s)\n", n,
+                    mp_status_name(st), mp_error_message(), exists(cache) ? "left" : "gone",
+                    exists(top) ? "left" : "gone");
+    }
+    mp_options_free(o);
+    CHECK(ok && done);
+    CHECK(failures > 6);   /* the dump's files and the cache each failed in turn */
+    CHECK(exists(cache) && mp_test_count_in(dump, ".tsv") == 4);
 }

@@ -9,7 +9,9 @@
  * an event, with a generous time limit that only a hung run reaches.  Also
  * train --checkpoint-every killed with SIGKILL after its first checkpoint
  * and resumed with --resume D alone: the model file equals, byte for byte,
- * an uninterrupted run's.
+ * an uninterrupted run's.  featurize stopped mid-dump; hpopt stopped
+ * mid-search keeps its finished trials and resumes to the search it would
+ * have been.
  */
 #define _GNU_SOURCE
 #include "gpu_test.h"
@@ -275,6 +277,30 @@ MP_TEST(robust_signal_predict_sigterm_leaves_no_temp_file)
     CHECK_EQ_INT(count_prefixed(dir, "pred.csv"), 0);
 }
 
+/* fingerprint --out F.npy (its header is written last, into the temp file)
+ * stopped mid-run: no .npy, no temporary file. */
+MP_TEST(robust_signal_fingerprint_sigint_leaves_no_npy)
+{
+    NEED_BIN();
+    char dir[1024], in[1100], out[1100], log[1100], model[1100];
+    test_dir("fingerprint", dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/big.csv", dir);
+    snprintf(out, sizeof out, "%s/fp.npy", dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(model, sizeof model, "%s/model/model.mpm", dir);
+    CHECK(small_model(dir));
+    CHECK(write_rows_file(in, 100000));
+    const char *argv[] = { "fingerprint", "--model", model, "--data", in, "--out", out,
+                           "--threads", "1", NULL };
+    pid_t pid = spawn(dir, log, argv);
+    CHECK(pid > 0);
+    dir_prefix p = { dir, "fp.npy.tmp" };
+    CHECK(wait_until(pid, has_prefixed, &p));
+    CHECK_EQ_INT(stop_with(pid, SIGINT), 130);
+    CHECK_STOP_LINE(log, "fingerprint", "SIGINT");
+    CHECK_EQ_INT(count_prefixed(dir, "fp.npy"), 0);
+}
+
 /* A named pipe the test holds open for writing: the run reading it never
  * sees its end.  feed() writes `rows` rows into it (blocking until the run
  * has read all but what the pipe buffers), so it is mid-read after. */
@@ -446,6 +472,219 @@ MP_TEST(robust_signal_bench_sigint)
     /* --out is the grid's directory, kept for the resume (its results file
      * holds whole rows only): no temporary file in it */
     CHECK_EQ_INT(count_prefixed(tsv, "results.tsv.tmp"), 0);
+}
+
+/* featurize --dump stopped while it writes its files: the run is frozen
+ * (SIGSTOP) as soon as the dump's first temporary file appears, the signal
+ * queued and the run continued (SIGCONT), so the stop always lands mid-dump
+ * however fast the machine.  Neither a .tsv file, nor a temporary file, nor
+ * the cache, nor the dump's folder (made by the run) is left; the folder
+ * above it, the user's, stays. */
+MP_TEST(robust_signal_featurize_sigterm_during_dump)
+{
+    NEED_BIN();
+    char dir[1024], in[1100], log[1100], cache[1100], user[1100], dump[1200];
+    test_dir("featurize-dump", dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/in.csv", dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(cache, sizeof cache, "%s/f.mpf", dir);
+    snprintf(user, sizeof user, "%s/mine", dir);
+    snprintf(dump, sizeof dump, "%s/dump", user);
+    CHECK(mkdir(user, 0777) == 0);
+    CHECK(write_rows_file(in, 20000));   /* the dump: tens of MB of text */
+    const char *argv[] = { "featurize", "--data", in, "--out", cache, "--dump", dump, "--gz",
+                           "--no-descriptors", "--threads", "1", NULL };
+    pid_t pid = spawn(dir, log, argv);
+    CHECK(pid > 0);
+    dir_prefix p = { dump, "molecules.tsv.gz.tmp" };
+    CHECK(wait_until(pid, has_prefixed, &p));
+    kill(pid, SIGSTOP);
+    kill(pid, SIGTERM);   /* pending until the run goes on */
+    CHECK_EQ_INT(stop_with(pid, SIGCONT), 143);
+    CHECK_STOP_LINE(log, "featurize", "SIGTERM");
+    CHECK_MSG(!exists(dump), "%s is left behind", dump);
+    CHECK_MSG(mp_test_count_in(user, "") == 0, "%s holds something", user);
+    CHECK_EQ_INT(count_prefixed(dir, "f.mpf"), 0);
+}
+
+/* ---- hpopt ---------------------------------------------------------- */
+
+/* A two-dimensional space of small models: trials of a fraction of a
+ * second on freesolv. */
+static int hp_space(const char *dir, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/space.ini", dir);
+    FILE *fp = fopen(path, "w");
+    if (!fp)
+        return 0;
+    fputs("[space]\nhidden = int 8 32 8\ndepth = int 2 3\n", fp);
+    return fclose(fp) == 0;
+}
+
+/* Lines of a file, each ended by its newline; -1 if it cannot be read or
+ * its last line is cut. */
+static int whole_lines(const char *path)
+{
+    size_t n = 0;
+    char *t = mp_test_slurp(path, &n);
+    if (!t)
+        return -1;
+    int lines = 0;
+    for (size_t i = 0; i < n; i++)
+        lines += t[i] == '\n';
+    int cut = n > 0 && t[n - 1] != '\n';
+    mp_free(t);
+    return cut ? -1 : lines;
+}
+
+/* Occurrences of needle in file path (0 when unreadable). */
+static int count_in_file(const char *path, const char *needle)
+{
+    char *t = mp_test_slurp(path, NULL);
+    int n = 0;
+    for (const char *s = t; s && (s = strstr(s, needle)); s += strlen(needle))
+        n++;
+    mp_free(t);
+    return n;
+}
+
+/* trials.jsonl with the timings cut out (each line up to ',"seconds"'): what
+ * a search must reproduce whether or not it was stopped and resumed. */
+static char *trials_sans_seconds(const char *path)
+{
+    char *t = mp_test_slurp(path, NULL);
+    if (!t)
+        return NULL;
+    char *w = t;
+    for (const char *r = t; *r;) {
+        const char *cut = strstr(r, ",\"seconds\"");
+        const char *nl = strchr(r, '\n');
+        if (!nl)
+            nl = r + strlen(r);
+        const char *end = cut && cut < nl ? cut : nl;
+        memmove(w, r, (size_t)(end - r));
+        w += end - r;
+        *w++ = '\n';
+        r = *nl ? nl + 1 : nl;
+    }
+    *w = '\0';
+    return t;
+}
+
+#define HP_TRAIN "--epochs", "60", "--threads", "1", "--method", "random"
+
+/* SIGINT mid-search: exit 130 with the message, every trial that had
+ * finished is in trials.jsonl (whole lines), the trial that was running has
+ * left nothing (its model folder, a temporary file); the same command with
+ * --trials one more resumes, and the file then equals an uninterrupted
+ * search's (but for the timings). */
+MP_TEST(robust_signal_hpopt_sigint_keeps_trials_and_resumes)
+{
+    NEED_BIN();
+    char dir[1024], log[1100], space[1100], out[1100], ref[1100], trials[1200], sub[1200];
+    char cli[8192];
+    test_dir("hpopt", dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(ref, sizeof ref, "%s/ref", dir);
+    snprintf(trials, sizeof trials, "%s/trials.jsonl", out);
+    snprintf(sub, sizeof sub, "%s/trials", out);
+    CHECK(hp_space(dir, space, sizeof space));
+    const char *data = mp_test_shared("datasets/freesolv.csv.gz");
+    const char *argv[] = { "hpopt", "--data", data, HP_TRAIN, "--space", space, "--trials",
+                           "1000", "--out", out, NULL };
+    pid_t pid = spawn(dir, log, argv);
+    CHECK(pid > 0);
+    file_needle f = { log, "hpopt: trial 1/" };   /* two trials finished */
+    CHECK(wait_until(pid, file_has, &f));
+    CHECK_EQ_INT(stop_with(pid, SIGINT), 130);
+    CHECK_STOP_LINE(log, "hpopt", "SIGINT");
+    f.needle = "run the same command to resume";
+    CHECK_MSG(file_has(&f), "the message does not say how to go on");
+    int k = whole_lines(trials);
+    CHECK_MSG(k >= 2, "trials.jsonl: %d whole lines", k);
+    CHECK_EQ_INT(count_in_file(log, "hpopt: trial "), k);   /* each one announced is kept */
+    CHECK_EQ_INT(mp_test_count_in(out, ".tmp"), 0);
+    CHECK_EQ_INT(mp_test_count_in(sub, ""), 4);   /* the best trial's folder (--keep best) */
+    CHECK(!exists(ref));
+
+    /* the rerun goes on at trial k, and ends as a search never stopped */
+    char n[16];
+    snprintf(n, sizeof n, "%d", k + 1);
+    CHECK_EQ_INT(mp_test_cli(cli, sizeof cli, "hpopt --data '%s' --epochs 60 --threads 1 "
+                             "--method random --space '%s' --trials %s --out '%s'", data, space,
+                             n, out), 0);
+    char want[32];
+    snprintf(want, sizeof want, "trial %d/%d", k, k + 1);
+    CHECK_MSG(strstr(cli, want) && !strstr(cli, "trial 0/"), "not a resume:\n%s", cli);
+    CHECK_EQ_INT(whole_lines(trials), k + 1);
+    CHECK_EQ_INT(mp_test_cli(cli, sizeof cli, "hpopt --data '%s' --epochs 60 --threads 1 "
+                             "--method random --space '%s' --trials %s --out '%s' --quiet",
+                             data, space, n, ref), 0);
+    snprintf(trials, sizeof trials, "%s/trials.jsonl", ref);
+    char *a = trials_sans_seconds(trials);
+    snprintf(trials, sizeof trials, "%s/trials.jsonl", out);
+    char *b = trials_sans_seconds(trials);
+    int same = a && b && strcmp(a, b) == 0;
+    if (!same)
+        fprintf(stdout, "    uninterrupted:\n%s    stopped and resumed:\n%s", a ? a : "-",
+                b ? b : "-");
+    mp_free(a);
+    mp_free(b);
+    CHECK_MSG(same, "the resumed search differs from the uninterrupted one");
+}
+
+/* SIGTERM with --jobs 2 (two trials at a time, on threads): 143, the
+ * finished trials kept, no temporary file, no folder of a stopped trial. */
+MP_TEST(robust_signal_hpopt_sigterm_with_jobs)
+{
+    NEED_BIN();
+    char dir[1024], log[1100], space[1100], out[1100], trials[1200], sub[1200];
+    test_dir("hpopt-jobs", dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(trials, sizeof trials, "%s/trials.jsonl", out);
+    snprintf(sub, sizeof sub, "%s/trials", out);
+    CHECK(hp_space(dir, space, sizeof space));
+    const char *argv[] = { "hpopt", "--data", mp_test_shared("datasets/freesolv.csv.gz"),
+                           HP_TRAIN, "--space", space, "--trials", "1000", "--jobs", "2",
+                           "--keep", "all", "--out", out, NULL };
+    pid_t pid = spawn(dir, log, argv);
+    CHECK(pid > 0);
+    file_needle f = { log, "hpopt: trial 2/" };   /* the second round has finished */
+    CHECK(wait_until(pid, file_has, &f));
+    CHECK_EQ_INT(stop_with(pid, SIGTERM), 143);
+    CHECK_STOP_LINE(log, "hpopt", "SIGTERM");
+    int k = whole_lines(trials);
+    CHECK_MSG(k >= 3, "trials.jsonl: %d whole lines", k);
+    CHECK_EQ_INT(count_in_file(log, "hpopt: trial "), k);
+    CHECK_EQ_INT(mp_test_count_in(out, ".tmp"), 0);
+    /* --keep all: a model folder for each finished trial, none for the
+     * stopped ones (each holds model.mpm, metrics.json, split.tsv) */
+    CHECK_EQ_INT(mp_test_count_in(sub, "model.mpm"), k);
+    CHECK_EQ_INT(mp_test_count_in(sub, ""), 4 * k);
+}
+
+/* Stopped before any trial finished: nothing to resume, so nothing is left
+ * (the --out folder the run made, its hpopt.json). */
+MP_TEST(robust_signal_hpopt_sigint_before_a_trial_leaves_nothing)
+{
+    NEED_BIN();
+    char dir[1024], log[1100], space[1100], out[1100], first[1200];
+    test_dir("hpopt-first", dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(first, sizeof first, "%s/trials/000", out);
+    CHECK(hp_space(dir, space, sizeof space));
+    const char *argv[] = { "hpopt", "--data", mp_test_shared("datasets/freesolv.csv.gz"),
+                           "--epochs", "100000", "--threads", "1", "--space", space,
+                           "--trials", "10", "--out", out, NULL };
+    pid_t pid = spawn(dir, log, argv);
+    CHECK(pid > 0);
+    CHECK(wait_until(pid, exists, first));   /* trial 0 is training */
+    CHECK_EQ_INT(stop_with(pid, SIGINT), 130);
+    CHECK_STOP_LINE(log, "hpopt", "SIGINT");
+    CHECK_MSG(!exists(out), "%s is left behind", out);
 }
 
 /* data fetch from a mirror whose file is a pipe that never ends: the copy

@@ -201,6 +201,28 @@ mp_status mp_run_check(const mp_options *o, const char *verb)
     return MP_OK;
 }
 
+mp_status mp_run_start(const mp_options *o, const char *verb, void *args, char *backend,
+                       size_t cap, mp_summary **out)
+{
+    if (out)
+        *out = NULL;
+    mp_status st = mp_run_check(o, verb);
+    if (!st)
+        st = mp_options_apply(o, args);
+    if (!st && backend)
+        st = mp_options_backend(o, backend, cap);
+    return st;
+}
+
+mp_status mp_summary_finish(mp_status st, mp_summary *s, mp_summary **out)
+{
+    if (st)
+        mp_summary_free(s);
+    else
+        mp_summary_hand_over(s, out);
+    return st;
+}
+
 /* ===================================================================== */
 /* train                                                                  */
 /* ===================================================================== */
@@ -353,12 +375,10 @@ mp_status mp_run_train(const mp_options *o, mp_summary **out)
 
 static mp_status run_train(const mp_options *o, mp_summary **out)
 {
-    mp_status st = mp_run_check(o, "train");
-    if (st)
-        return st;
     mp_train_opts t = mp_train_opts_default();
     char backend[128];
-    if ((st = mp_options_apply(o, &t)) || (st = mp_options_backend(o, backend, sizeof backend)))
+    mp_status st = mp_run_start(o, "train", &t, backend, sizeof backend, out);
+    if (st)
         return st;
     t.backend = backend;
     mp_train_result r;
@@ -385,78 +405,75 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
                (st = mp_summary_put_number(s, "train_mols_per_second",
                                            r.train_mols_per_second)));
     mp_train_result_free(&r);
-    if (st) {
-        mp_summary_free(s);
-        return st;
-    }
-    mp_summary_hand_over(s, out);
-    return MP_OK;
+    return mp_summary_finish(st, s, out);
 }
 
 /* ===================================================================== */
 /* predict and eval                                                       */
 /* ===================================================================== */
 
+/* The summary of a run over a file of molecules (predict, fingerprint). */
+static mp_status stream_summary(const mp_predict_stats *stats, const char *out_path,
+                                mp_summary **out)
+{
+    mp_summary *s = NULL;
+    mp_status st = mp_summary_new(&s);
+    if (!st)
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)stats->n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", (double)stats->n_invalid)) ||
+               (st = mp_summary_put_number(s, "seconds", stats->seconds)) ||
+               (st = mp_summary_put_number(s, "mols_per_second", stats->mols_per_second)) ||
+               (st = mp_summary_put_text(s, "out", out_path)));
+    return mp_summary_finish(st, s, out);
+}
+
 mp_status mp_run_predict(const mp_options *o, mp_summary **out)
 {
-    if (out)
-        *out = NULL;
-    mp_status st = mp_run_check(o, "predict");
-    if (st)
-        return st;
     mp_predict_opts p;
     memset(&p, 0, sizeof p);
     char backend[128];
-    if ((st = mp_options_apply(o, &p)) || (st = mp_options_backend(o, backend, sizeof backend)))
-        return st;
-    p.backend = backend;
     mp_predict_stats stats;
-    if ((st = mp_predict_file(&p, &stats)))
-        return st;
-    mp_summary *s = NULL;
-    if (!(st = mp_summary_new(&s)))
-        (void)((st = mp_summary_put_number(s, "n_rows", (double)stats.n_rows)) ||
-               (st = mp_summary_put_number(s, "n_invalid", (double)stats.n_invalid)) ||
-               (st = mp_summary_put_number(s, "seconds", stats.seconds)) ||
-               (st = mp_summary_put_number(s, "mols_per_second", stats.mols_per_second)) ||
-               (st = mp_summary_put_text(s, "out", p.out_path)));
-    if (st) {
-        mp_summary_free(s);
-        return st;
+    mp_status st = mp_run_start(o, "predict", &p, backend, sizeof backend, out);
+    if (!st) {
+        p.backend = backend;
+        st = mp_predict_file(&p, &stats);
     }
-    mp_summary_hand_over(s, out);
-    return MP_OK;
+    return st ? st : stream_summary(&stats, p.out_path, out);
 }
 
 mp_status mp_run_fingerprint(const mp_options *o, mp_summary **out)
 {
-    if (out)
-        *out = NULL;
-    mp_status st = mp_run_check(o, "fingerprint");
-    if (st)
-        return st;
     mp_fingerprint_opts p;
     memset(&p, 0, sizeof p);
     char backend[128];
-    if ((st = mp_options_apply(o, &p)) || (st = mp_options_backend(o, backend, sizeof backend)))
-        return st;
-    p.backend = backend;
     mp_predict_stats stats;
-    if ((st = mp_fingerprint_file(&p, &stats)))
-        return st;
-    mp_summary *s = NULL;
-    if (!(st = mp_summary_new(&s)))
-        (void)((st = mp_summary_put_number(s, "n_rows", (double)stats.n_rows)) ||
-               (st = mp_summary_put_number(s, "n_invalid", (double)stats.n_invalid)) ||
-               (st = mp_summary_put_number(s, "seconds", stats.seconds)) ||
-               (st = mp_summary_put_number(s, "mols_per_second", stats.mols_per_second)) ||
-               (st = mp_summary_put_text(s, "out", p.out_path)));
-    if (st) {
-        mp_summary_free(s);
-        return st;
+    mp_status st = mp_run_start(o, "fingerprint", &p, backend, sizeof backend, out);
+    if (!st) {
+        p.backend = backend;
+        st = mp_fingerprint_file(&p, &stats);
     }
-    mp_summary_hand_over(s, out);
-    return MP_OK;
+    return st ? st : stream_summary(&stats, p.out_path, out);
+}
+
+/* eval's summary: the counts, each metric's mean under its name, and
+ * "metrics", the names in order, comma-separated. */
+static mp_status eval_summary(double n_rows, double n_invalid, double n_tasks, int n_metrics,
+                              const char *const *names, const double *mean, mp_summary **out)
+{
+    mp_summary *s = NULL;
+    mp_buf list = { 0 };
+    mp_status st = mp_summary_new(&s);
+    if (!st)
+        (void)((st = mp_summary_put_number(s, "n_rows", n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", n_invalid)) ||
+               (st = mp_summary_put_number(s, "n_tasks", n_tasks)));
+    for (int m = 0; m < n_metrics && !st; m++)
+        (void)((st = mp_buf_printf(&list, "%s%s", m ? "," : "", names[m])) ||
+               (st = mp_summary_put_number(s, names[m], mean[m])));
+    if (!st)
+        st = mp_summary_put_text(s, "metrics", list.data ? list.data : "");
+    mp_buf_free(&list);
+    return mp_summary_finish(st, s, out);
 }
 
 /* eval --preds P --uncertainty-metrics L: the uncertainty metrics of a
@@ -473,40 +490,21 @@ static mp_status run_eval_preds(const mp_eval_args *a, mp_summary **out)
                                     a->unc_metrics, &r);
     if (st)
         return st;
-    mp_summary *s = NULL;
-    mp_buf names = { 0 };
-    if (!(st = mp_summary_new(&s)))
-        (void)((st = mp_summary_put_number(s, "n_rows", (double)r.n_rows)) ||
-               (st = mp_summary_put_number(s, "n_invalid", 0)) ||
-               (st = mp_summary_put_number(s, "n_tasks", (double)r.n_tasks)));
-    for (int m = 0; m < r.n_metrics && !st; m++) {
-        const char *name = mp_unc_metric_name((mp_unc_metric)r.metrics[m]);
-        (void)((st = mp_buf_printf(&names, "%s%s", m ? "," : "", name)) ||
-               (st = mp_summary_put_number(s, name, r.mean[m])));
-    }
-    if (!st)
-        st = mp_summary_put_text(s, "metrics", names.data ? names.data : "");
-    mp_buf_free(&names);
+    const char *names[8];
+    for (int m = 0; m < r.n_metrics; m++)
+        names[m] = mp_unc_metric_name((mp_unc_metric)r.metrics[m]);
+    st = eval_summary((double)r.n_rows, 0, (double)r.n_tasks, r.n_metrics, names, r.mean, out);
     mp_unc_eval_result_free(&r);
-    if (st) {
-        mp_summary_free(s);
-        return st;
-    }
-    mp_summary_hand_over(s, out);
-    return MP_OK;
+    return st;
 }
 
 mp_status mp_run_eval(const mp_options *o, mp_summary **out)
 {
-    if (out)
-        *out = NULL;
-    mp_status st = mp_run_check(o, "eval");
-    if (st)
-        return st;
     mp_eval_args a;
     memset(&a, 0, sizeof a);
     char backend[128];
-    if ((st = mp_options_apply(o, &a)) || (st = mp_options_backend(o, backend, sizeof backend)))
+    mp_status st = mp_run_start(o, "eval", &a, backend, sizeof backend, out);
+    if (st)
         return st;
     if (a.preds_path || a.unc_metrics)
         return run_eval_preds(&a, out);
@@ -520,25 +518,13 @@ mp_status mp_run_eval(const mp_options *o, mp_summary **out)
     if ((st = mp_eval_file(a.model_path, a.data_path, &spec, a.metric, a.features_path, backend,
                              a.threads, &r)))
         return st;
-    mp_summary *s = NULL;
-    mp_buf names = { 0 };
-    if (!(st = mp_summary_new(&s)))
-        (void)((st = mp_summary_put_number(s, "n_rows", (double)r.n_rows)) ||
-               (st = mp_summary_put_number(s, "n_invalid", (double)r.n_invalid)) ||
-               (st = mp_summary_put_number(s, "n_tasks", (double)r.n_tasks)));
-    for (int m = 0; m < r.n_metrics && !st; m++)
-        (void)((st = mp_buf_printf(&names, "%s%s", m ? "," : "", mp_metric_name(r.metrics[m]))) ||
-               (st = mp_summary_put_number(s, mp_metric_name(r.metrics[m]), r.mean[m])));
-    if (!st)
-        st = mp_summary_put_text(s, "metrics", names.data ? names.data : "");
-    mp_buf_free(&names);
+    const char *names[8];
+    for (int m = 0; m < r.n_metrics; m++)
+        names[m] = mp_metric_name(r.metrics[m]);
+    st = eval_summary((double)r.n_rows, (double)r.n_invalid, (double)r.n_tasks, r.n_metrics,
+                      names, r.mean, out);
     mp_eval_result_free(&r);
-    if (st) {
-        mp_summary_free(s);
-        return st;
-    }
-    mp_summary_hand_over(s, out);
-    return MP_OK;
+    return st;
 }
 
 /* ===================================================================== */

@@ -24,8 +24,19 @@ mp_status mp_summary_add_invalid(mp_summary *s, size_t line, const char *smiles,
  * required option with a value ("--data is required"). */
 mp_status mp_run_check(const mp_options *o, const char *verb);
 
+/* The start of every mp_run_*: *out cleared (when out is not NULL), o
+ * checked to be `verb`'s options (with the required ones), applied to the verb's struct `args` (mp_options_apply)
+ * and, when backend is not NULL, the backend's name written to
+ * backend[cap] (mp_options_backend).  The first failure's status. */
+mp_status mp_run_start(const mp_options *o, const char *verb, void *args, char *backend,
+                       size_t cap, mp_summary **out);
+
 /* Hands s to *out when out is not NULL, else frees it. */
 void mp_summary_hand_over(mp_summary *s, mp_summary **out);
+
+/* The end of a run that built summary s: st == MP_OK hands s over
+ * (mp_summary_hand_over), any other status frees it.  Returns st. */
+mp_status mp_summary_finish(mp_status st, mp_summary *s, mp_summary **out);
 
 #ifdef __cplusplus
 }

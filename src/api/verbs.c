@@ -51,14 +51,10 @@ static mp_status check_out_dir(const char *out)
 
 mp_status mp_run_featurize(const mp_options *o, mp_summary **out)
 {
-    if (out)
-        *out = NULL;
-    mp_status st = mp_run_check(o, "featurize");
-    if (st)
-        return st;
     mp_featurize_args a;
     memset(&a, 0, sizeof a);
-    if ((st = mp_options_apply(o, &a)))
+    mp_status st = mp_run_start(o, "featurize", &a, NULL, 0, out);
+    if (st)
         return st;
     if (!a.out_path && !a.dump_dir)
         return mp_error_set(MP_ERR_ARG, "nothing to write: give --out FILE.mpf and/or --dump DIR");
@@ -71,6 +67,7 @@ mp_status mp_run_featurize(const mp_options *o, mp_summary **out)
     mp_dataset *d = NULL;
     mp_features *f = NULL;
     mp_summary *s = NULL;
+    mp_dump *dump = NULL;
     if ((st = mp_dataset_load(&d, a.data_path, &spec)))
         return st;
     if (d->n_rows > INT32_MAX) {
@@ -91,10 +88,20 @@ mp_status mp_run_featurize(const mp_options *o, mp_summary **out)
     int32_t n_valid = 0;
     for (int32_t i = 0; i < n; i++)
         n_valid += f->g.valid[i];
-    if (a.dump_dir && (st = mp_features_dump(f, (const char *const *)d->smiles, a.dump_dir, a.gz)))
+    /* the dump's files wait under their temporary names until the cache is
+     * written: a failed or stopped run publishes neither */
+    if (a.dump_dir &&
+        (st = mp_features_dump_write(&dump, f, (const char *const *)d->smiles, a.dump_dir, a.gz)))
         goto done;
     if (a.out_path && (st = mp_features_save(f, a.out_path)))
         goto done;
+    st = mp_features_dump_commit(dump);
+    dump = NULL;
+    if (st) {   /* the renames failed (a disk gone bad): the cache goes too */
+        if (a.out_path)
+            (void)unlink(a.out_path);
+        goto done;
+    }
     if ((st = mp_summary_new(&s)) || (st = record_invalid(s, d, f)) ||
         (st = mp_summary_put_number(s, "n_mols", n)) ||
         (st = mp_summary_put_number(s, "n_valid", n_valid)) ||
@@ -110,13 +117,10 @@ mp_status mp_run_featurize(const mp_options *o, mp_summary **out)
         (a.dump_dir && (st = mp_summary_put_text(s, "dump", a.dump_dir))))
         goto done;
 done:
+    mp_features_dump_abort(dump);
     mp_features_free(f);
     mp_dataset_free(d);
-    if (st)
-        mp_summary_free(s);
-    else
-        mp_summary_hand_over(s, out);
-    return st;
+    return mp_summary_finish(st, s, out);
 }
 
 /* ===================================================================== */
@@ -188,15 +192,11 @@ done:
 
 mp_status mp_run_split(const mp_options *o, mp_summary **out)
 {
-    if (out)
-        *out = NULL;
-    mp_status st = mp_run_check(o, "split");
-    if (st)
-        return st;
     mp_split_args a;
     memset(&a, 0, sizeof a);
     a.split = mp_split_opts_default();
-    if ((st = mp_options_apply(o, &a)))
+    mp_status st = mp_run_start(o, "split", &a, NULL, 0, out);
+    if (st)
         return st;
 
     mp_column_spec spec = { .smiles_column = a.smiles_column, .no_targets = 1 };
@@ -260,9 +260,5 @@ done:
     mp_split_free(&sp);
     mp_features_free(f);
     mp_dataset_free(d);
-    if (st)
-        mp_summary_free(s);
-    else
-        mp_summary_hand_over(s, out);
-    return st;
+    return mp_summary_finish(st, s, out);
 }

@@ -480,25 +480,6 @@ static int host_backend(const char *name)
     return !strncmp(name, "cpu", 3) || !strncmp(name, "ref", 3);
 }
 
-static mp_status make_out_dir(const char *dir)
-{
-    char buf[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof buf)
-        return mp_error_set(MP_ERR_ARG, "--out: bad folder name '%s'", dir);
-    memcpy(buf, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != 0)
-            continue;
-        char c = buf[i];
-        buf[i] = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return mp_error_set(MP_ERR_IO, "cannot create folder '%s': %s", buf, strerror(errno));
-        buf[i] = c;
-    }
-    return MP_OK;
-}
-
 static mp_status run_pool(pool *P, int jobs)
 {
     pthread_t prep, workers[64];
@@ -569,7 +550,8 @@ mp_status mp_run_bench(const mp_options *o, FILE *table, mp_summary **summary)
         say(P, "bench: %d runs (%d datasets x %d models x %d seeds), %d already in %s; "
             "%d to run, %d at a time on %s\n", P->n_jobs, g->n_ds, g->n_var, g->n_seeds,
             P->n_jobs - P->n_pending, g->results_path, P->n_pending, jobs, g->backend);
-    if ((st = make_out_dir(g->a.out_dir)) || (st = mp_bench_results_open(g->results_path, &P->fd)))
+    if ((st = mp_bench_mkdirs(g->a.out_dir, "--out")) ||
+        (st = mp_bench_results_open(g->results_path, &P->fd)))
         goto done;
     /* host threads: shared by the runs side by side (the cpu kernels and
      * the resident source's packing give the same results for any thread

@@ -138,6 +138,12 @@ mp_status mp_bench_prepare(mp_bench_prepared *p, const mp_bench_grid *g,
                            const mp_bench_dataset *ds, const char *cache_dir);
 void      mp_bench_prepared_free(mp_bench_prepared *p);
 
+/* mkdir -p: path and its missing parents (kept), then a check that path is a
+ * folder.  MP_ERR_ARG for an empty or overlong name (prefixed "OPTION: "
+ * when option is not NULL), MP_ERR_IO naming the folder that could not be
+ * made or the path that is not a folder. */
+mp_status mp_bench_mkdirs(const char *path, const char *option);
+
 /* The split of seed index k as the text of split.tsv ("set\trows" lines,
  * original 0-based data rows ascending), and its checksum: the first 16 hex
  * digits of that text's SHA-256 (what bench/chemprop/ computes from the

@@ -89,12 +89,13 @@ static mp_status cache_path(const mp_bench_dataset *ds, const char *sha,
     return MP_OK;
 }
 
-static mp_status make_dirs(const char *path)
+mp_status mp_bench_mkdirs(const char *path, const char *option)
 {
     char buf[4096];
     size_t n = strlen(path);
     if (n == 0 || n >= sizeof buf)
-        return mp_error_set(MP_ERR_ARG, "bad folder name '%s'", path);
+        return mp_error_set(MP_ERR_ARG, "%s%sbad folder name '%s'", option ? option : "",
+                            option ? ": " : "", path);
     memcpy(buf, path, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (buf[i] != '/' && buf[i] != 0)
@@ -144,7 +145,7 @@ static mp_status features(mp_bench_prepared *p, const mp_bench_grid *g, const ch
     char path[4096] = "";
     mp_status st;
     if (cache_dir && *cache_dir) {
-        if ((st = make_dirs(cache_dir)) ||
+        if ((st = mp_bench_mkdirs(cache_dir, NULL)) ||
             (st = cache_path(p->spec, p->sha256, &fo, cache_dir, path, sizeof path)))
             return st;
         if (access(path, R_OK) == 0) {
@@ -328,7 +329,7 @@ static mp_status export_seed(const mp_bench_prepared *p, int k, long seed, const
     static const char *names[3] = { "train", "val", "test" };
     char sub[4200];
     snprintf(sub, sizeof sub, "%s/seed%ld", dir, seed);
-    mp_status st = make_dirs(sub);
+    mp_status st = mp_bench_mkdirs(sub, NULL);
     const mp_split *sp = &p->split[k];
     for (int s = 0; s < 3 && !st; s++) {
         char file[32];
@@ -393,7 +394,7 @@ mp_status mp_bench_export_splits(const mp_bench_prepared *p, const mp_bench_grid
     size_t *index_of_row = mp_malloc(sizeof(size_t) * (n ? n : 1));
     mp_status st = rec && index_of_row ? MP_OK : mp_error_set(MP_ERR_NOMEM, "out of memory");
     if (!st)
-        st = make_dirs(sub);
+        st = mp_bench_mkdirs(sub, NULL);
     if (!st)
         st = read_records(p, &header, rec);
     /* data.csv: the valid rows, in file order */

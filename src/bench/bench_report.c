@@ -389,25 +389,6 @@ static void write_html(FILE *fp, const report *R, const char *title, const char 
 /* The report                                                             */
 /* ===================================================================== */
 
-static mp_status make_dir(const char *path)
-{
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf)
-        return mp_error_set(MP_ERR_ARG, "--out: bad folder name '%s'", path);
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != 0)
-            continue;
-        char c = buf[i];
-        buf[i] = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return mp_error_set(MP_ERR_IO, "cannot create folder '%s': %s", buf, strerror(errno));
-        buf[i] = c;
-    }
-    return MP_OK;
-}
-
 mp_status mp_run_bench_report(const mp_options *o, mp_summary **summary)
 {
     if (summary)
@@ -441,7 +422,7 @@ mp_status mp_run_bench_report(const mp_options *o, mp_summary **summary)
         const char *slash = strrchr(src, '/');
         snprintf(dir, sizeof dir, "%.*sreport", slash ? (int)(slash - src + 1) : 0, src);
     }
-    if ((st = mp_bench_plot_check(a.gnuplot)) || (st = make_dir(dir)))
+    if ((st = mp_bench_plot_check(a.gnuplot)) || (st = mp_bench_mkdirs(dir, "--out")))
         goto done;
     R->rows[0] = rows[0];
     R->n[0] = n[0];

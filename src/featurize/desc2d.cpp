@@ -223,16 +223,19 @@ static void partial_charges(const ROMol &mol, double *v)
 }
 
 /*
- * The identifiers of RDKit's unfolded Morgan count fingerprint (radius 3,
- * bond types, no chirality: GetMorganFingerprint's defaults), each with the
- * first layer that sets it, as RDKit's ECFP iteration makes them (the same
- * iteration as rdkit_bridge.cpp's folded one; RDKit's getFingerprint with
- * per-bit atom info was a twentieth of the time): every atom sets its
- * connectivity invariant; each layer, each live atom hashes (layer, its
- * invariant, its sorted (bond type, neighbour invariant) pairs) and grows
- * its bond environment; an environment already seen (earlier, or earlier
- * in this layer in (environment, invariant, atom) order) sets nothing and
- * its atom drops out, with invariant 0 for its neighbours from then on.
+ * The identifiers of RDKit's unfolded Morgan count fingerprint (bond types,
+ * no chirality: GetMorganFingerprint's defaults), each with the first layer
+ * that sets it, as RDKit's ECFP iteration makes them, with reused flat
+ * buffers (RDKit's getFingerprint with per-bit atom info was a twentieth of
+ * the time; its folded count fingerprint, a quarter of the featurization):
+ * every atom sets its connectivity invariant; each layer, each live atom
+ * hashes (layer, its invariant, its sorted (bond type, neighbour invariant)
+ * pairs) and grows its bond environment by its bonds and its neighbours'
+ * environments; an environment already seen (earlier, or earlier in this
+ * layer in (environment, invariant, atom) order) sets nothing and its atom
+ * drops out, with invariant 0 for its neighbours from then on.  Atoms
+ * without bonds drop out at once.  FpDensityMorgan (below) and the bridge's
+ * hashed count fingerprint (rdkit_bridge.cpp) both read it.
  */
 struct morgan_ids_ws {
     std::vector<std::uint32_t> inv, next;
@@ -243,7 +246,7 @@ struct morgan_ids_ws {
     std::vector<std::uint32_t> order;
     std::vector<std::uint64_t> seen;             /* environments seen, W words each */
     std::vector<std::uint64_t> seen_key;
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> ids;     /* (id, layer) */
+    std::vector<mp_d2_morgan_id> ids;
 };
 
 static std::uint64_t env_key(const std::uint64_t *e, size_t W)
@@ -254,6 +257,14 @@ static std::uint64_t env_key(const std::uint64_t *e, size_t W)
     return k;
 }
 
+static bool env_seen(const morgan_ids_ws &w, const std::uint64_t *e, std::uint64_t key, size_t W)
+{
+    for (size_t s = 0; s < w.seen_key.size(); s++)
+        if (w.seen_key[s] == key && std::memcmp(&w.seen[s * W], e, W * sizeof *e) == 0)
+            return true;
+    return false;
+}
+
 static void morgan_ids(morgan_ids_ws &w, const ROMol &mol, unsigned radius)
 {
     const unsigned n = mol.getNumAtoms(), nb = mol.getNumBonds();
@@ -262,7 +273,7 @@ static void morgan_ids(morgan_ids_ws &w, const ROMol &mol, unsigned radius)
     RDKit::MorganFingerprints::getConnectivityInvariants(mol, w.inv, true);
     w.ids.clear();
     for (unsigned i = 0; i < n; i++)
-        w.ids.emplace_back(w.inv[i], 0u);
+        w.ids.push_back({ w.inv[i], 0u });
     w.env.assign((size_t)n * W, 0);
     w.dead.assign(n, 0);
     for (unsigned i = 0; i < n; i++)
@@ -295,7 +306,8 @@ static void morgan_ids(morgan_ids_ws &w, const ROMol &mol, unsigned radius)
             w.next[i] = invar;
             w.cands.emplace_back(invar, i);
         }
-        /* identical environments meet in a run, smallest (invariant, atom) first */
+        /* identical environments meet in a run, smallest (invariant, atom)
+         * first; the order between different environments does not matter */
         w.order.resize(w.cands.size());
         for (size_t c = 0; c < w.cands.size(); c++)
             w.order[c] = (std::uint32_t)c;
@@ -310,14 +322,11 @@ static void morgan_ids(morgan_ids_ws &w, const ROMol &mol, unsigned radius)
             unsigned atom = cands[c].second;
             const std::uint64_t *e = envs + (size_t)atom * W;
             std::uint64_t key = env_key(e, W);
-            bool seen = false;
-            for (size_t s = 0; s < w.seen_key.size() && !seen; s++)
-                seen = w.seen_key[s] == key && !std::memcmp(&w.seen[s * W], e, W * sizeof *e);
-            if (seen) {
+            if (env_seen(w, e, key, W)) {
                 w.dead[atom] = 1;
                 continue;
             }
-            w.ids.emplace_back(cands[c].first, layer + 1);
+            w.ids.push_back({ cands[c].first, layer + 1 });
             w.seen.insert(w.seen.end(), e, e + W);
             w.seen_key.push_back(key);
         }
@@ -326,16 +335,29 @@ static void morgan_ids(morgan_ids_ws &w, const ROMol &mol, unsigned radius)
     }
 }
 
-static void fp_density(const ROMol &mol, double *v)
+extern "C" size_t mp_d2_morgan_ids(const mp_d2_mol *m, unsigned radius,
+                                   const mp_d2_morgan_id **ids)
 {
     static thread_local morgan_ids_ws w;
-    morgan_ids(w, mol, 3);
+    morgan_ids(w, *reinterpret_cast<const ROMol *>(m), radius);
+    *ids = w.ids.data();
+    return w.ids.size();
+}
+
+static void fp_density(const ROMol &mol, double *v)
+{
+    static thread_local std::vector<mp_d2_morgan_id> ids;
+    const mp_d2_morgan_id *from;
+    size_t n = mp_d2_morgan_ids(reinterpret_cast<const mp_d2_mol *>(&mol), 3, &from);
+    ids.assign(from, from + n);
     /* an identifier counts from the first layer that sets it */
-    std::sort(w.ids.begin(), w.ids.end());
+    std::sort(ids.begin(), ids.end(), [](const mp_d2_morgan_id &x, const mp_d2_morgan_id &y) {
+        return x.id != y.id ? x.id < y.id : x.layer < y.layer;
+    });
     unsigned count[4] = { 0, 0, 0, 0 };
-    for (size_t k = 0; k < w.ids.size(); k++)
-        if (k == 0 || w.ids[k].first != w.ids[k - 1].first)
-            count[w.ids[k].second]++;
+    for (size_t k = 0; k < ids.size(); k++)
+        if (k == 0 || ids[k].id != ids[k - 1].id)
+            count[ids[k].layer]++;
     double heavy = mol.getNumHeavyAtoms();
     unsigned upto = count[0];
     int slot[3] = { D_FpDensityMorgan1, D_FpDensityMorgan2, D_FpDensityMorgan3 };

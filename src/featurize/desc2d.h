@@ -108,6 +108,21 @@ int mp_d2_compute(mp_d2_ctx *ctx, mp_d2_mol *mol, int bcut, double *v, uint8_t *
  */
 void mp_d2_reference(const mp_d2_mol *mol, double *v, uint8_t *which);
 
+/*
+ * The identifiers of RDKit's unfolded Morgan count fingerprint of mol up to
+ * `radius` (GetMorganFingerprint's defaults: bond types, no chirality), each
+ * with the first layer (0..radius) that sets it, every one the ECFP
+ * iteration counts (an identifier set by several environments appears once
+ * per environment).  *ids points at them in this thread's scratch, valid
+ * until the thread's next call; returns their number.  Throws std::bad_alloc
+ * (C++ callers only) when out of memory.  The count fingerprint of the
+ * bridge (rdkit_bridge.cpp) folds them, FpDensityMorgan1-3 count them.
+ */
+typedef struct {
+    uint32_t id, layer;
+} mp_d2_morgan_id;
+size_t mp_d2_morgan_ids(const mp_d2_mol *mol, unsigned radius, const mp_d2_morgan_id **ids);
+
 /* ---- the parts, one per file (called by mp_d2_compute) ---- */
 
 typedef struct mp_d2_graph_ws mp_d2_graph_ws;

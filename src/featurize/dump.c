@@ -5,7 +5,9 @@
  * compared line by line with what Chemprop computes.
  *
  * All files are written to temporary names first and renamed only when every
- * one of them was written: a failed dump leaves no half-written file.
+ * one of them was written: a failed or interrupted dump leaves no
+ * half-written file.  mp_features_dump_write stops short of the renames, so
+ * a caller with another output (featurize --out) can publish both or none.
  */
 #include "featurize/featurize.h"
 
@@ -185,7 +187,12 @@ static void hot_list(out_file *o, const void *hot, int width, int is_atom)
     }
 }
 
-static void write_rows(out_file *of, const mp_features *f, const char *const *smiles)
+/* Every row of every open file; MP_ERR_INTERRUPTED when a stop is requested
+ * (polled every DUMP_POLL molecules: a dump of millions of rows takes
+ * minutes). */
+#define DUMP_POLL 256
+
+static mp_status write_rows(out_file *of, const mp_features *f, const char *const *smiles)
 {
     const mp_graphs *g = &f->g;
     char num[64];
@@ -211,6 +218,9 @@ static void write_rows(out_file *of, const mp_features *f, const char *const *sm
         emit(o, "\n");
     }
     for (int32_t m = 0; m < g->n_mols; m++) {
+        mp_status st;
+        if (m % DUMP_POLL == 0 && (st = mp_interrupt_poll()))
+            return st;
         const char *smi = smiles && smiles[m] ? smiles[m] : "";
         int32_t A = g->mol_atom[m], na = g->mol_atom[m + 1] - A;
         int32_t E = g->mol_edge[m], nb = (g->mol_edge[m + 1] - E) / 2;
@@ -268,16 +278,73 @@ static void write_rows(out_file *of, const mp_features *f, const char *const *sm
             emit(o, "\n");
         }
     }
+    return MP_OK;
 }
 
-mp_status mp_features_dump(const mp_features *f, const char *const *smiles, const char *dir, int gz)
-{
+/* A dump written to temporary names, not yet in place (featurize.h). */
+struct mp_dump {
+    out_file     of[N_FILES];
     mp_made_dirs made;   /* the folders this dump made: removed again on failure */
-    mp_status st = mp_mkdirs(dir, &made);
-    if (st)
+    char        *dir;
+    int          gz;
+};
+
+/* Closes every file: removed (abort) or renamed into place (commit, which
+ * stops at the first failure and then removes the ones it had renamed: all
+ * the files or none).  Then the folders the dump made go (failure) or stay. */
+static mp_status finish(mp_dump *d, int commit)
+{
+    mp_status st = MP_OK;
+    int committed[N_FILES] = { 0 };
+    for (int i = 0; i < N_FILES; i++) {
+        out_file *o = &d->of[i];
+        if (!o->open)
+            continue;
+        if (o->gz)
+            gzclose(o->gz);
+        o->gz = NULL;
+        if (!commit || st)
+            mp_afile_abort(&o->af);   /* after a failure, no further file appears */
+        else
+            committed[i] = (st = mp_afile_commit(&o->af)) == MP_OK;
+        mp_buf_free(&o->buf);
+        o->open = 0;
+    }
+    for (int i = 0; st && i < N_FILES; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.tsv%s", d->dir, file_names[i], d->gz ? ".gz" : "");
+        if (committed[i])
+            (void)unlink(path);
+    }
+    if (!commit || st)
+        mp_mkdirs_undo(&d->made);
+    else
+        mp_mkdirs_keep(&d->made);
+    mp_free(d->dir);
+    mp_free(d);
+    return st;
+}
+
+mp_status mp_features_dump_write(mp_dump **out, const mp_features *f, const char *const *smiles,
+                                 const char *dir, int gz)
+{
+    *out = NULL;
+    mp_dump *d = mp_calloc(1, sizeof *d);
+    char *dir_copy = mp_malloc(strlen(dir) + 1);
+    if (!d || !dir_copy) {
+        mp_free(d);
+        mp_free(dir_copy);
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    }
+    d->dir = strcpy(dir_copy, dir);
+    d->gz = gz;
+    mp_status st = mp_mkdirs(dir, &d->made);
+    if (st) {   /* mp_mkdirs undid its own part */
+        mp_free(d->dir);
+        mp_free(d);
         return st;
-    out_file of[N_FILES];
-    memset(of, 0, sizeof of);
+    }
+    out_file *of = d->of;
     for (int i = 0; i < N_FILES && !st; i++) {
         if ((i == F_MORGAN && !f->morgan_start) || (i == F_DESC && !f->desc) ||
             (i == F_RDKIT2D && !f->mat[MP_MAT_RDKIT2D].values) ||
@@ -285,41 +352,41 @@ mp_status mp_features_dump(const mp_features *f, const char *const *smiles, cons
             continue;   /* not computed: no file */
         st = open_out(&of[i], dir, file_names[i], gz);
     }
-    if (!st) {
-        write_rows(of, f, smiles);
-        for (int i = 0; i < N_FILES; i++) {
-            if (!of[i].open)
-                continue;
-            flush_out(&of[i]);
-            if (of[i].gz && gzclose(of[i].gz) != Z_OK)
-                of[i].bad = 1;
-            of[i].gz = NULL;
-            if (of[i].bad && !st)
-                st = mp_error_set(MP_ERR_IO, "error writing %s.tsv%s in %s (disk full?)",
-                                  file_names[i], gz ? ".gz" : "", dir);
-        }
-    }
-    int committed[N_FILES] = { 0 };   /* removed again if a later commit fails */
-    for (int i = 0; i < N_FILES; i++) {
+    if (!st)
+        st = write_rows(of, f, smiles);
+    for (int i = 0; !st && i < N_FILES; i++) {
         if (!of[i].open)
             continue;
-        if (of[i].gz)
-            gzclose(of[i].gz);
-        if (st)
-            mp_afile_abort(&of[i].af);   /* after a failure, no further file appears */
-        else
-            committed[i] = (st = mp_afile_commit(&of[i].af)) == MP_OK;
-        mp_buf_free(&of[i].buf);
+        flush_out(&of[i]);
+        if (of[i].gz && gzclose(of[i].gz) != Z_OK)
+            of[i].bad = 1;
+        of[i].gz = NULL;
+        if (of[i].bad)
+            st = mp_error_set(MP_ERR_IO, "error writing %s.tsv%s in %s (disk full?)",
+                              file_names[i], gz ? ".gz" : "", dir);
     }
-    for (int i = 0; st && i < N_FILES; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s.tsv%s", dir, file_names[i], gz ? ".gz" : "");
-        if (committed[i])
-            (void)unlink(path);   /* all the files or none */
+    if (st) {
+        (void)finish(d, 0);
+        return st;
     }
-    if (st)
-        mp_mkdirs_undo(&made);
-    else
-        mp_mkdirs_keep(&made);
-    return st;
+    *out = d;
+    return MP_OK;
+}
+
+mp_status mp_features_dump_commit(mp_dump *d)
+{
+    return d ? finish(d, 1) : MP_OK;
+}
+
+void mp_features_dump_abort(mp_dump *d)
+{
+    if (d)
+        (void)finish(d, 0);
+}
+
+mp_status mp_features_dump(const mp_features *f, const char *const *smiles, const char *dir, int gz)
+{
+    mp_dump *d;
+    mp_status st = mp_features_dump_write(&d, f, smiles, dir, gz);
+    return st ? st : mp_features_dump_commit(d);
 }

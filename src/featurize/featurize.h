@@ -200,9 +200,26 @@ mp_status mp_features_load(mp_features **out, const char *path);
  * rdkit2d*.tsv have a row per valid molecule (mol, then the 200 names) with
  * NaN written as 0.0, as the fixtures hold Chemprop's features.  Bonds are listed in the store's (Chemprop v1's) order;
  * the fixture lists them in RDKit's.  Floats are printed in their shortest
- * round-trip form.  All files appear only when all were written (MP_ERR_IO).
+ * round-trip form.  All files appear only when all were written (MP_ERR_IO;
+ * MP_ERR_INTERRUPTED when a stop was requested, polled every few hundred
+ * molecules); after a failure neither a file nor a folder the dump made is
+ * left.
  */
 mp_status mp_features_dump(const mp_features *f, const char *const *smiles, const char *dir, int gz);
+
+/*
+ * The same in two steps, for a caller that publishes other outputs with it:
+ * mp_features_dump_write writes every file to its temporary name and hands
+ * back *out (NULL on failure, when it has removed what it made);
+ * mp_features_dump_commit then renames them into place (all or none) and
+ * mp_features_dump_abort removes them and the folders the dump made.  Either
+ * one, once, frees *out; both accept NULL.
+ */
+typedef struct mp_dump mp_dump;
+mp_status mp_features_dump_write(mp_dump **out, const mp_features *f, const char *const *smiles,
+                                 const char *dir, int gz);
+mp_status mp_features_dump_commit(mp_dump *d);
+void      mp_features_dump_abort(mp_dump *d);
 
 /* ===================================================================== */
 /* The RDKit bridge (rdkit_bridge.cpp), for the rest of the C code        */

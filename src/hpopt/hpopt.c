@@ -67,17 +67,6 @@ typedef struct {
 /* Files                                                                  */
 /* ===================================================================== */
 
-static mp_status make_dir(const char *path)
-{
-    if (mkdir(path, 0777) == 0 || errno == EEXIST) {
-        struct stat sb;
-        if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-            return MP_OK;
-        return mp_error_set(MP_ERR_IO, "%s exists and is not a directory", path);
-    }
-    return mp_error_set(MP_ERR_IO, "cannot create %s: %s", path, strerror(errno));
-}
-
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *f)
 {
     (void)sb;
@@ -188,9 +177,10 @@ static char *identity(const mp_hpopt_args *a, const mp_hp_space *s, const mp_opt
     return out;
 }
 
-/* OUT/hpopt.json: written on the first run, compared on a rerun. */
+/* OUT/hpopt.json: written on the first run (*written = 1), compared on a
+ * rerun. */
 static mp_status check_identity(const mp_hpopt_args *a, const mp_hp_space *s,
-                                const mp_options *base)
+                                const mp_options *base, int *written)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/hpopt.json", a->out_dir);
@@ -200,7 +190,7 @@ static mp_status check_identity(const mp_hpopt_args *a, const mp_hp_space *s,
     char *have = slurp(path, NULL);
     mp_status st = MP_OK;
     if (!have && errno == ENOENT)
-        st = write_text(path, want);
+        *written = (st = write_text(path, want)) == MP_OK;
     else if (!have)
         st = mp_error_set(MP_ERR_IO, "cannot read %s: %s", path, strerror(errno));
     else if (strcmp(have, want) != 0)
@@ -519,6 +509,50 @@ static mp_status write_best(const search *S, int best)
     return mp_afile_commit(&f);
 }
 
+/* Trials with a line in the trials file (from before, or finished now). */
+static int n_recorded(const search *S)
+{
+    int n = 0;
+    for (int i = 0; i < S->a->trials; i++)
+        n += S->t[i].done;
+    return n;
+}
+
+/* The message of a search stopped by a signal during trial i (-1: between
+ * trials): what is kept and how to go on. */
+static mp_status interrupted(const search *S, int i)
+{
+    char during[32] = "";
+    if (i >= 0)
+        snprintf(during, sizeof during, " during trial %d", i);
+    int n = n_recorded(S);
+    if (n == 0)
+        return mp_error_set(MP_ERR_INTERRUPTED, "interrupted by %s%s; no trial had finished",
+                            mp_signal_name(mp_interrupted()), during);
+    return mp_error_set(MP_ERR_INTERRUPTED, "interrupted by %s%s; the %d finished trial%s %s "
+                        "kept in %s: run the same command to resume",
+                        mp_signal_name(mp_interrupted()), during, n, n == 1 ? "" : "s",
+                        n == 1 ? "is" : "are", S->path);
+}
+
+/* A search that failed or was stopped before any trial was recorded leaves
+ * nothing behind it: the identity file and the folders this run made go
+ * (rmdir: a folder that holds anything else stays). */
+static void undo_start(const mp_hpopt_args *a, int wrote_identity, int made_sub, int made_out)
+{
+    char path[1200];
+    if (wrote_identity) {
+        snprintf(path, sizeof path, "%s/hpopt.json", a->out_dir);
+        (void)unlink(path);
+    }
+    if (made_sub) {
+        snprintf(path, sizeof path, "%s/trials", a->out_dir);
+        (void)rmdir(path);
+    }
+    if (made_out)
+        (void)rmdir(a->out_dir);
+}
+
 mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary **out)
 {
     if (out)
@@ -538,6 +572,7 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
         return st;
     search S;
     memset(&S, 0, sizeof S);
+    int made_out = 0, made_sub = 0, wrote_identity = 0;   /* what this run made */
     S.a = &a;
     S.base = base;
     S.space = &space;
@@ -557,8 +592,8 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
     for (int i = 0; i < a.trials; i++)
         S.t[i].x = xs + (size_t)i * (size_t)space.n;
     metric_of(&S, mp_options_is_set(base, "metric") ? mp_options_get(base, "metric") : NULL);
-    if ((st = make_dir(a.out_dir)) || (st = make_dir(sub)) ||
-        (st = check_identity(&a, &space, base)) || (st = load_trials(&S)))
+    if ((st = mp_mkdir(a.out_dir, &made_out)) || (st = mp_mkdir(sub, &made_sub)) ||
+        (st = check_identity(&a, &space, base, &wrote_identity)) || (st = load_trials(&S)))
         goto done;
     const char *q = mp_options_get(base, "quiet");
     S.quiet = q && (!strcmp(q, "true") || !strcmp(q, "1") || !strcmp(q, "yes") || !strcmp(q, "on"));
@@ -571,6 +606,10 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
     int n_failed = 0;
     for (int r0 = 0; r0 < a.trials && !st; r0 += a.jobs) {
         int r1 = r0 + a.jobs < a.trials ? r0 + a.jobs : a.trials;
+        if (mp_interrupt_check()) {   /* a stop between two rounds */
+            st = interrupted(&S, -1);
+            break;
+        }
         /* the history: every trial of the rounds before */
         for (int i = 0; i < r0; i++)
             losses[i] = S.t[i].failed ? NAN : S.t[i].loss;
@@ -611,7 +650,9 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
                 if (th[k])
                     pthread_join(th[k], NULL);
         for (int k = 0; k < n_run && !st; k++)
-            if (jobs[k].st)
+            if (jobs[k].st == MP_ERR_INTERRUPTED)
+                st = interrupted(&S, jobs[k].i);
+            else if (jobs[k].st)
                 st = mp_error_set(jobs[k].st, "%s", jobs[k].error);
         prune_models(&S, r1);
     }
@@ -638,11 +679,10 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
                (st = mp_summary_put_text(s, "best_config", best_ini)) ||
                (st = mp_summary_put_text(s, "trials_file", S.path)));
     }
-    if (st)
-        mp_summary_free(s);
-    else
-        mp_summary_hand_over(s, out);
+    (void)mp_summary_finish(st, s, out);
 done:
+    if (st && S.t && n_recorded(&S) == 0)   /* nothing to resume: leave nothing */
+        undo_start(&a, wrote_identity, made_sub, made_out);
     mp_free(th);
     mp_free(jobs);
     mp_free(losses);
