@@ -81,6 +81,18 @@ typedef struct {
     int            atom_messages; /* 0; 1: v1's --atom_messages (dmpnn)           */
     int            undirected;  /* 0; 1: v1's --undirected (dmpnn, bond messages) */
     int            batch_norm;  /* 0; 1: v2's BatchNorm1d on the readout (dmpnn)  */
+    /* User-supplied atom and bond columns (dmpnn; the batch's graph store
+     * holds them: graph.h atom_x / bond_x).  Chemprop v1.6.1's
+     * --atom_descriptors feature: atom_extra_dim columns appended to every
+     * atom vector x_v (so to W_i's and W_o's inputs); --atom_descriptors
+     * descriptor: atom_desc_dim columns d_v appended to the atom hiddens,
+     * h_v <- Dropout(W_ad [h_v ; d_v] + b_ad), W_ad (h+d) x (h+d), so the
+     * readout is h + d wide; --bond_features_path: bond_extra_dim columns
+     * appended to every bond vector b_uv.  At most one of the two atom
+     * modes.  0: none (the model is exactly the one without them). */
+    int            atom_extra_dim;
+    int            atom_desc_dim;
+    int            bond_extra_dim;
 } mp_model_config;
 
 /* Chemprop v1's defaults: D-MPNN, regression (mse), 1 task, atom_fdim 133,

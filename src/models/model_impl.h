@@ -11,8 +11,8 @@
 
 #define MP_MAX_DEPTH      32
 #define MP_MAX_FFN_LAYERS 16
-#define MP_MAX_VIEWS      (12 + 2 * MP_MAX_FFN_LAYERS)
-#define MP_MAX_DROP       (MP_MAX_DEPTH + MP_MAX_FFN_LAYERS)
+#define MP_MAX_VIEWS      (17 + 2 * MP_MAX_FFN_LAYERS)
+#define MP_MAX_DROP       (MP_MAX_DEPTH + MP_MAX_FFN_LAYERS + 1)
 
 /* A graph batch on the device (pointers into the model's arena). */
 typedef struct {
@@ -54,6 +54,13 @@ typedef struct {
      * their gradient, the batch statistics [2 x h]; attentive: the score,
      * the weights and the score's gradient per atom [A] */
     void *xp, *dxp, *bn_save, *score, *alpha, *dscore;
+    /* the user atom / bond columns (graph.h; element type): xa [A x da]
+     * (either mode), xb [E x db] (the bond's row on both its edges);
+     * descriptor mode: hd = [h_v ; d_v] and hdo = its W_ad output after
+     * dropout [A x hr], their gradients dhd, dhdo.  ro / dro: the atom
+     * matrix the readout pools (ho, or hdo) and its gradient (dho, dhdo),
+     * hr columns wide */
+    void *xa, *xb, *hd, *hdo, *dhd, *dhdo, *ro, *dro;
     /* head, molecules */
     void *hp[MP_MAX_FFN_LAYERS];    /* [B x F] hidden pre-activations (not ReLU) */
     void *x0;                       /* [B x I] readout ++ extra features   */
@@ -83,6 +90,7 @@ struct mp_model {
      * bits did not move) */
     mp_stype st_op, st_m;
     int    h, ffn_hidden, in_dim, n_layers;
+    int    hr;                      /* readout width: h + atom_desc_dim     */
     int    n_out;                   /* raw outputs per molecule (heads.h)  */
     /* 1: the encoder runs its unfused form (encoder.c: an activation other
      * than ReLU, undirected or atom messages; fp32 storage), the head its
@@ -100,6 +108,11 @@ struct mp_model {
      * beta, running mean and variance [1 x h] each (consecutive), the PReLU
      * slopes of the encoder and the head (1 x 1) */
     size_t off_attn, off_bn, off_prelu_enc, off_prelu_ffn;
+    /* the user columns' weights (cfg atom_extra_dim ...; 0 when absent):
+     * W_i's extra atom rows [da x h] and extra bond rows [db x h] (with atom
+     * messages the bond rows are W_h's), W_o's extra atom rows [da x h],
+     * the descriptor layer W_ad [hr x hr] and b_ad [1 x hr] */
+    size_t off_wi_xa, off_wi_xb, off_wo_xa, off_wad, off_bad;
     void  *params, *grads, *adam_m, *adam_v;
     long   adam_t;
     mp_rng drop_rng;
@@ -157,6 +170,10 @@ void mp_encoder_backward(mp_model *m, const void *dx0);
  * attention, batch norm, the extra features), and back: the gradient of
  * ho into m->a.dho from dx0 (row stride in_dim). */
 void mp_readout_forward(mp_model *m, int training);
+/* encoder.c: the atom descriptor layer (cfg atom_desc_dim > 0) from ho and
+ * the batch's atom columns into hdo, and back from dhdo into dho. */
+void mp_atomdesc_forward(mp_model *m);
+void mp_atomdesc_backward(mp_model *m);
 void mp_readout_backward(mp_model *m, const void *dx0);
 
 /* ffn.c: the head over m->a.x0 (n_mols rows) into m->a.out; backward from
