@@ -223,27 +223,32 @@ mp_status mp_graphs_set_extra(mp_graphs *g, int32_t xa_dim, int32_t xb_dim)
     if (xa_dim < 0 || xb_dim < 0 || xa_dim > 1000000 || xb_dim > 1000000)
         return mp_error_set(MP_ERR_ARG, "graph store: extra widths %d / %d", (int)xa_dim,
                             (int)xb_dim);
-    mp_free(g->atom_x);
-    mp_free(g->bond_x);
-    g->atom_x = g->bond_x = NULL;
-    g->xa_dim = g->xb_dim = 0;
-    g->cap_xa = g->cap_xb = 0;
     int32_t nb = g->n_edges / 2;
-    if (xa_dim > 0) {
-        g->atom_x = mp_calloc((size_t)g->n_atoms * xa_dim + 1, sizeof(float));
-        if (!g->atom_x)
-            return mp_error_set(MP_ERR_NOMEM, "out of memory for %d atom columns of %d atoms",
-                                (int)xa_dim, (int)g->n_atoms);
-        g->xa_dim = xa_dim;
-        g->cap_xa = g->n_atoms;
+    if (xa_dim != g->xa_dim || (xa_dim && g->cap_xa < g->n_atoms)) {
+        mp_free(g->atom_x);
+        g->atom_x = NULL;
+        g->xa_dim = g->cap_xa = 0;
+        if (xa_dim > 0) {
+            g->atom_x = mp_calloc((size_t)g->n_atoms * xa_dim + 1, sizeof(float));
+            if (!g->atom_x)
+                return mp_error_set(MP_ERR_NOMEM, "out of memory for %d atom columns of %d "
+                                    "atoms", (int)xa_dim, (int)g->n_atoms);
+            g->xa_dim = xa_dim;
+            g->cap_xa = g->n_atoms;
+        }
     }
-    if (xb_dim > 0) {
-        g->bond_x = mp_calloc((size_t)nb * xb_dim + 1, sizeof(float));
-        if (!g->bond_x)
-            return mp_error_set(MP_ERR_NOMEM, "out of memory for %d bond columns of %d bonds",
-                                (int)xb_dim, (int)nb);
-        g->xb_dim = xb_dim;
-        g->cap_xb = nb;
+    if (xb_dim != g->xb_dim || (xb_dim && g->cap_xb < nb)) {
+        mp_free(g->bond_x);
+        g->bond_x = NULL;
+        g->xb_dim = g->cap_xb = 0;
+        if (xb_dim > 0) {
+            g->bond_x = mp_calloc((size_t)nb * xb_dim + 1, sizeof(float));
+            if (!g->bond_x)
+                return mp_error_set(MP_ERR_NOMEM, "out of memory for %d bond columns of %d "
+                                    "bonds", (int)xb_dim, (int)nb);
+            g->xb_dim = xb_dim;
+            g->cap_xb = nb;
+        }
     }
     return MP_OK;
 }

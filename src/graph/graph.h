@@ -74,8 +74,9 @@ typedef struct {
 
 /*
  * Gives the store per-atom / per-bond user columns (graph.h above) of
- * widths xa_dim / xb_dim (0: none; an existing block of the other width is
- * freed), zero-filled.  MP_ERR_ARG for a negative width, MP_ERR_NOMEM.
+ * widths xa_dim / xb_dim (0: none).  A block whose width changes is made
+ * anew, zero-filled (or freed); a block of the same width is kept as it
+ * is.  MP_ERR_ARG for a negative width, MP_ERR_NOMEM.
  */
 mp_status mp_graphs_set_extra(mp_graphs *g, int32_t xa_dim, int32_t xb_dim);
 
