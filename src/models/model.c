@@ -753,6 +753,15 @@ mp_status mp_model_set_grad_clip(mp_model *m, double max_norm)
 /* Device-resident steps                                                  */
 /* ===================================================================== */
 
+/* 1 when bt carries the user columns the model takes (or it takes none). */
+static int columns_present(const mp_model *m, const mp_dev_batch *bt)
+{
+    const mp_model_config *c = &m->cfg;
+    if ((c->atom_extra_dim || c->atom_desc_dim) && bt->n_atoms > 0 && !bt->atom_x)
+        return 0;
+    return !(c->bond_extra_dim && bt->n_edges > 0 && !bt->bond_x);
+}
+
 /* Reserves activations for bt's sizes, then points the graph inputs (and
  * the extra features) at bt's device buffers: the model is bound. */
 static mp_status point_inputs(mp_model *m, const mp_dev_batch *bt)
@@ -777,6 +786,10 @@ static mp_status point_inputs(mp_model *m, const mp_dev_batch *bt)
         a->g.mol_atom = bt->mol_atom;
         if (c->extra_dim > 0)
             a->extra = bt->extra;
+        if (c->atom_extra_dim || c->atom_desc_dim)
+            a->xa = bt->atom_x;
+        if (c->bond_extra_dim)
+            a->xb = bt->bond_x;
     }
     m->n_mols = bt->n_mols;
     m->have_forward = 0;
@@ -795,9 +808,9 @@ mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
                             "step ops", m->b->name);
     if ((c->extra_dim > 0 && !bt->extra) || !bt->target || !bt->mask)
         return mp_error_set(MP_ERR_ARG, "model bind: batch buffers missing");
-    if (c->atom_extra_dim || c->atom_desc_dim || c->bond_extra_dim)
-        return mp_error_set(MP_ERR_ARG, "model bind: device-resident batches do not carry "
-                            "user atom / bond columns (train on host batches)");
+    if (!columns_present(m, bt))
+        return mp_error_set(MP_ERR_ARG, "model bind: the model takes user atom / bond columns "
+                            "and the batch carries none");
     mp_status st = point_inputs(m, bt);
     if (st != MP_OK)
         return st;
@@ -817,9 +830,9 @@ mp_status mp_model_forward_dev(mp_model *m, const mp_dev_batch *bt)
     if (c->extra_dim > 0 && !bt->extra)
         return mp_error_set(MP_ERR_ARG, "model forward (device batch): the model takes %d "
                             "molecule features per molecule but none were given", c->extra_dim);
-    if (c->atom_extra_dim || c->atom_desc_dim || c->bond_extra_dim)
-        return mp_error_set(MP_ERR_ARG, "model forward (device batch): device-resident batches "
-                            "do not carry user atom / bond columns");
+    if (!columns_present(m, bt))
+        return mp_error_set(MP_ERR_ARG, "model forward (device batch): the model takes user "
+                            "atom / bond columns and the batch carries none");
     if (c->kind == MP_MODEL_DMPNN && (!bt->mol_atom || !bt->in_start ||
         (bt->n_atoms && (!bt->atom_hot || !bt->atom_mass)) ||
         (bt->n_edges && (!bt->bond_hot || !bt->edge_src || !bt->in_edge))))

@@ -210,6 +210,11 @@ typedef struct {
     uint8_t *mask;
     void    *weight;   /* [n_mols] sample weights (element type), or NULL     */
     uint8_t *ineq;     /* [n_mols x n_tasks] MP_INEQ_* flags, or NULL          */
+    /* the user columns (model element type; required when the model takes
+     * them, model.h atom_extra_dim ...): atom_x [n_atoms x (atom_extra_dim +
+     * atom_desc_dim)], bond_x [n_edges x bond_extra_dim], the bond's row on
+     * both of its edges */
+    void    *atom_x, *bond_x;
 } mp_dev_batch;
 
 /* Points the model's inputs at `bt` (reserving activations for its sizes
