@@ -193,11 +193,11 @@ MP_TEST(atomcols_csv_atoms_and_bonds)
     expect_fail(mp__r, g, csv("short.csv", text), 0, MP_ERR_FORMAT, "molecule 1 (c1ccccc1O)",
                 "7 atoms");
     snprintf(text, sizeof text, "mol,a\n%s0,1\n", ok3);   /* molecule 0 with 4 rows */
-    expect_fail(mp__r, g, csv("long.csv", text), 0, MP_ERR_FORMAT, "molecule 0 (CCO)", "this is row 4");
+    expect_fail(mp__r, g, csv("long.csv", text), 0, MP_ERR_FORMAT, "molecule 0 (CCO)", "4 rows");
     snprintf(text, sizeof text, "mol,a\n0,1\n0,x\n");
     expect_fail(mp__r, g, csv("nonnum.csv", text), 0, MP_ERR_FORMAT, "nonnum.csv:3, column 2",
-                "'x' is not a finite number");
-    snprintf(text, sizeof text, "mol,a\n0,1\n0,nan\n");
+                "'x' is not a number");
+    snprintf(text, sizeof text, "mol,a\n0,1\n0,nan\n0,2\n");
     expect_fail(mp__r, g, csv("nan.csv", text), 0, MP_ERR_FORMAT, "nan.csv:3, column 2", NULL);
     snprintf(text, sizeof text, "mol,a\n0,1,2\n");
     expect_fail(mp__r, g, csv("fields.csv", text), 0, MP_ERR_FORMAT, "fields.csv:2", "3 fields");
@@ -207,5 +207,30 @@ MP_TEST(atomcols_csv_atoms_and_bonds)
     snprintf(text, sizeof text, "mol\n");
     expect_fail(mp__r, g, csv("header.csv", text), 0, MP_ERR_FORMAT, "header.csv:1", NULL);
     expect_fail(mp__r, g, FIX("nothing_here.csv"), 0, MP_ERR_IO, NULL, NULL);
+    mp_features_free(f);
+}
+
+MP_TEST(atomcols_chunk_of_the_input)
+{
+    /* a file read once, applied to a store of input rows 2 .. 4 (a chunk) */
+    mp_colfile cf;
+    CHECK_OK(mp_colfile_read(&cf, FIX("atoms3.npz"), 5));
+    CHECK_EQ_INT(cf.n_mols, 5);
+    mp_features *f = NULL;
+    mp_featurize_opts o = { 0 };
+    o.n_threads = 1;
+    CHECK_OK(mp_featurize(&f, SMILES + 2, 3, &o));
+    CHECK_OK(mp_colfile_apply(&cf, &f->g, 0, 2, SMILES + 2));
+    const mp_graphs *g = &f->g;
+    for (int i = 0; i < 3; i++)
+        for (int32_t v = g->mol_atom[i]; v < g->mol_atom[i + 1]; v++)
+            for (int c = 0; c < 3; c++)
+                CHECK_NEAR(g->atom_x[(size_t)v * 3 + c], cell(2 + i, v - g->mol_atom[i], c, 0.5),
+                           0, 0);
+    /* past the file's end: refused */
+    CHECK(mp_colfile_apply(&cf, &f->g, 0, 3, NULL) == MP_ERR_ARG);
+    mp_colfile_free(&cf);
+    CHECK(mp_colfile_read(&cf, FIX("atoms3.npz"), 6) == MP_ERR_FORMAT);
+    CHECK(strstr(mp_error_message(), "5 arrays for 6 input rows") != NULL);
     mp_features_free(f);
 }

@@ -24,16 +24,6 @@
 
 #define BAD(...) mp_error_set(MP_ERR_FORMAT, __VA_ARGS__)
 
-/* "molecule 3 (CCO)" or "molecule 3" into buf. */
-static const char *mol_name(char *buf, size_t n, int32_t i, const char *const *smiles)
-{
-    if (smiles && smiles[i])
-        snprintf(buf, n, "molecule %d (%.60s)", (int)i, smiles[i]);
-    else
-        snprintf(buf, n, "molecule %d", (int)i);
-    return buf;
-}
-
 /* Rows molecule i needs: its atoms, or its bonds. */
 static int32_t rows_of(const mp_graphs *g, int32_t i, int bonds)
 {
@@ -373,89 +363,102 @@ static mp_status zip_data(const char *path, const unsigned char *p, size_t n,
     return MP_OK;
 }
 
-static mp_status read_npz(mp_graphs *g, const char *path, int bonds, const char *const *smiles)
+/* ===================================================================== */
+/* Reading into an mp_colfile                                             */
+/* ===================================================================== */
+
+/* Starts molecule cf->n_mols (rows x width) in cf, growing the arrays;
+ * returns its first value or NULL (out of memory). */
+static float *cf_add(mp_colfile *cf, mp_buf *vals, int32_t rows, int32_t width, size_t *cap)
 {
+    int32_t i = cf->n_mols;
+    if ((size_t)i + 1 >= *cap) {
+        size_t c = *cap ? 2 * *cap : 64;
+        int64_t *st = mp_realloc(cf->start, (c + 1) * sizeof *st);
+        if (st)
+            cf->start = st;
+        int32_t *nr = mp_realloc(cf->n_rows, c * sizeof *nr);
+        if (nr)
+            cf->n_rows = nr;
+        int32_t *w = mp_realloc(cf->width, c * sizeof *w);
+        if (w)
+            cf->width = w;
+        int64_t *r0 = mp_realloc(cf->row0, c * sizeof *r0);
+        if (r0)
+            cf->row0 = r0;
+        if (!st || !nr || !w || !r0)
+            return NULL;
+        *cap = c;
+    }
+    size_t n = (size_t)rows * (size_t)width;
+    if (mp_buf_reserve(vals, n * sizeof(float) + sizeof(float)) != MP_OK)
+        return NULL;
+    if (i == 0)
+        cf->start[0] = 0;
+    cf->n_rows[i] = rows;
+    cf->width[i] = width;
+    cf->start[i + 1] = cf->start[i] + (int64_t)n;
+    cf->row0[i] = i ? cf->row0[i - 1] + cf->n_rows[i - 1] : 0;
+    float *at = (float *)(vals->data + vals->len);
+    vals->len += n * sizeof(float);
+    cf->n_mols = i + 1;
+    return at;
+}
+
+static mp_status read_npz(mp_colfile *cf, mp_buf *vals, int32_t n_expected)
+{
+    const char *path = cf->path;
     unsigned char *file = NULL;
-    size_t n = 0;
+    size_t n = 0, cap = 0;
     zip_member *mem = NULL;
     int64_t count = 0;
     mp_status st = read_file(path, &file, &n);
     if (st == MP_OK)
         st = zip_members(path, file, n, &mem, &count);
-    if (st == MP_OK && count != g->n_mols)
+    if (st == MP_OK && n_expected >= 0 && count != n_expected)
         st = BAD("%s: %lld arrays for %d input rows (one array per molecule, in input order)",
-                 path, (long long)count, (int)g->n_mols);
-    int d = -1;
-    char mb[128], what[512];
-    for (int32_t i = 0; st == MP_OK && i < g->n_mols; i++) {
-        if (!g->valid[i])
-            continue;   /* an invalid SMILES: its array is not read */
+                 path, (long long)count, (int)n_expected);
+    char what[512];
+    for (int64_t i = 0; st == MP_OK && i < count; i++) {
         const unsigned char *data = NULL;
         size_t len = 0;
         unsigned char *owned = NULL;
-        snprintf(what, sizeof what, "%s: array '%s' (%s)", path, mem[i].name,
-                 mol_name(mb, sizeof mb, i, smiles));
+        snprintf(what, sizeof what, "%s: array '%s' (molecule %lld)", path, mem[i].name,
+                 (long long)i);
         if ((st = zip_data(path, file, n, &mem[i], &data, &len, &owned)) != MP_OK)
             break;
         npy_array a;
         st = npy_parse(&a, data, len, what);
-        int32_t want = rows_of(g, i, bonds);
-        if (st == MP_OK && a.shape[0] != want)
-            st = BAD("%s: %lld rows, but the molecule has %d %s", what, (long long)a.shape[0],
-                     (int)want, bonds ? "bonds" : "atoms");
-        if (st == MP_OK && want > 0 && d >= 0 && a.shape[1] != d)
-            st = BAD("%s: %lld columns, the molecules before it have %d", what,
-                     (long long)a.shape[1], d);
-        if (st == MP_OK && want > 0 && a.shape[1] < 1)
-            st = BAD("%s: no columns", what);
-        if (st == MP_OK && want > 0 && d < 0) {
-            d = (int)a.shape[1];
-            st = set_block(g, bonds, d);
-        }
-        for (int32_t r = 0; st == MP_OK && r < want; r++) {
-            float *dst = row_dst(g, i, r, bonds, d);
-            for (int c = 0; c < d; c++) {
-                double v = npy_at(&a, r, c);
-                if (!isfinite(v)) {
-                    st = BAD("%s: row %d, column %d is %g (NaN and infinities are not "
-                             "allowed)", what, (int)r, c, v);
-                    break;
-                }
-                dst[c] = (float)v;
-            }
-        }
+        float *dst = st == MP_OK ? cf_add(cf, vals, (int32_t)a.shape[0], (int32_t)a.shape[1],
+                                          &cap) : NULL;
+        if (st == MP_OK && !dst)
+            st = mp_error_set(MP_ERR_NOMEM, "%s: out of memory", path);
+        for (int64_t r = 0; st == MP_OK && r < a.shape[0]; r++)
+            for (int64_t c = 0; c < a.shape[1]; c++)
+                dst[r * a.shape[1] + c] = (float)npy_at(&a, r, c);
         mp_free(owned);
     }
-    if (st == MP_OK && d < 0)
-        st = BAD("%s: no molecule has any %s, so the width of the columns is unknown", path,
-                 bonds ? "bond" : "atom");
     mp_free(mem);
     mp_free(file);
     return st;
 }
 
-/* ===================================================================== */
-/* CSV                                                                    */
-/* ===================================================================== */
-
-static mp_status read_csv(mp_graphs *g, const char *path, int bonds, const char *const *smiles)
+static mp_status read_csv(mp_colfile *cf, mp_buf *vals, int32_t n_expected)
 {
+    const char *path = cf->path;
     mp_csv_reader *rd = NULL;
     mp_status st = mp_csv_open(&rd, path);
     if (st != MP_OK)
         return st;
     char **f;
-    size_t nf, line;
-    char mb[128];
+    size_t nf, line, cap = 0, lcap = 0;
+    int64_t total = 0;
     st = mp_csv_next(rd, &f, &nf, &line);
     if (st == MP_OK && nf < 2)
         st = BAD("%s:%zu: the header needs the molecule column and at least one value column",
                  path, nf ? line : (size_t)1);
-    int d = (int)nf - 1;
-    if (st == MP_OK)
-        st = set_block(g, bonds, d);
-    const char *what = bonds ? "bonds" : "atoms";
-    int32_t i = 0, r = 0;   /* the molecule being read and its rows so far */
+    const int d = (int)nf - 1;
+    int64_t cur = -1;            /* the molecule whose rows are being read */
     while (st == MP_OK) {
         if ((st = mp_csv_next(rd, &f, &nf, &line)) != MP_OK || nf == 0)
             break;
@@ -466,63 +469,70 @@ static mp_status read_csv(mp_graphs *g, const char *path, int bonds, const char 
         char *e;
         errno = 0;
         long long mi = strtoll(f[0], &e, 10);
-        if (e == f[0] || *e || errno || mi < 0 || mi >= g->n_mols) {
+        if (e == f[0] || *e || errno || mi < 0 || (n_expected >= 0 && mi >= n_expected) ||
+            mi > INT32_MAX - 1) {
             st = BAD("%s:%zu, column 1: '%.40s' is not a molecule index (0 .. %d)", path, line,
-                     f[0], (int)g->n_mols - 1);
+                     f[0], (int)n_expected - 1);
             break;
         }
-        /* close the molecules before mi: each must have all its rows */
-        while (i < mi) {
-            if (r != rows_of(g, i, bonds)) {
-                st = BAD("%s:%zu: %s has %d rows before line %zu, but %d %s", path, line,
-                         mol_name(mb, sizeof mb, i, smiles), (int)r, line,
-                         (int)rows_of(g, i, bonds), what);
+        if (mi < cur) {
+            st = BAD("%s:%zu: molecule %lld after molecule %lld (a molecule's rows together, "
+                     "molecules in input order)", path, line, mi, (long long)cur);
+            break;
+        }
+        /* molecules up to mi: the ones without rows start empty */
+        while (cur < mi) {
+            if (!cf_add(cf, vals, 0, d, &cap)) {
+                st = mp_error_set(MP_ERR_NOMEM, "%s: out of memory", path);
                 break;
             }
-            i++;
-            r = 0;
+            cur++;
         }
         if (st != MP_OK)
             break;
-        if (mi < i) {
-            st = BAD("%s:%zu: molecule %lld after molecule %d (a molecule's rows together, "
-                     "molecules in input order)", path, line, mi, (int)i);
+        /* one more row of molecule cur */
+        if (mp_buf_reserve(vals, (size_t)d * sizeof(float)) != MP_OK) {
+            st = mp_error_set(MP_ERR_NOMEM, "%s: out of memory", path);
             break;
         }
-        if (r >= rows_of(g, i, bonds)) {
-            st = BAD("%s:%zu: %s has %d %s, this is row %d", path, line,
-                     mol_name(mb, sizeof mb, i, smiles), (int)rows_of(g, i, bonds), what,
-                     (int)r + 1);
-            break;
+        if ((size_t)total + 1 >= lcap) {
+            size_t c = lcap ? 2 * lcap : 256;
+            int32_t *l = mp_realloc(cf->line, c * sizeof *l);
+            if (!l) {
+                st = mp_error_set(MP_ERR_NOMEM, "%s: out of memory", path);
+                break;
+            }
+            cf->line = l;
+            lcap = c;
         }
-        float *dst = row_dst(g, i, r, bonds, d);
+        float *dst = (float *)(vals->data + vals->len);
         for (int c = 0; c < d; c++) {
-            errno = 0;
             double v = strtod(f[c + 1], &e);
-            if (e == f[c + 1] || *e || !isfinite(v)) {
-                st = BAD("%s:%zu, column %d: '%.40s' is not a finite number (%s)", path, line,
-                         c + 2, f[c + 1], mol_name(mb, sizeof mb, i, smiles));
+            if (e == f[c + 1] || *e) {
+                st = BAD("%s:%zu, column %d: '%.40s' is not a number (molecule %lld)", path,
+                         line, c + 2, f[c + 1], mi);
                 break;
             }
             dst[c] = (float)v;
         }
-        r++;
+        if (st != MP_OK)
+            break;
+        vals->len += (size_t)d * sizeof(float);
+        cf->line[total++] = line > INT32_MAX ? INT32_MAX : (int32_t)line;
+        int32_t k = cf->n_mols - 1;
+        cf->n_rows[k]++;
+        cf->start[k + 1] += d;
     }
-    while (st == MP_OK && i < g->n_mols) {
-        if (r != rows_of(g, i, bonds))
-            st = BAD("%s: %s has %d rows at the end of the file, but %d %s", path,
-                     mol_name(mb, sizeof mb, i, smiles), (int)r, (int)rows_of(g, i, bonds),
-                     what);
-        i++;
-        r = 0;
-    }
+    /* the molecules after the last row: none */
+    while (st == MP_OK && n_expected >= 0 && cf->n_mols < n_expected)
+        if (!cf_add(cf, vals, 0, d, &cap))
+            st = mp_error_set(MP_ERR_NOMEM, "%s: out of memory", path);
+    /* first rows, now that every count is known */
+    for (int32_t i = 0; st == MP_OK && i < cf->n_mols; i++)
+        cf->row0[i] = i ? cf->row0[i - 1] + cf->n_rows[i - 1] : 0;
     mp_csv_close(rd);
     return st;
 }
-
-/* ===================================================================== */
-/* Entry                                                                  */
-/* ===================================================================== */
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -530,30 +540,150 @@ static int ends_with(const char *s, const char *suffix)
     return n >= k && mp_strcaseeq(s + n - k, suffix);
 }
 
+void mp_colfile_free(mp_colfile *cf)
+{
+    if (!cf)
+        return;
+    mp_free(cf->path);
+    mp_free(cf->start);
+    mp_free(cf->n_rows);
+    mp_free(cf->width);
+    mp_free(cf->values);
+    mp_free(cf->line);
+    mp_free(cf->row0);
+    memset(cf, 0, sizeof *cf);
+}
+
+mp_status mp_colfile_read(mp_colfile *cf, const char *path, int32_t n_mols)
+{
+    memset(cf, 0, sizeof *cf);
+    if (!path)
+        return mp_error_set(MP_ERR_ARG, "atom / bond columns: no path");
+    int npz = ends_with(path, ".npz"), csv = ends_with(path, ".csv") || ends_with(path, ".csv.gz");
+    if (!npz && !csv)
+        return mp_error_set(MP_ERR_ARG, "%s: unknown format (.npz of one array per molecule, as "
+                            "Chemprop v1 reads, or .csv)", path);
+    if (!(cf->path = mp_strdup(path)))
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    mp_buf vals = { 0 };
+    mp_status st = npz ? read_npz(cf, &vals, n_mols) : read_csv(cf, &vals, n_mols);
+    cf->values = (float *)vals.data;
+    if (st == MP_OK && !cf->start) {
+        /* an empty file of no molecules */
+        cf->start = mp_calloc(1, sizeof *cf->start);
+        if (!cf->start)
+            st = mp_error_set(MP_ERR_NOMEM, "out of memory");
+    }
+    if (st == MP_OK && n_mols >= 0 && cf->n_mols != n_mols)
+        st = BAD("%s: %d molecules for %d input rows", path, (int)cf->n_mols, (int)n_mols);
+    if (st != MP_OK)
+        mp_colfile_free(cf);
+    return st;
+}
+
+/* ===================================================================== */
+/* Into a store                                                           */
+/* ===================================================================== */
+
+mp_status mp_colfile_apply(const mp_colfile *cf, mp_graphs *g, int bonds, int32_t first,
+                           const char *const *smiles)
+{
+    const char *path = cf->path;
+    if (bonds && g->n_edges && !g->bond_rdkit)
+        return mp_error_set(MP_ERR_ARG, "%s: bond columns need the molecules featurized from "
+                            "their SMILES (RDKit's bond order), not read from a feature cache",
+                            path);
+    if (first < 0 || (int64_t)first + g->n_mols > cf->n_mols)
+        return mp_error_set(MP_ERR_ARG, "%s: molecules %d .. %d asked of a file of %d", path,
+                            (int)first, (int)(first + g->n_mols - 1), (int)cf->n_mols);
+    const char *what = bonds ? "bonds" : "atoms";
+    char mb[128], where[256];
+    mp_status st = MP_OK;
+    int d = -1;
+    int32_t dmol = -1;
+    for (int32_t i = 0; st == MP_OK && i < g->n_mols; i++) {
+        int32_t want = rows_of(g, i, bonds), k = first + i;
+        if (!g->valid[i] || want == 0)
+            continue;
+        if (smiles && smiles[i])
+            snprintf(mb, sizeof mb, "molecule %d (%.60s)", (int)k, smiles[i]);
+        else
+            snprintf(mb, sizeof mb, "molecule %d", (int)k);
+        if (cf->line)
+            snprintf(where, sizeof where, "%s: %s", path, mb);
+        else
+            snprintf(where, sizeof where, "%s: array %d (%s)", path, (int)k, mb);
+        if (cf->n_rows[k] != want) {
+            st = BAD("%s: %d rows, but the molecule has %d %s", where, (int)cf->n_rows[k],
+                     (int)want, what);
+            break;
+        }
+        if (bonds && !bond_order_ok(g, i)) {
+            st = mp_error_set(MP_ERR_ARG, "%s: the store's RDKit bond order is damaged", where);
+            break;
+        }
+        if (d < 0) {
+            d = cf->width[k];
+            dmol = k;
+            if (d < 1) {
+                st = BAD("%s: no columns", where);
+                break;
+            }
+            if ((st = set_block(g, bonds, d)) != MP_OK)
+                break;
+        } else if (cf->width[k] != d) {
+            st = BAD("%s: %d columns, molecule %d has %d", where, (int)cf->width[k], (int)dmol,
+                     d);
+            break;
+        }
+        const float *src = cf->values + cf->start[k];
+        for (int32_t r = 0; st == MP_OK && r < want; r++) {
+            float *dst = row_dst(g, i, r, bonds, d);
+            for (int c = 0; c < d; c++) {
+                float v = src[(size_t)r * d + c];
+                if (!isfinite(v)) {
+                    if (cf->line)
+                        st = BAD("%s:%d, column %d: %s: %g (NaN and infinities are not "
+                                 "allowed)", path, (int)cf->line[cf->row0[k] + r], c + 2, mb,
+                                 (double)v);
+                    else
+                        st = BAD("%s: row %d, column %d is %g (NaN and infinities are not "
+                                 "allowed)", where, (int)r, c, (double)v);
+                    break;
+                }
+                dst[c] = v;
+            }
+        }
+    }
+    if (st == MP_OK && d < 0 && g->n_mols > 0) {
+        /* no row needed here (e.g. no bonds at all): the width of the file's
+         * first molecule with rows, so the store's width matches the model */
+        for (int pass = 0; pass < 2 && d < 0; pass++)
+            for (int32_t k = 0; k < cf->n_mols && d < 0; k++)
+                if ((pass || cf->n_rows[k] > 0) && cf->width[k] > 0)
+                    d = cf->width[k];
+        if (d < 0)
+            st = BAD("%s: no molecule has any %s row, so the width of the columns is unknown",
+                     path, bonds ? "bond" : "atom");
+        else
+            st = set_block(g, bonds, d);
+    }
+    if (st != MP_OK)
+        set_block(g, bonds, 0);
+    return st;
+}
+
 mp_status mp_graphs_read_columns(mp_graphs *g, const char *path, int bonds,
                                  const char *const *smiles)
 {
     if (!g || !path)
         return mp_error_set(MP_ERR_ARG, "atom / bond columns: no store or no path");
-    if (bonds) {
-        if (g->n_edges && !g->bond_rdkit)
-            return mp_error_set(MP_ERR_ARG, "%s: bond columns need the molecules featurized "
-                                "from their SMILES (RDKit's bond order), not read from a "
-                                "feature cache", path);
-        for (int32_t i = 0; i < g->n_mols; i++)
-            if (g->n_edges && !bond_order_ok(g, i))
-                return mp_error_set(MP_ERR_ARG, "%s: molecule %d: the store's RDKit bond order "
-                                    "is damaged", path, (int)i);
-    }
-    mp_status st;
-    if (ends_with(path, ".npz"))
-        st = read_npz(g, path, bonds, smiles);
-    else if (ends_with(path, ".csv") || ends_with(path, ".csv.gz"))
-        st = read_csv(g, path, bonds, smiles);
+    mp_colfile cf;
+    mp_status st = mp_colfile_read(&cf, path, g->n_mols);
+    if (st == MP_OK)
+        st = mp_colfile_apply(&cf, g, bonds, 0, smiles);
     else
-        st = mp_error_set(MP_ERR_ARG, "%s: unknown format (.npz of one array per molecule, as "
-                          "Chemprop v1 reads, or .csv)", path);
-    if (st != MP_OK)
         set_block(g, bonds, 0);
+    mp_colfile_free(&cf);
     return st;
 }

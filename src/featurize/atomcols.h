@@ -28,17 +28,47 @@ extern "C" {
 #endif
 
 /*
- * Reads `path` into g->atom_x (bonds = 0) or g->bond_x (bonds = 1), sizing
- * it by the file's width (mp_graphs_set_extra; the other block stays).  g is
- * the store of the whole input, molecule i = input row i; bonds need
- * g->bond_rdkit (a store featurized from SMILES, not read from a cache).
- * smiles (may be NULL) names molecules in messages.  Every disagreement is
- * MP_ERR_FORMAT naming the file and the molecule (and CSV line): a missing
- * file (MP_ERR_IO), another count of molecules than input rows, a molecule
- * with another count of rows than atoms (bonds), widths that differ between
- * molecules, a NaN or infinite value, a cell that is not a number, a dtype
- * or shape the format does not allow.  On failure the block is removed.
+ * A columns file in memory, not yet matched to molecules: molecule i's rows
+ * are values[start[i] .. start[i+1]) * width[i] (rows in RDKit's order).
+ * line[r] is row r's line in a CSV (0 for an .npz).
  */
+typedef struct {
+    char    *path;
+    int32_t  n_mols;
+    int64_t *start;      /* n_mols + 1: offsets into values (floats)          */
+    int32_t *n_rows;     /* n_mols                                            */
+    int32_t *width;      /* n_mols                                            */
+    float   *values;
+    int32_t *line;       /* per row of the file (CSV), or NULL                */
+    int64_t *row0;       /* n_mols: the molecule's first row (for line)       */
+} mp_colfile;
+
+/*
+ * Reads `path` (.npz or .csv, see above) for n_mols input rows.  Errors
+ * that need no molecule name the file (and the CSV line): a missing file
+ * (MP_ERR_IO), not an archive, a damaged member, a dtype or shape the
+ * format does not allow, another count of molecules than n_mols, a cell
+ * that is not a number.  Free with mp_colfile_free.
+ */
+mp_status mp_colfile_read(mp_colfile *cf, const char *path, int32_t n_mols);
+void      mp_colfile_free(mp_colfile *cf);
+
+/*
+ * Copies the file's molecules first .. first + g->n_mols - 1 into
+ * g->atom_x (bonds = 0) or g->bond_x (bonds = 1) of the store g (molecule i
+ * of g = file molecule first + i: a chunk of the input), sizing the block
+ * by the width (mp_graphs_set_extra; the other block stays).  Bonds need
+ * g->bond_rdkit (a store featurized from SMILES, not read from a cache).
+ * smiles[i] (may be NULL) names g's molecule i in messages.  MP_ERR_FORMAT
+ * naming the file and molecule (and CSV line): a molecule with another
+ * count of rows than atoms (bonds), widths that differ between molecules,
+ * a NaN or infinite value.  Invalid molecules (no atoms) are skipped.  On
+ * failure the block is removed.
+ */
+mp_status mp_colfile_apply(const mp_colfile *cf, mp_graphs *g, int bonds, int32_t first,
+                           const char *const *smiles);
+
+/* Read and apply in one: g is the store of the whole input. */
 mp_status mp_graphs_read_columns(mp_graphs *g, const char *path, int bonds,
                                  const char *const *smiles);
 
