@@ -31,7 +31,7 @@ MP_TEST(columns_scaling_fits_training_rows)
     mp_graphs g;
     CHECK(store(&g, 3, 2));
     const int32_t train[5] = { 0, 2, 3, 7, 9 };
-    mp_columns_opts o = { "a.npz", MP_ATOM_COLS_DESCRIPTOR, "b.npz", 1, 1 };
+    mp_columns_opts o = { "a.npz", MP_ATOM_COLS_DESCRIPTOR, "b.npz", 0, 0 };
     mp_columns c;
     CHECK_OK(mp_columns_fit(&c, &o, &g, train, 5));
     CHECK_EQ_INT(c.atom_dim, 3);
@@ -98,7 +98,7 @@ MP_TEST(columns_scaling_fits_training_rows)
 
     /* scaling off: no scaler, the values stay */
     mp_columns_free(&c);
-    o.scale_atoms = o.scale_bonds = 0;
+    o.no_atom_scaling = o.no_bond_scaling = 1;
     o.atom_mode = MP_ATOM_COLS_NONE;   /* a path without a mode: feature */
     CHECK_OK(mp_columns_fit(&c, &o, &g, train, 5));
     CHECK(c.atom_mode == MP_ATOM_COLS_FEATURE && c.atom_scaler.n_cols == 0);

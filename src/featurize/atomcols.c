@@ -593,7 +593,9 @@ mp_status mp_colfile_apply(const mp_colfile *cf, mp_graphs *g, int bonds, int32_
         return mp_error_set(MP_ERR_ARG, "%s: bond columns need the molecules featurized from "
                             "their SMILES (RDKit's bond order), not read from a feature cache",
                             path);
-    if (first < 0 || (int64_t)first + g->n_mols > cf->n_mols)
+    /* a CSV read without a count (n_mols -1) says nothing of the molecules
+     * after its last row: they have no rows */
+    if (first < 0 || (!cf->line && (int64_t)first + g->n_mols > cf->n_mols))
         return mp_error_set(MP_ERR_ARG, "%s: molecules %d .. %d asked of a file of %d", path,
                             (int)first, (int)(first + g->n_mols - 1), (int)cf->n_mols);
     const char *what = bonds ? "bonds" : "atoms";
@@ -613,9 +615,10 @@ mp_status mp_colfile_apply(const mp_colfile *cf, mp_graphs *g, int bonds, int32_
             snprintf(where, sizeof where, "%s: %s", path, mb);
         else
             snprintf(where, sizeof where, "%s: array %d (%s)", path, (int)k, mb);
-        if (cf->n_rows[k] != want) {
-            st = BAD("%s: %d rows, but the molecule has %d %s", where, (int)cf->n_rows[k],
-                     (int)want, what);
+        int32_t have = k < cf->n_mols ? cf->n_rows[k] : 0;
+        if (have != want) {
+            st = BAD("%s: %d rows, but the molecule has %d %s", where, (int)have, (int)want,
+                     what);
             break;
         }
         if (bonds && !bond_order_ok(g, i)) {

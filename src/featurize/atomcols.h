@@ -44,7 +44,10 @@ typedef struct {
 } mp_colfile;
 
 /*
- * Reads `path` (.npz or .csv, see above) for n_mols input rows.  Errors
+ * Reads `path` (.npz or .csv, see above) for n_mols input rows (-1: not
+ * known yet, as when prediction streams its input; the caller checks the
+ * count at the end: an .npz must hold one array per input row, a CSV's
+ * molecules after its last row have no rows).  Errors
  * that need no molecule name the file (and the CSV line): a missing file
  * (MP_ERR_IO), not an archive, a damaged member, a dtype or shape the
  * format does not allow, another count of molecules than n_mols, a cell

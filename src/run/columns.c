@@ -86,9 +86,9 @@ mp_status mp_columns_fit(mp_columns *c, const mp_columns_opts *o, const mp_graph
     c->atom_mode = !g->xa_dim ? MP_ATOM_COLS_NONE
                    : o->atom_mode == MP_ATOM_COLS_NONE ? MP_ATOM_COLS_FEATURE : o->atom_mode;
     mp_status st = MP_OK;
-    if (c->atom_dim && o->scale_atoms)
+    if (c->atom_dim && !o->no_atom_scaling)
         st = fit_one(&c->atom_scaler, g, train, n, 0);
-    if (st == MP_OK && c->bond_dim && o->scale_bonds)
+    if (st == MP_OK && c->bond_dim && !o->no_bond_scaling)
         st = fit_one(&c->bond_scaler, g, train, n, 1);
     if (st != MP_OK)
         mp_columns_free(c);

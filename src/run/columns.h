@@ -35,8 +35,8 @@ typedef struct {
     const char       *atom_path;   /* NULL: no atom columns           */
     mp_atom_cols_mode atom_mode;   /* NONE with a path: FEATURE       */
     const char       *bond_path;   /* NULL: no bond columns           */
-    int               scale_atoms; /* 1: standardize (Chemprop's default) */
-    int               scale_bonds;
+    int               no_atom_scaling; /* 0: standardize (Chemprop's default) */
+    int               no_bond_scaling;
 } mp_columns_opts;
 
 /* What a model keeps: the widths, the mode and the scalers (n_cols 0: not

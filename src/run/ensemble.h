@@ -15,6 +15,7 @@
 #include "data/scaler.h"
 #include "featurize/featurize.h"
 #include "models/model.h"
+#include "run/columns.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,6 +56,8 @@ typedef struct {
     int             n_desc;       /* descriptors per molecule at training      */
     mp_scaler       target_scaler;   /* regression only (n_cols == n_tasks)    */
     mp_scaler       feature_scaler;  /* when features != 0                     */
+    mp_columns      cols;         /* user atom / bond columns: widths, mode,
+                                   * scalers (columns.h; empty: none)        */
     void           *stream_bufs;  /* the streamed prediction's batch buffers,
                                    * kept between calls (owned)               */
 } mp_ensemble;

@@ -6,6 +6,7 @@
 #include "models/heads.h"
 
 #include "data/csv.h"
+#include "featurize/atomcols.h"
 
 #include <math.h>
 #include <string.h>
@@ -38,13 +39,43 @@ static void chunk_free(chunk *c)
     mp_free(c->line);
 }
 
+/* The user atom / bond column files of a prediction (read once; each chunk
+ * takes its rows), or none. */
+typedef struct {
+    mp_colfile file[2];   /* atoms, bonds */
+    int        has[2];
+    const char *model_path;
+} pred_cols;
+
+/* Chunk c's rows of the column files into f's store (first: the chunk's
+ * first input row), checked against the model and scaled as at training. */
+static mp_status chunk_columns(const mp_ensemble *e, const pred_cols *pc, const chunk *c,
+                               int32_t first, mp_features *f)
+{
+    mp_status st;
+    for (int k = 0; k < 2; k++)
+        if (pc->has[k] && (st = mp_colfile_apply(&pc->file[k], &f->g, k, first,
+                                                 (const char *const *)c->smiles)))
+            return st;
+    if ((st = mp_columns_check(&e->cols, &f->g, pc->model_path)))
+        return st;
+    mp_columns_apply(&e->cols, &f->g);
+    return MP_OK;
+}
+
 static mp_status predict_chunk(mp_ensemble *e, const chunk *c, const mp_featurize_opts *fo,
-                               int32_t *idx, double *mean, double *std)
+                               const pred_cols *pc, int32_t first, int32_t *idx, double *mean,
+                               double *std)
 {
     mp_features *f = NULL;
     mp_status st = mp_featurize(&f, (const char *const *)c->smiles, c->n, fo);
     if (st)
         return st;
+    if ((pc->has[0] || pc->has[1] || e->cols.atom_dim || e->cols.bond_dim) &&
+        (st = chunk_columns(e, pc, c, first, f))) {
+        mp_features_free(f);
+        return st;
+    }
     for (int32_t i = 0; i < c->n; i++)
         idx[i] = i;
     st = mp_ensemble_predict_values(e, f, idx, c->n, 0, 0, PREDICT_BATCH_FOR(e), mean, std);
@@ -88,6 +119,7 @@ typedef struct {
     chunk                  c;
     double                *mean, *std;    /* cap x n_tasks x values (heads.h) */
     int32_t               *idx;           /* cap                  */
+    pred_cols              cols;          /* user atom / bond columns */
 } predict_run;
 
 /* The output's header: the SMILES column's name, the tasks, their _std. */
@@ -127,6 +159,23 @@ static mp_status predict_open(predict_run *p)
     mp_status st;
     if ((st = mp_ensemble_load(&p->e, o->model_path, o->backend)))
         return st;
+    /* the user columns: the files the model needs, read once */
+    const char *paths[2] = { o->atom_path, o->bond_path };
+    const int dims[2] = { p->e->cols.atom_dim, p->e->cols.bond_dim };
+    const char *opt[2] = { "--atom-descriptors-path", "--bond-features-path" };
+    p->cols.model_path = o->model_path;
+    for (int k = 0; k < 2; k++) {
+        if (dims[k] && !paths[k])
+            return mp_error_set(MP_ERR_ARG, "%s: the model was trained with %d %s columns: "
+                                "give them with %s", o->model_path, dims[k],
+                                k ? "bond" : "atom", opt[k]);
+        if (!dims[k] && paths[k])
+            return mp_error_set(MP_ERR_ARG, "%s: the model takes no %s columns: leave out %s",
+                                o->model_path, k ? "bond" : "atom", opt[k]);
+        if (paths[k] && (st = mp_colfile_read(&p->cols.file[k], paths[k], -1)))
+            return st;
+        p->cols.has[k] = paths[k] != NULL;
+    }
     if (cap <= 0)
         cap = p->e->backend->host_memory ? DEFAULT_CHUNK : DEFAULT_CHUNK_GPU;
     char **fields;
@@ -164,7 +213,8 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
     const mp_predict_opts *o = p->o;
     FILE *fp = p->out.fp;
     size_t t = p->e->n_tasks, V = (size_t)mp_ensemble_n_values(p->e);
-    mp_status st = predict_chunk(p->e, &p->c, fo, p->idx, p->mean, p->std);
+    mp_status st = predict_chunk(p->e, &p->c, fo, &p->cols, (int32_t)p->stats->n_rows, p->idx,
+                                 p->mean, p->std);
     if (st)
         return st;
     for (int32_t i = 0; i < p->c.n; i++) {
@@ -220,8 +270,18 @@ static mp_status predict_rows(predict_run *p)
         }
         if ((p->c.n == p->c.cap || (eof && p->c.n > 0)) && (st = predict_flush(p, &fo)))
             return st;
-        if (eof)
+        if (eof) {
+            /* every column file covers the input, no more and no less */
+            for (int k = 0; k < 2; k++) {
+                const mp_colfile *cf = &p->cols.file[k];
+                if (p->cols.has[k] && (cf->line ? cf->n_mols > (int32_t)p->stats->n_rows
+                                                : cf->n_mols != (int32_t)p->stats->n_rows))
+                    return mp_error_set(MP_ERR_FORMAT, "%s: %d molecules for the %zu input "
+                                        "rows of %s", cf->path, (int)cf->n_mols,
+                                        p->stats->n_rows, o->data_path);
+            }
             return MP_OK;
+        }
     }
 }
 
@@ -253,6 +313,8 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     mp_free(p.std);
     mp_free(p.idx);
     mp_csv_close(p.r);
+    mp_colfile_free(&p.cols.file[0]);
+    mp_colfile_free(&p.cols.file[1]);
     mp_ensemble_free(p.e);
     return st;
 }
