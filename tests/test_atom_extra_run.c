@@ -251,13 +251,6 @@ MP_TEST(atom_extra_train_refusals)
     CHECK(mp_train(&o, &res) == MP_ERR_ARG);
     CHECK(strstr(mp_error_message(), "FFN") != NULL);
     mp_train_result_free(&res);
-    o = small_run(NULL);
-    o.cols.atom_path = atom_path;
-    o.resident = 1;
-    memset(&res, 0, sizeof res);
-    CHECK(mp_train(&o, &res) == MP_ERR_ARG);
-    CHECK(strstr(mp_error_message(), "host") != NULL);
-    mp_train_result_free(&res);
     /* a columns file of the wrong molecule count names the file */
     o = small_run(NULL);
     o.cols.atom_path = "tests/fixtures/atomcols/atoms3.npz";
@@ -265,4 +258,39 @@ MP_TEST(atom_extra_train_refusals)
     CHECK(mp_train(&o, &res) == MP_ERR_FORMAT);
     CHECK(strstr(mp_error_message(), "atoms3.npz: 5 arrays for 40 input rows") != NULL);
     mp_train_result_free(&res);
+}
+
+/* Training with columns on the device-resident steps (the cpu backend has
+ * them too) follows the host loop: the same scores. */
+MP_TEST(atom_extra_resident_steps_follow_the_host_loop)
+{
+    CHECK(write_inputs());
+    /* descriptors + bonds with dropout (the descriptor layer's dropout key
+     * in its place in the step's keys), features with dropout, bonds alone */
+    const int cases[3] = { 7, 13, 2 };   /* 1 atoms, 2 bonds, 4 dropout, 8 feature mode */
+    for (int ci = 0; ci < 3; ci++) {
+        int v = cases[ci];
+        double val[2], test[2];
+        for (int k = 0; k < 2; k++) {
+            mp_train_opts o = small_run(NULL);
+            if (v & 1)
+                o.cols.atom_path = atom_path;
+            o.cols.atom_mode = (v & 8) ? MP_ATOM_COLS_FEATURE : MP_ATOM_COLS_DESCRIPTOR;
+            if (v & 2)
+                o.cols.bond_path = bond_path;
+            o.dropout = (v & 4) ? 0.1 : 0;
+            o.resident = k;   /* 0: host loop, 1: resident slots */
+            mp_train_result res;
+            memset(&res, 0, sizeof res);
+            CHECK_OK(mp_train(&o, &res));
+            val[k] = res.val_mean;
+            test[k] = res.test_mean;
+            mp_train_result_free(&res);
+        }
+        CHECK(isfinite(val[0]) && isfinite(test[0]));
+        CHECK_MSG(fabs(val[1] - val[0]) <= 1e-6 * fabs(val[0]) &&
+                  fabs(test[1] - test[0]) <= 1e-6 * fabs(test[0]),
+                  "case %d: resident %.9g / %.9g, host loop %.9g / %.9g", v, val[1], test[1],
+                  val[0], test[0]);
+    }
 }

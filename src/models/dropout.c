@@ -16,8 +16,7 @@ int mp_model_drop_layers(const mp_model *m)
 {
     if (!(m->cfg.dropout > 0))
         return 0;
-    /* the atom descriptor layer's dropout comes last in the numbering
-     * (encoder.c), so no other layer moves when it is there */
+    /* the atom descriptor layer's dropout after the readout's (encoder.c) */
     return (m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth + (m->cfg.atom_desc_dim > 0) : 0) +
            m->n_layers;
 }

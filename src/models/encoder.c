@@ -91,8 +91,9 @@ static void dense_rows_backward(mp_model *m, void *dw, const void *x, int ldx, c
 
 /* The atom descriptor layer, Chemprop v1's atom_descriptors_layer:
  * hdo = Dropout(W_ad [ho ; d] + b_ad), no activation; its dropout is layer
- * depth + n_layers (dropout.c: the last number, so no other layer moves). */
-static int desc_layer(const mp_model *m) { return m->cfg.depth + m->n_layers; }
+ * depth, after the readout's, in forward order (dropout.c: the head's move
+ * up by one, mp_model_head_layer0; a model without it keeps its numbers). */
+static int desc_layer(const mp_model *m) { return m->cfg.depth; }
 
 void mp_atomdesc_forward(mp_model *m)
 {

@@ -184,13 +184,21 @@ void        mp_ffn_forward(mp_model *m, int training);
 const void *mp_ffn_backward(mp_model *m, int want_cols);
 
 /* dropout.c: the model's dropout layers, numbered in forward order (D-MPNN:
- * message steps 0 .. depth-2, readout depth-1; then the head: its input,
+ * message steps 0 .. depth-2, readout depth-1, the atom descriptor layer
+ * depth when the model has one; then the head: its input,
  * then each hidden layer).  Eager (host-loop) steps draw each layer's key
  * from drop_rng as it is issued; a bound step with a device key source
  * (drop_keys) passes the ops device keys instead (ops.h mp_key), which the
  * host drew in the same order beforehand.  p == 0: a plain ReLU / nothing,
  * no draw.  x and y of storage st. */
 int      mp_model_drop_layers(const mp_model *m);      /* keys per step (0: no dropout) */
+/* The number of the head's input dropout: after the encoder's layers (the
+ * message steps, the readout, the atom descriptor layer when there is one,
+ * layer depth). */
+static inline int mp_model_head_layer0(const mp_model *m)
+{
+    return m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth + (m->cfg.atom_desc_dim > 0) : 0;
+}
 void     mp_model_relu_dropout(mp_model *m, void *y, const void *x, mp_stype st, size_t n,
                                double p, int layer);
 /* Returns the key drawn (eager; 0 when keyed), for mp_model_dropout_backward. */

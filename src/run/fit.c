@@ -98,13 +98,11 @@ mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out)
     /* the resident slots carry no sample weights or inequality flags, and
      * their padding molecules would enter batch norm's batch statistics:
      * the host source steps those runs (on any backend) */
-    const mp_model_config *mc = &c->e->cfg;
-    const int cols = mc->atom_extra_dim || mc->atom_desc_dim || mc->bond_extra_dim;
-    if (c->batches.weights || c->batches.ineq || mc->batch_norm || cols) {
+    if (c->batches.weights || c->batches.ineq || c->e->cfg.batch_norm) {
         if (o->resident == 1)
-            return mp_error_set(MP_ERR_ARG, "--resident on: sample weights, inequality labels, "
-                                "batch norm and user atom / bond columns train with the host "
-                                "loop (--resident off or auto)");
+            return mp_error_set(MP_ERR_ARG, "--resident on: sample weights, inequality labels "
+                                "and batch norm train with the host loop (--resident off or "
+                                "auto)");
         resident = 0;
     }
     if (!resident)
