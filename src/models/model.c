@@ -523,51 +523,6 @@ mp_status mp_model_reserve(mp_model *m, int32_t max_mols, int32_t max_atoms, int
 /* Steps                                                                  */
 /* ===================================================================== */
 
-/* The batch's user columns against the model's widths (cfg atom_extra_dim
- * ...): a model without them ignores columns a store happens to carry. */
-static mp_status check_columns(const mp_model *m, const mp_graphs *g)
-{
-    const mp_model_config *c = &m->cfg;
-    const int xdim = c->atom_extra_dim + c->atom_desc_dim;
-    if (xdim && (g->xa_dim != xdim || (g->n_atoms && !g->atom_x)))
-        return mp_error_set(MP_ERR_ARG, "model forward: the model takes %d atom %s per atom "
-                            "but the batch has %d (--atom-descriptors-path)", xdim,
-                            c->atom_desc_dim ? "descriptors" : "features", (int)g->xa_dim);
-    if (c->bond_extra_dim && (g->xb_dim != c->bond_extra_dim || (g->n_edges && !g->bond_x)))
-        return mp_error_set(MP_ERR_ARG, "model forward: the model takes %d bond features per "
-                            "bond but the batch has %d (--bond-features-path)",
-                            c->bond_extra_dim, (int)g->xb_dim);
-    return MP_OK;
-}
-
-/* Uploads the batch's atom columns (xa) and bond columns, one row per
- * directed edge (xb: edge e reads bond e / 2), in the element type. */
-static mp_status upload_columns(mp_model *m, const mp_graphs *g)
-{
-    const mp_model_config *c = &m->cfg;
-    const size_t xdim = (size_t)(c->atom_extra_dim + c->atom_desc_dim);
-    const size_t db = (size_t)c->bond_extra_dim, ne = (size_t)g->n_edges;
-    mp_status st = MP_OK;
-    if (xdim && g->n_atoms &&
-        (st = upload_floats(m, m->a.xa, g->atom_x, (size_t)g->n_atoms * xdim)) != MP_OK)
-        return st;
-    if (!db || !ne)
-        return MP_OK;
-    char *t = mp_model_host(m, ne * db * m->esize);
-    if (!t)
-        return mp_error_set(MP_ERR_NOMEM, "model: out of memory staging bond columns");
-    for (size_t e = 0; e < ne; e++) {
-        const float *row = g->bond_x + (e / 2) * db;
-        for (size_t j = 0; j < db; j++) {
-            if (m->esize == sizeof(double))
-                ((double *)t)[e * db + j] = row[j];
-            else
-                ((float *)t)[e * db + j] = row[j];
-        }
-    }
-    return m->b->upload(m->b, m->a.xb, t, ne * db * m->esize);
-}
-
 mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *extra,
                            int32_t n_mols, int training, float *out)
 {
@@ -583,7 +538,7 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
                             "per molecule but none were given", c->extra_dim);
     if (c->kind == MP_MODEL_DMPNN) {
         if ((st = mp_batch_check(batch, c->atom_fdim)) != MP_OK ||
-            (st = check_columns(m, batch)) != MP_OK)
+            (st = mp_batch_check_columns(m, batch)) != MP_OK)
             return st;
         if (batch->n_mols != n_mols)
             return mp_error_set(MP_ERR_ARG, "model forward: the batch holds %d molecules, "
@@ -597,7 +552,7 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
 
     if (c->kind == MP_MODEL_DMPNN) {
         if ((st = mp_batch_upload(b, &m->a.g, batch)) != MP_OK ||
-            (st = upload_columns(m, batch)) != MP_OK)
+            (st = mp_batch_upload_columns(m, batch)) != MP_OK)
             return st;
         if (c->extra_dim > 0 &&
             (st = upload_floats(m, m->a.extra, extra, (size_t)n_mols * c->extra_dim)) != MP_OK)
@@ -753,15 +708,6 @@ mp_status mp_model_set_grad_clip(mp_model *m, double max_norm)
 /* Device-resident steps                                                  */
 /* ===================================================================== */
 
-/* 1 when bt carries the user columns the model takes (or it takes none). */
-static int columns_present(const mp_model *m, const mp_dev_batch *bt)
-{
-    const mp_model_config *c = &m->cfg;
-    if ((c->atom_extra_dim || c->atom_desc_dim) && bt->n_atoms > 0 && !bt->atom_x)
-        return 0;
-    return !(c->bond_extra_dim && bt->n_edges > 0 && !bt->bond_x);
-}
-
 /* Reserves activations for bt's sizes, then points the graph inputs (and
  * the extra features) at bt's device buffers: the model is bound. */
 static mp_status point_inputs(mp_model *m, const mp_dev_batch *bt)
@@ -808,7 +754,7 @@ mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
                             "step ops", m->b->name);
     if ((c->extra_dim > 0 && !bt->extra) || !bt->target || !bt->mask)
         return mp_error_set(MP_ERR_ARG, "model bind: batch buffers missing");
-    if (!columns_present(m, bt))
+    if (!mp_batch_has_columns(m, bt))
         return mp_error_set(MP_ERR_ARG, "model bind: the model takes user atom / bond columns "
                             "and the batch carries none");
     mp_status st = point_inputs(m, bt);
@@ -830,7 +776,7 @@ mp_status mp_model_forward_dev(mp_model *m, const mp_dev_batch *bt)
     if (c->extra_dim > 0 && !bt->extra)
         return mp_error_set(MP_ERR_ARG, "model forward (device batch): the model takes %d "
                             "molecule features per molecule but none were given", c->extra_dim);
-    if (!columns_present(m, bt))
+    if (!mp_batch_has_columns(m, bt))
         return mp_error_set(MP_ERR_ARG, "model forward (device batch): the model takes user "
                             "atom / bond columns and the batch carries none");
     if (c->kind == MP_MODEL_DMPNN && (!bt->mol_atom || !bt->in_start ||

@@ -156,6 +156,13 @@ struct mp_model {
 /* batch.c */
 mp_status mp_batch_check(const mp_graphs *g, int atom_fdim);
 mp_status mp_batch_upload(mp_backend *b, mp_dev_graph *d, const mp_graphs *g);
+/* The user columns of a host batch: its widths against the model's
+ * (MP_ERR_ARG naming the option), and their upload into m->a.xa / xb in
+ * the element type (xb: a row per directed edge); whether a device batch
+ * carries the columns the model takes (1 also when it takes none). */
+mp_status mp_batch_check_columns(const mp_model *m, const mp_graphs *g);
+mp_status mp_batch_upload_columns(mp_model *m, const mp_graphs *g);
+int       mp_batch_has_columns(const mp_model *m, const mp_dev_batch *bt);
 
 /* dmpnn.c: encoder over the uploaded batch m->a.g, writing m->a.x0[:, 0:h]
  * (row stride in_dim); backward from the head's gradient g (row stride
