@@ -27,7 +27,14 @@ CUDA     ?= 1
 endif
 
 SAN      ?= 0
-ifeq ($(SAN),1)
+FUZZ     ?= 0
+ifeq ($(FUZZ),1)
+# `make fuzz` (below): the library instrumented for libFuzzer, with ASan+UBSan
+BUILD    ?= build-fuzz
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+            -fno-sanitize-recover=undefined
+OPT      := -O1 -g
+else ifeq ($(SAN),1)
 BUILD    ?= build-san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT      := -O1 -g
@@ -76,7 +83,7 @@ LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cpp=$(BUILD)/%.o) $(LIB_CU:%.c
 CLI_OBJ  := $(CLI_C:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_C:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test test-san test-gpu bench-gpu check demo bench clean install examples
+.PHONY: all deps test test-san test-gpu bench-gpu check demo bench clean install examples fuzz
 all: $(BUILD)/molprop $(BUILD)/libmolprop.a $(BUILD)/libmolprop.so
 
 deps:
@@ -113,6 +120,10 @@ $(BUILD)/src/backend/cpu.o $(BUILD)/src/backend/cpu_graph.o: CFLAGS += -fno-math
 
 # The normalization table is embedded (.incbin) into this object.
 $(BUILD)/src/featurize/norm_table.o: data/rdkit2d_normalization.tsv
+
+# The sparse label store at ChEMBL's shape (bench/sparse_labels.c).
+$(BUILD)/bench_sparse_labels: $(BUILD)/bench/sparse_labels.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Model microbenchmark (bench/train_step.c): D-MPNN training steps on the cpu.
 $(BUILD)/bench_train_step: $(BUILD)/bench/train_step.o $(BUILD)/libmolprop.a
@@ -160,8 +171,8 @@ test-san:
 
 # The GPU tests alone (tests/test_gpu_ops.c, names gpu_*); here a skip (no
 # GPU) is a failure.
-test-gpu: $(BUILD)/run_tests
-	MOLPROP_REQUIRE_GPU=1 ./$(BUILD)/run_tests gpu
+test-gpu: $(BUILD)/run_tests $(BUILD)/molprop
+	MOLPROP_BIN=$(abspath $(BUILD)/molprop) MOLPROP_REQUIRE_GPU=1 ./$(BUILD)/run_tests gpu
 
 # The GPU microbenchmark (bench/gpu_ops.c): per-op times and a D-MPNN step.
 # --as-needed keeps RDKit off its list of shared libraries (it calls none).
@@ -203,6 +214,23 @@ $(BUILD)/bench/parse_rate: bench/parse_rate.cpp
 $(BUILD)/bench/featurize_rate: bench/featurize_rate.c $(BUILD)/libmolprop.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
+
+# Fuzz harnesses (tests/fuzz/README.md): clang's libFuzzer with ASan and
+# UBSan (Debian: clang, libclang-rt-dev, libomp-dev), the library built
+# without CUDA into build-fuzz/.  Run one: build-fuzz/fuzz_csv
+# tests/fuzz/corpus/csv (a copy of the corpus to grow: see the README).  The
+# test suite replays the corpora without clang (tests/test_robust_fuzz.c).
+FUZZ_HARNESSES := csv smiles modelfile cache config cli
+fuzz:
+	@command -v clang >/dev/null 2>&1 || { echo "make fuzz needs clang: apt-get install clang libclang-rt-dev libomp-dev" >&2; exit 1; }
+	$(MAKE) FUZZ=1 CC=clang CXX=clang++ CUDA=0 $(FUZZ_HARNESSES:%=build-fuzz/fuzz_%)
+
+ifeq ($(FUZZ),1)
+# linked by clang++: the C++ half of UBSan's runtime (vptr checks in RDKit's headers)
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(BUILD)/libmolprop.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -DMP_FUZZ_MAIN -c -o $@.o $<
+	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $@.o $(BUILD)/libmolprop.a $(LDLIBS)
+endif
 
 # ---------------------------------------------------------------------
 # Install: bin/molprop, lib/libmolprop.{a,so}, include/molprop.h,
@@ -248,7 +276,7 @@ $(BUILD)/bench/desc_rate: bench/desc_rate.c $(BUILD)/libmolprop.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(BUILD)/libmolprop.a $(LDLIBS) -lstdc++
 
 clean:
-	rm -rf build build-san build-nocuda
+	rm -rf build build-san build-nocuda build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d $(BUILD)/bench/gpu_predict.d
 

@@ -74,7 +74,9 @@ typedef enum {
     MP_ERR_NOMEM,     /* an allocation failed                              */
     MP_ERR_CHECKSUM,  /* a checksum did not match                          */
     MP_ERR_NODEVICE,  /* no usable GPU                                     */
-    MP_ERR_INTERNAL   /* a library we call failed unexpectedly             */
+    MP_ERR_INTERNAL,  /* a library we call failed unexpectedly             */
+    MP_ERR_INTERRUPTED /* a stop was requested (SIGINT, SIGTERM): the run   *
+                        * unwound and left no temporary file behind        */
 } mp_status;
 
 /* The last error's message on this thread ("" when none was recorded). */
@@ -85,6 +87,23 @@ const char *mp_status_name(mp_status st);
 
 /* Frees what the library returned as `char *` (and NULL). */
 void mp_free(void *p);
+
+/*
+ * Stopping a run.  A signal handler calls mp_interrupt_request(signo)
+ * (async-signal-safe: one atomic store); every long loop of the library
+ * polls the flag, and the run in progress returns MP_ERR_INTERRUPTED
+ * ("interrupted by SIGINT") through its error paths, which remove its
+ * temporary files and the directories it made.  The flag stays set (every
+ * later call fails too) until mp_interrupt_clear.  mp_interrupted() is the
+ * signal requested, 0 if none.  mp_cleanup_run, for a handler that cannot
+ * wait for the unwinding (a second signal, then _exit), removes the
+ * temporary files and the directories the runs in progress made (those
+ * still empty): async-signal-safe.
+ */
+void mp_interrupt_request(int signo);
+int  mp_interrupted(void);
+void mp_interrupt_clear(void);
+void mp_cleanup_run(void);
 
 /* MP_VERSION of the linked library, and the RDKit version it was built with. */
 const char *mp_version(void);
@@ -139,7 +158,8 @@ typedef enum {
 } mp_option_type;
 
 /* The verbs that have options, comma-separated:
- * "train, predict, eval, featurize, split, bench, data". */
+ * "train, predict, eval, featurize, split, bench, data, bench-compare,
+ * bench-report, hpopt, fingerprint". */
 const char *mp_options_verbs(void);
 
 /* New options for `verb`, every option at its default.  MP_ERR_ARG for an
@@ -236,10 +256,18 @@ mp_status mp_run_train(const mp_options *o, mp_summary **out);
  * "mols_per_second"; text "out". */
 mp_status mp_run_predict(const mp_options *o, mp_summary **out);
 
-/* Scores a saved model on a labelled CSV.  Summary: "n_rows", "n_invalid",
- * "n_tasks"; text "metrics" (the metric names, comma-separated) and one
- * number per metric, named like it ("rmse", "prc-auc"): the mean over tasks. */
+/* Scores a saved model on a labelled CSV, or (options "preds" and
+ * "uncertainty-metrics") a prediction file's uncertainties against it.
+ * Summary: "n_rows", "n_invalid", "n_tasks"; text "metrics" (the metric
+ * names, comma-separated) and one number per metric, named like it
+ * ("rmse", "prc-auc", "nll", "ence"): the mean over tasks. */
 mp_status mp_run_eval(const mp_options *o, mp_summary **out);
+
+/* Writes the learned molecule vectors of a saved model ("layer": encoder
+ * or ffn-last; "member") for a CSV into "out" (.npy or CSV; streamed).
+ * Summary: "n_rows", "n_invalid", "seconds", "mols_per_second", "width";
+ * text "out". */
+mp_status mp_run_fingerprint(const mp_options *o, mp_summary **out);
 
 /* Featurizes a CSV into a feature cache ("out") and/or a reference dump
  * ("dump").  Summary: "n_mols", "n_valid", "n_invalid", "n_atoms",
@@ -252,10 +280,58 @@ mp_status mp_run_featurize(const mp_options *o, mp_summary **out);
  * texts "data", "split", "seed"; the invalid rows. */
 mp_status mp_run_split(const mp_options *o, mp_summary **out);
 
-/* Trains every chosen model on every chosen benchmark dataset over the
- * seeds, printing the table to `table` (NULL: nowhere) as it goes, and
- * writing it as TSV to "out" when set.  Summary: "n_runs". */
+/*
+ * The benchmark grid: trains every chosen model on every chosen dataset
+ * over the seeds (Yang et al. 2019's comparison; configs/bench/ holds
+ * paper.ini and quick.ini).  Each dataset is read and featurized once for
+ * all its runs, its features kept in the cache ("cache-dir", by content
+ * hash) for later invocations; each finished run is appended at once to
+ * <out>/results.tsv as one row (dataset, model, seed, split checksum,
+ * metric, test and validation scores per task and their mean, epochs, best
+ * epoch, featurize and train seconds, device, precision, version, the
+ * per-epoch training loss and validation score), so running the same grid
+ * again skips the finished runs.  "jobs" runs train side by side, each with
+ * its own backend; each gives the row it gives alone.  One line per
+ * finished run (done/total, elapsed, ETA) and the table at the end go to
+ * `table` (NULL: nowhere; on a terminal a status line shows the runs in
+ * flight).  "export-splits" writes each split for other tools.  Summary:
+ * "n_runs" (trained now), "n_skipped" (found in the results), "n_total",
+ * "seconds"; text "results" (the file).
+ */
 mp_status mp_run_bench(const mp_options *o, FILE *table, mp_summary **out);
+
+/*
+ * For a signal handler: removes the benchmark runner's temporary files
+ * (async-signal-safe; it only unlinks), so a grid stopped by Ctrl-C or
+ * SIGTERM leaves its finished rows and nothing else.  The handler then
+ * ends the process (_exit).
+ */
+void mp_bench_signal_cleanup(void);
+
+/*
+ * `molprop bench compare OURS THEIRS` (options of "bench-compare"): aligns
+ * the runs of two results files by dataset, model and seed and prints to
+ * `out`, per dataset and model: both tools' mean ± std over the seeds they
+ * share, the difference (relative for errors, absolute for AUCs), a paired
+ * t-test over the seeds and the verdict (win, tie or loss for OURS at
+ * level "alpha"); then the wins, ties and losses.  Runs whose split
+ * checksums differ are reported (they did not see the same sets).
+ * Summary: "n_compared", "wins", "ties", "losses", "n_split_mismatch".
+ */
+mp_status mp_run_bench_compare(const mp_options *o, FILE *out, mp_summary **s);
+
+/*
+ * `molprop bench report RESULTS --out DIR` (options of "bench-report"):
+ * DIR/report.md and DIR/report.html with a table of mean ± std per dataset
+ * and model, and figures in PNG and SVG drawn by gnuplot (with their .gp
+ * scripts and .dat data beside them): one per dataset (the models' paper
+ * metric, mean ± std over seeds, the "reference" tool's bars beside ours
+ * when given), a summary (each model relative to the D-MPNN on every
+ * dataset), and learning curves per dataset (training loss and validation
+ * score per epoch, mean over seeds).  Summary: "n_datasets", "n_figures";
+ * text "report" (the Markdown file).
+ */
+mp_status mp_run_bench_report(const mp_options *o, mp_summary **s);
 
 /*
  * Searches hyperparameters: trials of `train` with the options `base`
@@ -323,7 +399,12 @@ typedef struct {
     int          tasks;      /* target columns; -1 when unknown                */
     mp_task_type task_type;
     char        *metric;     /* the paper's metric: RMSE, MAE, ROC-AUC, PRC-AUC */
-    char        *sha256;     /* 64 lower-case hex digits; NULL when no file    */
+    char        *sha256;     /* 64 lower-case hex digits; NULL when no file or *
+                              * none is pinned (recorded on the first fetch)  */
+    char        *url;        /* where the file is published; NULL: unknown    */
+    char        *targets;    /* its target columns, comma-separated; NULL: every
+                              * column but the SMILES and `ignore`           */
+    char        *ignore;     /* columns that are not targets (ids); NULL: none */
 } mp_dataset_info;
 
 typedef struct mp_registry mp_registry;
@@ -346,26 +427,40 @@ const mp_dataset_info *mp_registry_find(const mp_registry *reg, const char *name
 /* "esol, freesolv, ..." in file order, for messages.  Caller frees with mp_free. */
 char *mp_registry_names(const mp_registry *reg);
 
-/* Where mp_registry_fetch may take files from (either may be NULL or ""). */
+/* Where mp_registry_fetch may take files from (either may be NULL or ""),
+ * and whom to tell how a download goes. */
 typedef struct {
     const char *mirror;   /* a directory holding the dataset files          */
     const char *url;      /* a base URL: url + "/" + file (http, https, file://) */
+    /* Called now and then during a download (may be NULL): bytes of the
+     * file in hand (a resumed download counts what it had) and its size
+     * (-1 while unknown). */
+    void      (*progress)(void *arg, const char *name, int64_t done, int64_t total);
+    void       *progress_arg;
 } mp_fetch_source;
 
 /* How mp_registry_fetch got the file. */
 typedef enum {
     MP_FETCH_PRESENT,     /* already in dest_dir with the right checksum: untouched */
     MP_FETCH_MIRROR,      /* copied from the mirror directory                       */
-    MP_FETCH_DOWNLOADED   /* downloaded from the base URL                           */
+    MP_FETCH_DOWNLOADED   /* downloaded (from the base URL or the registry's url)   */
 } mp_fetch_result;
 
 /*
  * Puts dataset `name`'s file into dest_dir (NULL = "data"; created if
  * missing), from src->mirror or, where that is unset or lacks the file, by
- * download from src->url (libcurl).  The bytes go to a temporary file beside
- * the target, are checked against the registry's SHA-256, and only then
- * renamed into place: a mismatch (MP_ERR_CHECKSUM) or any failure leaves
- * nothing behind.  A file already present with the right checksum is left
+ * download (libcurl) from src->url + "/" + file or else from the entry's
+ * own url.  An entry url "ARCHIVE#MEMBER" names a file inside a .tar.gz:
+ * the archive is downloaded and MEMBER taken out of it (gzipped when the
+ * file name ends in .gz).  A download goes to dest_dir/<file>.part, kept
+ * when the transfer breaks off, so the next fetch resumes it (an HTTP
+ * Range request; from the start if the server ignores ranges).  The bytes
+ * are checked against the registry's SHA-256 (of the file, or of the
+ * archive); an entry without one records the checksum it saw in
+ * dest_dir/<file>.sha256, against which later fetches and
+ * mp_registry_local_sha256 check.  Only a checked file is renamed into
+ * place: a mismatch (MP_ERR_CHECKSUM) or any other failure leaves nothing
+ * at the target.  A file already present with the right checksum is left
  * alone (MP_FETCH_PRESENT; no source needed); one with a wrong checksum is
  * replaced.  Errors: unknown name (MP_ERR_ARG, listing the valid names), a
  * dataset without a file (MP_ERR_ARG), no source (MP_ERR_ARG), source
@@ -375,6 +470,12 @@ typedef enum {
  */
 mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char *dest_dir,
                             const mp_fetch_source *src, mp_fetch_result *result);
+
+/* The SHA-256 dataset `name`'s local file must have: the registry's (for a
+ * plain file), else the one recorded by its first fetch into dest_dir (NULL
+ * = "data").  MP_ERR_ARG when neither is known (never fetched). */
+mp_status mp_registry_local_sha256(const mp_registry *reg, const char *name,
+                                   const char *dest_dir, char hex[65]);
 
 /* SHA-256 of a file's bytes as 64 lower-case hex digits.  MP_ERR_IO naming
  * the file when it cannot be read. */

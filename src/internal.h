@@ -12,6 +12,7 @@
 #include "core/core.h"
 #include "core/progress.h"
 #include "data/csv.h"
+#include "data/featfile.h"
 #include "data/dataset.h"
 #include "data/metrics.h"
 #include "data/registry.h"

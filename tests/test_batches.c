@@ -203,7 +203,7 @@ static void rec_free(mp_batch_source *s)
 }
 
 static const mp_batch_source_ops rec_ops = {
-    "recorder", rec_prepare, rec_launch, rec_finish, rec_profile, rec_free,
+    "recorder", rec_prepare, rec_launch, rec_finish, rec_profile, rec_free, NULL, NULL,
 };
 
 /* A recorder of max_epochs epochs around `inner` (which it then owns). */

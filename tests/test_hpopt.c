@@ -305,8 +305,8 @@ MP_TEST(hpopt_cli_searches_resumes_and_writes_the_best_config)
     for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/trials/%03d/model.mpm", dir, i);
         FILE *m = fopen(path, "rb");
-        CHECK_MSG((m != NULL) == (i == best), "trial %d's model %s (best %d)",
-                  m ? "kept" : "missing", i, best);
+        CHECK_MSG((m != NULL) == (i == best), "trial %d's model %s (best %d)", i,
+                  m ? "kept" : "missing", best);
         if (m)
             fclose(m);
     }

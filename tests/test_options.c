@@ -13,7 +13,8 @@
 #include <stdlib.h>
 
 static const char *const verbs[] = { "train", "predict", "eval", "featurize", "split",
-                                     "bench", "data", "hpopt" };
+                                     "bench", "data", "bench-compare", "bench-report",
+                                     "hpopt", "fingerprint" };
 #define N_VERBS (sizeof verbs / sizeof verbs[0])
 
 static const char *tmp(const char *name)
@@ -40,7 +41,8 @@ static int write_text(const char *path, const char *text)
 
 MP_TEST(options_table_is_well_formed)
 {
-    CHECK_EQ_STR(mp_options_verbs(), "train, predict, eval, featurize, split, bench, data, hpopt");
+    CHECK_EQ_STR(mp_options_verbs(), "train, predict, eval, featurize, split, bench, data, "
+                                     "bench-compare, bench-report, hpopt, fingerprint");
     for (size_t v = 0; v < N_VERBS; v++) {
         size_t n;
         const mp_option_def *d = mp_option_table(verbs[v], &n);
@@ -304,7 +306,7 @@ MP_TEST(options_read_config_sets_the_verbs_section)
                         "\n"
                         "[predict]\n"
                         "model = m.mpm\n"
-                        "uncertainty = true\n"));
+                        "uncertainty = dropout\n"));
     mp_options *o;
     CHECK_OK(mp_options_create(&o, "train"));
     CHECK_OK(mp_options_set(o, "epochs", "99"));   /* a file read later overrides */
@@ -324,7 +326,7 @@ MP_TEST(options_read_config_sets_the_verbs_section)
     CHECK_OK(mp_options_create(&o, "predict"));
     CHECK_OK(mp_options_read_config(o, p));
     CHECK_EQ_STR(mp_options_get(o, "model"), "m.mpm");
-    CHECK_EQ_STR(mp_options_get(o, "uncertainty"), "true");
+    CHECK_EQ_STR(mp_options_get(o, "uncertainty"), "dropout");
     CHECK(mp_options_get(o, "data") == NULL);
     mp_options_free(o);
 
@@ -355,7 +357,8 @@ MP_TEST(options_read_config_errors_name_file_and_line)
           "bad.ini:4: threads expects an integer in [1, 1024] or auto, got '0'", MP_ERR_ARG },
         { "[predict]\nepochs = 3\n", "bad.ini:2: unknown key 'epochs' in [predict]", MP_ERR_ARG },
         { "[trian]\nepochs = 3\n", "bad.ini:2: unknown section [trian] (sections: train, "
-          "predict, eval, featurize, split, bench, data, hpopt)", MP_ERR_ARG },
+          "predict, eval, featurize, split, bench, data, bench-compare, bench-report, hpopt, "
+          "fingerprint)", MP_ERR_ARG },
         { "epochs = 3\n", "bad.ini:1: 'epochs' is outside a section (start with [train])",
           MP_ERR_ARG },
         { "[train]\nepochs 3\n", "bad.ini:2: expected 'key = value', a [section] or a comment",
@@ -478,7 +481,8 @@ MP_TEST(configs_examples_parse)
         { "configs/esol.ini", "train", "split", "scaffold_balanced" },
         { "configs/esol.ini", "predict", "out", "runs/esol/predictions.csv" },
         { "configs/esol.ini", "eval", "model", "runs/esol/model.mpm" },
-        { "configs/bench/quick.ini", "bench", "datasets", "esol,freesolv" },
+        { "configs/bench/quick.ini", "bench", "datasets", "esol,freesolv,bace" },
+        { "configs/bench/paper.ini", "bench", "models", "all" },
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         mp_options *o;

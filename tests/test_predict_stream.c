@@ -85,7 +85,7 @@ static mp_status make_ensemble(mp_ensemble **out, const char *name, mp_model_kin
         (st = mp_scaler_set(&e->target_scaler, MP_SCALE_TARGETS, (size_t)n_tasks, mu, sd)))
         return st;
     if (c.extra_dim) {
-        e->features = MP_FEAT_RDKIT2D;
+        e->features = MP_FEAT_RDKIT2D_CORE;
         e->n_desc = N_DESC;
         if ((st = mp_scaler_set(&e->feature_scaler, MP_SCALE_FEATURES, N_DESC, mu, sd)))
             return st;
@@ -107,11 +107,12 @@ static mp_status reference_predict(mp_ensemble *e, const mp_features *f, const i
     int dim = e->cfg.extra_dim;
     int32_t *sel = mp_malloc(sizeof(int32_t) * (size_t)batch);
     float *extra = mp_malloc(sizeof(float) * ((size_t)batch * (size_t)dim + 1));
+    double *xd = mp_malloc(sizeof(double) * ((size_t)batch * (size_t)dim + 1));
     float *out = mp_malloc(sizeof(float) * (size_t)batch * t);
     double *vals = mp_malloc(sizeof(double) * (size_t)nu * (size_t)batch * t);
     mp_graphs g;
     memset(&g, 0, sizeof g);
-    mp_status st = sel && extra && out && vals ? MP_OK : MP_ERR_NOMEM;
+    mp_status st = sel && extra && xd && out && vals ? MP_OK : MP_ERR_NOMEM;
     for (int32_t b0 = 0; st == MP_OK && b0 < n; b0 += batch) {
         int32_t span = n - b0 < batch ? n - b0 : batch, nb = 0;
         for (int32_t i = 0; i < span; i++)
@@ -120,8 +121,8 @@ static mp_status reference_predict(mp_ensemble *e, const mp_features *f, const i
         if (nb > 0 && e->cfg.kind == MP_MODEL_DMPNN)
             st = mp_graphs_select(&g, &f->g, sel, nb);
         if (nb > 0 && dim) {
-            mp_feature_set_fill(e->features, f, sel, nb, extra);
-            mp_scaler_transform_f32(&e->feature_scaler, extra, (size_t)nb);
+            mp_feature_set_fill(e->features, f, sel, nb, xd);
+            mp_scaler_transform_to_f32(&e->feature_scaler, xd, extra, (size_t)nb);
         }
         for (int k = lo; st == MP_OK && nb > 0 && k < hi; k++) {
             double *v = vals + (size_t)(k - lo) * (size_t)nb * t;
@@ -153,6 +154,7 @@ static mp_status reference_predict(mp_ensemble *e, const mp_features *f, const i
     mp_graphs_free(&g);
     mp_free(sel);
     mp_free(extra);
+    mp_free(xd);
     mp_free(out);
     mp_free(vals);
     return st;

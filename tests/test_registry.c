@@ -151,7 +151,7 @@ MP_TEST(registry_parses_the_repository_file)
     mp_registry *reg;
     long live = mp_alloc_live();
     CHECK_OK(mp_registry_load(&reg, NULL));   /* default: data/datasets.tsv */
-    CHECK_EQ_INT(reg->n, 19);
+    CHECK_EQ_INT(reg->n, 20);   /* the paper's 19 and the 12-target qm9_full */
     const mp_dataset_info *e = mp_registry_find(reg, "esol");
     CHECK(e != NULL);
     CHECK_EQ_STR(e->file, "esol.csv.gz");
@@ -175,13 +175,18 @@ MP_TEST(registry_parses_the_repository_file)
     CHECK_EQ_STR(mp_registry_find(reg, "qm9")->metric, "MAE");
     CHECK_EQ_INT(mp_registry_find(reg, "toxcast")->tasks, 617);
     CHECK_EQ_INT(mp_registry_find(reg, "qm9")->rows, 133885);
-    /* the two without files */
-    const char *nofile[] = { "pcba", "chembl" };
-    for (int i = 0; i < 2; i++) {
-        const mp_dataset_info *d = mp_registry_find(reg, nofile[i]);
-        CHECK(d && !d->file && !d->sha256 && d->rows == -1 && d->tasks == -1);
-        CHECK(d->task_type == MP_TASK_CLASSIFICATION);
-    }
+    /* the three the mirror lacks: a public url, no pinned checksum */
+    const mp_dataset_info *pcba = mp_registry_find(reg, "pcba");
+    CHECK(pcba && !strcmp(pcba->file, "pcba.csv.gz") && !pcba->sha256 && pcba->rows == 437929 &&
+          pcba->tasks == 128 && pcba->task_type == MP_TASK_CLASSIFICATION);
+    CHECK(pcba->url && !strncmp(pcba->url, "https://", 8) && !strcmp(pcba->ignore, "mol_id"));
+    const mp_dataset_info *chembl = mp_registry_find(reg, "chembl");
+    CHECK(chembl && chembl->rows == 456331 && chembl->tasks == 1310 && !chembl->sha256 &&
+          !strcmp(chembl->metric, "ROC-AUC") && strstr(chembl->url, ".tar.gz#data/chembl.csv"));
+    const mp_dataset_info *q12 = mp_registry_find(reg, "qm9_full");
+    CHECK(q12 && q12->tasks == 12 && q12->rows == 133885 && !strcmp(q12->metric, "MAE") &&
+          !strcmp(q12->targets, "mu,alpha,homo,lumo,gap,r2,zpve,cv,u0,u298,h298,g298"));
+    CHECK(!e->url && !e->targets && !e->ignore);
     char *names = mp_registry_names(reg);
     CHECK(names && !strncmp(names, "esol, freesolv, lipo", 20) && strstr(names, ", chembl"));
     mp_free(names);
@@ -217,6 +222,8 @@ MP_TEST(registry_agrees_with_manifest_and_mirror)
             continue;
         rows++;
         const mp_dataset_info *d = mp_registry_find(reg, f[0]);
+        if (d && !strcmp(f[1], "-") && d->url && !d->sha256)
+            continue;   /* not in the mirror: the registry has its public location */
         char rs[32] = "-", ts[32] = "-";
         if (d && d->file) {
             snprintf(rs, sizeof rs, "%ld", d->rows);
@@ -488,10 +495,14 @@ MP_TEST(registry_fetch_by_url_and_errors)
     CHECK(mp_registry_fetch(reg, "nope", dest, NULL, NULL) == MP_ERR_ARG);
     CHECK(strstr(mp_error_message(), "unknown dataset 'nope'") &&
           strstr(mp_error_message(), "esol, freesolv"));
-    CHECK(mp_registry_fetch(reg, "pcba", dest, NULL, NULL) == MP_ERR_ARG);
-    CHECK(strstr(mp_error_message(), "'pcba' is not available") != NULL);
-    CHECK(mp_registry_fetch(reg, "chembl", dest, NULL, NULL) == MP_ERR_ARG);
-    CHECK(strstr(mp_error_message(), "'chembl' is not available") != NULL);
+    mp_registry_free(reg);
+    const char *nofile = tmp_path("nofile.tsv");
+    const char *text = "name\tfile\trows\ttasks\ttask_type\tmetric\tsha256\n"
+                       "gone\t-\t-\t-\tclassification\tPRC-AUC\t-\n";
+    write_bytes(nofile, text, strlen(text));
+    CHECK_OK(mp_registry_load(&reg, nofile));
+    CHECK(mp_registry_fetch(reg, "gone", dest, NULL, NULL) == MP_ERR_ARG);
+    CHECK(strstr(mp_error_message(), "'gone' is not available") != NULL);
     mp_registry_free(reg);
 }
 
@@ -511,7 +522,7 @@ MP_TEST(cli_data_list_and_help)
     CHECK_EQ_INT(run_cli("", args, out, sizeof out), 0);
     CHECK(strstr(out, "name") && strstr(out, "metric"));
     CHECK(strstr(out, "toxcast") && strstr(out, "617") && strstr(out, "8576"));
-    CHECK(strstr(out, "pcba") && strstr(out, "no (no file)"));
+    CHECK(strstr(out, "\npcba ") && strstr(out, "PRC-AUC  no\n"));
     CHECK(!strstr(out, " yes\n"));
     /* a file present in --dest shows as yes */
     write_bytes(tmp_path("cli_list/esol.csv.gz"), "x", 1);
@@ -577,9 +588,13 @@ MP_TEST(cli_data_fetch_and_verify)
     CHECK(strstr(out, "is missing") != NULL);
 
     /* unavailable, unknown, no source */
-    snprintf(args, sizeof args, "data fetch pcba --dest '%s'", dest);
+    const char *nofile = tmp_path("cli_nofile.tsv");
+    const char *text = "name\tfile\trows\ttasks\ttask_type\tmetric\tsha256\n"
+                       "gone\t-\t-\t-\tclassification\tPRC-AUC\t-\n";
+    write_bytes(nofile, text, strlen(text));
+    snprintf(args, sizeof args, "data fetch gone --dest '%s' --registry '%s'", dest, nofile);
     CHECK_EQ_INT(run_cli(env, args, out, sizeof out), 1);
-    CHECK(strstr(out, "molprop data: pcba: dataset 'pcba' is not available") != NULL);
+    CHECK(strstr(out, "molprop data: gone: dataset 'gone' is not available") != NULL);
     snprintf(args, sizeof args, "data fetch esol nope --dest '%s'", dest);
     CHECK_EQ_INT(run_cli(env, args, out, sizeof out), 1);
     CHECK(strstr(out, "molprop data: unknown dataset 'nope'") && strstr(out, "esol, freesolv"));
@@ -607,14 +622,14 @@ MP_TEST(cli_data_fetch_and_verify)
     CHECK(strstr(out, "molprop data: freesolv:") && strstr(out, "SHA-256"));
     CHECK_EQ_INT(count_entries(dest2), 0);
 
-    /* all: every dataset with a file, through a URL this time; the two
-     * without files are skipped with a note */
+    /* all: every dataset with a pinned checksum, through a URL this time;
+     * the large unpinned ones are fetched by name only, with a note */
     char url_env[1400];
     snprintf(url_env, sizeof url_env, "-u MOLPROP_DATA_MIRROR MOLPROP_DATA_URL='file://%s'", mirror);
     const char *dest3 = tmp_path("cli_all");
     snprintf(args, sizeof args, "data fetch all --dest '%s'", dest3);
     CHECK_EQ_INT(run_cli(url_env, args, out, sizeof out), 0);
-    CHECK(strstr(out, "pcba has no file available; skipped") != NULL);
+    CHECK(strstr(out, "pcba (437929 molecules, no pinned checksum) is fetched by name only"));
     CHECK_EQ_INT(count_entries(dest3), 17);
     snprintf(args, sizeof args, "data verify all --dest '%s'", dest3);
     CHECK_EQ_INT(run_cli("", args, out, sizeof out), 0);

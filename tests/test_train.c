@@ -314,10 +314,10 @@ MP_TEST(train_classification_ensemble_with_uncertainty)
     snprintf(path, sizeof path, "%s/model.mpm", dir);
     const char *pred = tmp("bbbp_pred.csv");
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --model '%s' --data '%s' --out '%s' "
-                             "--uncertainty --quiet", path, data, pred), 0);
+                             "--uncertainty ensemble --quiet", path, data, pred), 0);
     char *text = mp_test_slurp(pred, NULL);
     CHECK(text != NULL);
-    int header_ok = !strncmp(text, "smiles,p_np,p_np_std\n", 21);
+    int header_ok = !strncmp(text, "smiles,p_np,p_np_unc\n", 21);
     int in_range = 1, spread_seen = 0, rows = 0;
     for (char *p = strchr(text, '\n') + 1; *p; p = strchr(p, '\n') + 1) {
         char *c1 = strchr(p, ',');
@@ -355,22 +355,24 @@ MP_TEST(train_ffn_and_extra_features)
 
 MP_TEST(bench_runs_models_over_datasets_and_seeds)
 {
-    const char *tsv = tmp("bench.tsv");
+    const char *bench_out = tmp("bench"), *tsv = tmp("bench/results.tsv");
     char dir[1200];
     snprintf(dir, sizeof dir, "%s", mp_test_shared("datasets"));
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "bench --datasets esol,bbbp --models dmpnn,ffn-morgan "
                              "--seeds 0,1 --epochs 1 --threads 1 --data-dir '%s' --out '%s'", dir,
-                             tsv), 0);
+                             bench_out), 0);
     char *text = mp_test_slurp(tsv, NULL);
     CHECK(text != NULL);
     int lines = count_lines(text);
-    int ok = strstr(text, "esol\tdmpnn\t1\trmse\t") && strstr(text, "bbbp\tffn-morgan\t0\tauc\t");
+    int ok = strstr(text, "\tesol\tdmpnn\t1\tscaffold_balanced\t") &&
+             strstr(text, "\tbbbp\tffn-morgan\t0\tscaffold_balanced\t") &&
+             strstr(text, "\trmse\t1\t") && strstr(text, "\tauc\t1\t");
     mp_free(text);
     CHECK_EQ_INT(lines, 1 + 2 * 2 * 2);
     CHECK(ok);
     CHECK(strstr(out, "±") != NULL);
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "bench --datasets chembl --data-dir '%s'", dir), 1);
-    CHECK(strstr(out, "no file") != NULL);
+    CHECK(strstr(out, "molprop data fetch chembl") != NULL);
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "bench --models gcn --data-dir '%s'", dir), 1);
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "bench --datasets esol --data-dir /nonexistent"), 1);
     CHECK(strstr(out, "molprop data fetch esol") != NULL);

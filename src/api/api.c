@@ -11,12 +11,16 @@
 #include "backend/ops.h"
 #include "data/metrics.h"
 #include "data/registry.h"
+#include "data/unc_metrics.h"
 #include "run/ensemble.h"
+#include "run/fingerprint.h"
+#include "run/modelfile.h"
 #include "run/predict.h"
 #include "run/trainer.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *mp_version(void)
@@ -265,10 +269,90 @@ done:
     return st;
 }
 
+/* One option of a checkpoint's header (opt.KEY, run.data) as the option's
+ * text; NULL where the option was unset (its default). */
+static const char *checkpoint_value(const mp_kv *kv, const char *key, char *buf, size_t n)
+{
+    if (!strcmp(key, "data"))
+        return mp_kv_get(kv, "run.data");
+    if (!strcmp(key, "device"))
+        key = "backend";   /* "gpu:bf16": device and precision in one */
+    snprintf(buf, n, "opt.%s", key);
+    const char *v = mp_kv_get(kv, buf);
+    if (!v || !*v || (!strcmp(key, "metric") && !strcmp(v, "default")))
+        return NULL;
+    if (!strcmp(key, "resident") || !strcmp(key, "graph"))
+        return !strcmp(v, "1") ? "on" : !strcmp(v, "0") ? "off" : "auto";
+    if (!strcmp(key, "ffn-hidden") && atoi(v) <= 0)
+        return NULL;   /* auto */
+    return v;
+}
+
+/*
+ * The options of `train --resume D`: those set in o, over (when o sets no
+ * --data) every option the checkpoint in D records, with --save-dir D
+ * unless o names it.  The run then compares them with the checkpoint's
+ * identity (trainer.h), so an option set here that differs is refused.
+ */
+static mp_status resume_options(const mp_options *o, mp_options **out)
+{
+    *out = NULL;
+    const char *dir = mp_options_get(o, "resume");
+    mp_kv *keep = NULL;
+    mp_options *r = NULL;
+    mp_status st = MP_OK;
+    if (!mp_options_is_set(o, "data")) {
+        mp_train_opts t = mp_train_opts_default();
+        if ((st = mp_train_opts_from_checkpoint(dir, &t, &keep)))
+            return st;
+    }
+    if ((st = mp_options_create(&r, "train")))
+        goto done;
+    size_t n;
+    const mp_option_def *defs = mp_option_table("train", &n);
+    for (size_t i = 0; i < n && !st; i++) {
+        const char *key = defs[i].key;
+        char buf[160];
+        const char *v = !key ? NULL : mp_options_is_set(o, key) ? mp_options_get(o, key)
+                                    : keep ? checkpoint_value(keep, key, buf, sizeof buf) : NULL;
+        if (v)
+            st = mp_options_set(r, key, v);
+    }
+    if (!st && !mp_options_is_set(r, "save-dir"))
+        st = mp_options_set(r, "save-dir", dir);
+    if (st && keep) {   /* a value the checkpoint holds that the table refuses */
+        char why[512];
+        snprintf(why, sizeof why, "%s", mp_error_message());
+        st = mp_error_set(st, "cannot resume from %s: %s", dir, why);
+    }
+done:
+    mp_kv_free(keep);
+    if (st)
+        mp_options_free(r);
+    else
+        *out = r;
+    return st;
+}
+
+static mp_status run_train(const mp_options *o, mp_summary **out);
+
 mp_status mp_run_train(const mp_options *o, mp_summary **out)
 {
     if (out)
         *out = NULL;
+    if (o && !strcmp(mp_options_verb(o), "train") && mp_options_get(o, "resume")) {
+        mp_options *r;
+        mp_status st = resume_options(o, &r);
+        if (st == MP_OK)
+            st = run_train(r, out);
+        mp_options_free(r);
+        return st;
+    }
+    return run_train(o, out);
+}
+
+static mp_status run_train(const mp_options *o, mp_summary **out)
+{
     mp_status st = mp_run_check(o, "train");
     if (st)
         return st;
@@ -344,6 +428,74 @@ mp_status mp_run_predict(const mp_options *o, mp_summary **out)
     return MP_OK;
 }
 
+mp_status mp_run_fingerprint(const mp_options *o, mp_summary **out)
+{
+    if (out)
+        *out = NULL;
+    mp_status st = mp_run_check(o, "fingerprint");
+    if (st)
+        return st;
+    mp_fingerprint_opts p;
+    memset(&p, 0, sizeof p);
+    char backend[128];
+    if ((st = mp_options_apply(o, &p)) || (st = mp_options_backend(o, backend, sizeof backend)))
+        return st;
+    p.backend = backend;
+    mp_predict_stats stats;
+    if ((st = mp_fingerprint_file(&p, &stats)))
+        return st;
+    mp_summary *s = NULL;
+    if (!(st = mp_summary_new(&s)))
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)stats.n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", (double)stats.n_invalid)) ||
+               (st = mp_summary_put_number(s, "seconds", stats.seconds)) ||
+               (st = mp_summary_put_number(s, "mols_per_second", stats.mols_per_second)) ||
+               (st = mp_summary_put_text(s, "out", p.out_path)));
+    if (st) {
+        mp_summary_free(s);
+        return st;
+    }
+    mp_summary_hand_over(s, out);
+    return MP_OK;
+}
+
+/* eval --preds P --uncertainty-metrics L: the uncertainty metrics of a
+ * prediction file (predict_unc.c), named like the metrics, the mean over
+ * tasks, and "<metric>.<task>" per task. */
+static mp_status run_eval_preds(const mp_eval_args *a, mp_summary **out)
+{
+    if (!a->preds_path || !a->unc_metrics)
+        return mp_error_set(MP_ERR_ARG, "--preds and --uncertainty-metrics go together");
+    if (a->model_path)
+        return mp_error_set(MP_ERR_ARG, "--preds scores a prediction file: leave out --model");
+    mp_unc_eval_result r;
+    mp_status st = mp_unc_eval_file(a->preds_path, a->data_path, a->smiles_column,
+                                    a->unc_metrics, &r);
+    if (st)
+        return st;
+    mp_summary *s = NULL;
+    mp_buf names = { 0 };
+    if (!(st = mp_summary_new(&s)))
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)r.n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", 0)) ||
+               (st = mp_summary_put_number(s, "n_tasks", (double)r.n_tasks)));
+    for (int m = 0; m < r.n_metrics && !st; m++) {
+        const char *name = mp_unc_metric_name((mp_unc_metric)r.metrics[m]);
+        (void)((st = mp_buf_printf(&names, "%s%s", m ? "," : "", name)) ||
+               (st = mp_summary_put_number(s, name, r.mean[m])));
+    }
+    if (!st)
+        st = mp_summary_put_text(s, "metrics", names.data ? names.data : "");
+    mp_buf_free(&names);
+    mp_unc_eval_result_free(&r);
+    if (st) {
+        mp_summary_free(s);
+        return st;
+    }
+    mp_summary_hand_over(s, out);
+    return MP_OK;
+}
+
 mp_status mp_run_eval(const mp_options *o, mp_summary **out)
 {
     if (out)
@@ -356,11 +508,17 @@ mp_status mp_run_eval(const mp_options *o, mp_summary **out)
     char backend[128];
     if ((st = mp_options_apply(o, &a)) || (st = mp_options_backend(o, backend, sizeof backend)))
         return st;
+    if (a.preds_path || a.unc_metrics)
+        return run_eval_preds(&a, out);
+    if (!a.model_path)
+        return mp_error_set(MP_ERR_ARG, "--model is required (or --preds with "
+                            "--uncertainty-metrics)");
     mp_column_spec spec;
     memset(&spec, 0, sizeof spec);
     spec.smiles_column = a.smiles_column;
     mp_eval_result r;
-    if ((st = mp_eval_file(a.model_path, a.data_path, &spec, a.metric, backend, a.threads, &r)))
+    if ((st = mp_eval_file(a.model_path, a.data_path, &spec, a.metric, a.features_path, backend,
+                             a.threads, &r)))
         return st;
     mp_summary *s = NULL;
     mp_buf names = { 0 };

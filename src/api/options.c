@@ -11,8 +11,11 @@
 #include "data/metrics.h"
 #include "data/registry.h"
 #include "models/heads.h"
+#include "run/calibrate.h"
 #include "run/ensemble.h"
+#include "run/fingerprint.h"
 #include "run/predict.h"
+#include "run/uncertainty.h"
 #include "run/resident.h"
 #include "run/trainer.h"
 
@@ -116,6 +119,24 @@ static mp_status parse_device(const char *s, void *field)
     return st;
 }
 
+static mp_status parse_unc_method(const char *s, void *field)
+{
+    mp_unc_method m;
+    mp_status st = mp_unc_method_parse(s, &m);
+    if (!st && field)
+        *(int *)field = (int)m;
+    return st;
+}
+
+static mp_status parse_calibrator(const char *s, void *field)
+{
+    mp_calibrator c;
+    mp_status st = mp_calibrator_parse(s, &c);
+    if (!st && field)
+        *(int *)field = (int)c;
+    return st;
+}
+
 /* ===================================================================== */
 /* The table                                                              */
 /* ===================================================================== */
@@ -134,6 +155,7 @@ static const int tristate_values[] = { -1, 1, 0 };
 static const int atom_cols_values[] = { MP_ATOM_COLS_NONE, MP_ATOM_COLS_FEATURE,
                                         MP_ATOM_COLS_DESCRIPTOR };
 static const int bench_split_values[] = { MP_SPLIT_SCAFFOLD_BALANCED, MP_SPLIT_RANDOM };
+static const int missing_values[] = { 0, 1 };
 
 #define HEADING(text) { .key = NULL, .help = text, .offset = -1 }
 #define AT(S, f) offsetof(S, f)
@@ -193,8 +215,22 @@ static const mp_option_def train_table[] = {
       .offset = AT(mp_train_opts, model), .arg = "M", .help = "dmpnn | ffn" },
     { "features", MP_OPT_LIST, "none", .parse = parse_features,
       .offset = AT(mp_train_opts, features), .arg = "F",
-      .help = "molecule features: morgan, morgan-count, rdkit2d,\ncomma-separated (ffn: its "
-              "input; dmpnn: joined to\nthe readout), or none" },
+      .help = "molecule features, comma-separated (ffn: its input;\ndmpnn: joined to the "
+              "readout), or none:\nmorgan, morgan-count (v1 Morgan r=2, 2048 bits/counts),\n"
+              "rdkit2d (Chemprop v1's 200 RDKit descriptors, raw),\nrdkit2d-normalized (those "
+              "200 through their CDFs),\nrdkit2d-core (RDKit's 43-value C++ registry),\n"
+              "v2-morgan, v2-morgan-count (with chirality),\nv2-rdkit2d (208), v2-charge" },
+    { "features-scaling", MP_OPT_CHOICE, "auto", .choices = "auto|on|off",
+      .values = tristate_values, .offset = AT(mp_train_opts, features_scaling),
+      .arg = "auto|on|off",
+      .help = "standardize the features on the training set;\nauto: all but the fingerprints "
+              "(bits and counts)\nand rdkit2d-normalized" },
+    { "no-features-scaling", MP_OPT_BOOL, "false",
+      .offset = AT(mp_train_opts, no_features_scaling),
+      .help = "Chemprop's flag: --features-scaling off" },
+    { "features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, features_path),
+      .arg = "F", .help = "extra molecule features: a CSV with a header (or a\n.npy array), "
+                          "one row per data row, joined after\n--features" },
     { "atom-layout", MP_OPT_CHOICE, "v1", .choices = "v1|v2|organic", .parse = parse_layout,
       .offset = AT(mp_train_opts, layout), .arg = "L",
       .help = "v1 (133 features) | v2 (72) | organic (44)" },
@@ -232,6 +268,15 @@ static const mp_option_def train_table[] = {
       .help = "mean | sum | norm | attentive (a learned softmax\nweight per atom, Chemprop v2)" },
     { "ensemble-size", MP_OPT_INT, "1", 1, 256, .offset = AT(mp_train_opts, ensemble_size),
       .arg = "N", .help = "models that differ only in their seeds" },
+    HEADING("transfer learning:"),
+    { "init-model", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, init_model), .arg = "M",
+      .help = "start from the weights of model file M (same\narchitecture; a fresh head "
+              "when its tasks differ)" },
+    { "freeze-encoder", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, freeze_encoder),
+      .help = "with --init-model: keep the D-MPNN encoder as\nloaded (dropout still applies)" },
+    { "freeze-ffn-layers", MP_OPT_INT, "0", 0, 100, .offset = AT(mp_train_opts,
+      freeze_ffn_layers), .arg = "K", .help = "with --init-model: keep the first K FFN "
+      "layers as\nloaded" },
     HEADING("training:"),
     { "epochs", MP_OPT_INT, "30", 1, 100000, .offset = AT(mp_train_opts, epochs), .arg = "N",
       .help = "training epochs" },
@@ -305,6 +350,13 @@ static const mp_option_def train_table[] = {
       .help = "where model.mpm and metrics.json go", .flags = MP_OPTF_REQUIRED },
     { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, quiet),
       .help = "no progress output" },
+    { "checkpoint-every", MP_OPT_INT, "0", 0, 100000,
+      .offset = AT(mp_train_opts, checkpoint_every), .arg = "N",
+      .help = "after every N epochs, write the whole run's state\nto D/checkpoint.mpc "
+              "(atomically; removed when the\nrun ends well); 0: no checkpoints" },
+    { "resume", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, resume), .arg = "D",
+      .help = "continue the run whose checkpoint is in D, to the\nmodel an uninterrupted run "
+              "makes; alone, its options\nand data come from the checkpoint" },
 };
 
 static const mp_option_def predict_table[] = {
@@ -315,13 +367,40 @@ static const mp_option_def predict_table[] = {
     { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, out_path), .arg = "P",
       .help = "output CSV (written atomically)", .flags = MP_OPTF_REQUIRED },
     SMILES_COLUMN(mp_predict_opts, columns.smiles_column),
+    { "features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, features_path),
+      .arg = "F", .help = "the extra molecule features of --data (a model\ntrained with "
+                          "--features-path needs them): one\nrow per data row" },
     { "atom-descriptors-path", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, atom_path),
       .arg = "F", .help = "the per-atom columns of these molecules, for a\nmodel trained with "
       "them (the training file's format)" },
     { "bond-features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, bond_path),
       .arg = "F", .help = "the per-bond columns, likewise" },
-    { "uncertainty", MP_OPT_BOOL, "false", .offset = AT(mp_predict_opts, uncertainty),
-      .help = "add <task>_std columns: the spread over ensemble\nmembers" },
+    HEADING("uncertainty:"),
+    { "uncertainty", MP_OPT_CHOICE, "none",
+      .choices = "none|ensemble|dropout|mve|evidential|evidential-total|evidential-epistemic|"
+                 "evidential-aleatoric|quantile|dirichlet",
+      .parse = parse_unc_method, .offset = AT(mp_predict_opts, uncertainty), .arg = "E",
+      .help = "add <task>_unc columns: ensemble (variance over\nmembers), dropout (MC dropout "
+              "variance), mve,\nevidential[-epistemic|-aleatoric], quantile,\ndirichlet "
+              "(models with those heads)" },
+    { "dropout-samples", MP_OPT_INT, "10", 2, 10000, .offset = AT(mp_predict_opts,
+      dropout_samples), .arg = "N", .help = "dropout: stochastic passes per member" },
+    { "dropout-p", MP_OPT_REAL, "0.1", 0.0, 0.99, .offset = AT(mp_predict_opts, dropout_p),
+      .arg = "X", .help = "dropout: probability of every dropout layer" },
+    { "dropout-seed", MP_OPT_INT, "0", 0, 2147483647, .offset = AT(mp_predict_opts,
+      dropout_seed), .arg = "N", .help = "dropout: seed of the passes' masks",
+      .flags = MP_OPTF_U64 },
+    { "calibrate", MP_OPT_CHOICE, "none",
+      .choices = "none|zscaling|zelikman|mve-weighting|conformal|conformal-adaptive|platt|isotonic",
+      .parse = parse_calibrator, .offset = AT(mp_predict_opts, calibrate), .arg = "C",
+      .help = "fit a calibrator on --calibration-data: zscaling,\nzelikman, conformal, "
+              "conformal-adaptive\n(regression; the last three write <task>_lower,\n<task>_upper), "
+              "platt, isotonic (classification)" },
+    { "calibration-data", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, calibration_data),
+      .arg = "F", .help = "labelled CSV (columns named like the tasks)" },
+    { "alpha", MP_OPT_REAL, "0.1", 1e-6, 0.999999, .offset = AT(mp_predict_opts, alpha),
+      .arg = "A", .help = "error rate of the intervals (coverage 1 - A)" },
+    HEADING("run:"),
     THREADS(mp_predict_opts, threads),
     DEVICE,
     PRECISION,
@@ -331,11 +410,21 @@ static const mp_option_def predict_table[] = {
 
 static const mp_option_def eval_table[] = {
     { "model", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, model_path), .arg = "M",
-      .help = "a model file written by molprop train", .flags = MP_OPTF_REQUIRED },
+      .help = "a model file written by molprop train (or --preds)" },
+    { "preds", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, preds_path), .arg = "P",
+      .help = "a prediction CSV of molprop predict, scored\ninstead of a model (rows as in "
+              "--data)" },
+    { "uncertainty-metrics", MP_OPT_LIST, NULL,
+      .offset = AT(mp_eval_args, unc_metrics), .arg = "L",
+      .help = "with --preds: nll, miscalibration-area, ence,\nspearman, coverage "
+              "(comma-separated)" },
     { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, data_path), .arg = "F",
       .help = "CSV or gzipped CSV with the SMILES and the task\ncolumns",
       .flags = MP_OPTF_REQUIRED },
     SMILES_COLUMN(mp_eval_args, smiles_column),
+    { "features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, features_path),
+      .arg = "F", .help = "the extra molecule features of --data (a model\ntrained with "
+                          "--features-path needs them)" },
     { "metric", MP_OPT_CHOICE, "all", .choices = "all|rmse|mae|mse|r2|auc|prc-auc|accuracy",
       .parse = parse_metric, .offset = AT(mp_eval_args, metric), .arg = "M",
       .help = "one metric; all: rmse, mae, r2 for regression;\nauc, prc-auc, accuracy for "
@@ -345,18 +434,48 @@ static const mp_option_def eval_table[] = {
     PRECISION,
 };
 
+static const int layer_values[] = { 0, 1 };
+
+static const mp_option_def fingerprint_table[] = {
+    { "model", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, model_path), .arg = "M",
+      .help = "a model file written by molprop train", .flags = MP_OPTF_REQUIRED },
+    { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, data_path), .arg = "F",
+      .help = "CSV or gzipped CSV", .flags = MP_OPTF_REQUIRED },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, out_path), .arg = "F",
+      .help = "F.npy (float32 rows x width) or a CSV (written\natomically)",
+      .flags = MP_OPTF_REQUIRED },
+    { "layer", MP_OPT_CHOICE, "encoder", .choices = "encoder|ffn-last", .values = layer_values,
+      .offset = AT(mp_fingerprint_opts, layer), .arg = "L",
+      .help = "encoder: the vector the FFN head reads (readout\n++ molecule features); "
+              "ffn-last: the head's last\nhidden layer" },
+    { "member", MP_OPT_INT, "0", 0, 255, .offset = AT(mp_fingerprint_opts, member), .arg = "K",
+      .help = "the ensemble member whose vectors are written" },
+    SMILES_COLUMN(mp_fingerprint_opts, columns.smiles_column),
+    THREADS(mp_fingerprint_opts, threads),
+    DEVICE,
+    PRECISION,
+    { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_fingerprint_opts, quiet),
+      .help = "no summary line" },
+};
+
 static const mp_option_def featurize_table[] = {
     { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_featurize_args, data_path), .arg = "FILE",
       .help = "input CSV with a header line", .flags = MP_OPTF_REQUIRED },
     { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_featurize_args, out_path), .arg = "FILE.mpf",
       .help = "write the feature cache here" },
     { "dump", MP_OPT_TEXT, NULL, .offset = AT(mp_featurize_args, dump_dir), .arg = "DIR",
-      .help = "write molecules/atoms/bonds/morgan/descriptors.tsv\nhere" },
+      .help = "write molecules/atoms/bonds/morgan/descriptors.tsv\n(and rdkit2d.tsv, "
+              "rdkit2d_normalized.tsv with\n--features) here" },
     { "gz", MP_OPT_BOOL, "false", .offset = AT(mp_featurize_args, gz),
       .help = "gzip the dump's files (.tsv.gz)" },
     { "atom-layout", MP_OPT_CHOICE, "v1", .choices = "v1|v2|organic", .parse = parse_layout,
       .offset = AT(mp_featurize_args, layout), .arg = "L",
       .help = "v1 (133 features) | v2 (72) | organic (44)" },
+    { "features", MP_OPT_LIST, "none", .parse = parse_features,
+      .offset = AT(mp_featurize_args, features), .arg = "F",
+      .help = "molecule feature sets to compute too, as for train:\nrdkit2d, rdkit2d-normalized, "
+              "v2-morgan, v2-rdkit2d,\nv2-charge, ... (kept in the cache; --dump writes\n"
+              "rdkit2d.tsv and rdkit2d_normalized.tsv)" },
     { "no-morgan", MP_OPT_BOOL, "false", .offset = AT(mp_featurize_args, no_morgan),
       .help = "skip the Morgan fingerprints" },
     { "no-descriptors", MP_OPT_BOOL, "false", .offset = AT(mp_featurize_args, no_descriptors),
@@ -390,27 +509,77 @@ static const mp_option_def split_table[] = {
 };
 
 static const mp_option_def bench_table[] = {
+    HEADING("the grid:"),
     { "datasets", MP_OPT_LIST, "esol", .offset = AT(mp_bench_args, datasets), .arg = "L",
-      .help = "'all' (every dataset with a file) or names,\ncomma-separated" },
+      .help = "registry names, 'all' (every registry dataset\nwhose file is in --data-dir), or "
+              "a CSV of your own\nas PATH[:TASK[:METRIC]] or NAME=PATH[:TASK[:METRIC]]\n"
+              "(TASK regression | classification, METRIC rmse,\nmae, auc, prc-auc, ...), "
+              "comma-separated" },
     { "models", MP_OPT_LIST, "dmpnn", .offset = AT(mp_bench_args, models), .arg = "L",
-      .help = "dmpnn, dmpnn-rdkit2d, ffn-morgan, ffn-morgan-count,\nffn-rdkit2d, or 'all'" },
+      .help = "dmpnn, dmpnn-rdkit2d, ffn-morgan, ffn-morgan-count,\nffn-rdkit2d, or 'all' "
+              "(the rdkit2d ones read\nChemprop's rdkit_2d_normalized, unscaled)" },
     { "seeds", MP_OPT_LIST, "0,1,2", 0, 2147483647, .offset = AT(mp_bench_args, seeds),
       .arg = "L", .help = "comma-separated split seeds", .flags = MP_OPTF_NUMBERS },
     { "split", MP_OPT_CHOICE, "scaffold_balanced", .choices = "scaffold_balanced|random",
       .values = bench_split_values, .offset = AT(mp_bench_args, split), .arg = "S",
       .help = "scaffold_balanced | random" },
+    { "split-sizes", MP_OPT_LIST, "0.8,0.1,0.1", .parse = parse_split_sizes,
+      .offset = AT(mp_bench_args, split_sizes), .arg = "a,b,c",
+      .help = "train,val,test fractions", .flags = MP_OPTF_NUMBERS },
     { "epochs", MP_OPT_INT, "30", 1, 100000, .offset = AT(mp_bench_args, epochs), .arg = "N",
       .help = "training epochs" },
     { "batch-size", MP_OPT_INT, "50", 1, 10000000, .offset = AT(mp_bench_args, batch_size),
       .arg = "N", .help = "molecules per step" },
+    { "missing", MP_OPT_CHOICE, "fail", .choices = "fail|skip", .values = missing_values,
+      .offset = AT(mp_bench_args, missing_skip), .arg = "M",
+      .help = "a registry dataset whose file is not in --data-dir:\nfail | skip (with a note)" },
+    HEADING("files:"),
     { "data-dir", MP_OPT_TEXT, "data", .offset = AT(mp_bench_args, data_dir), .arg = "D",
       .help = "where the dataset files are" },
-    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_args, out_path), .arg = "F",
-      .help = "write the per-run table as TSV (atomically)" },
+    { "out", MP_OPT_TEXT, "runs/bench", .offset = AT(mp_bench_args, out_dir), .arg = "DIR",
+      .help = "results go to DIR/results.tsv, one row per finished\nrun, appended as each "
+              "finishes; runs already there\nare skipped, so rerunning resumes" },
+    { "cache-dir", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_args, cache_dir), .arg = "DIR",
+      .help = "feature cache, by content hash, shared by every\nmodel, seed and later "
+              "invocation; 'none': no cache\n(unset: DIR/cache of --out)" },
+    { "export-splits", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_args, export_splits),
+      .arg = "DIR", .help = "write each dataset/seed split as train/val/test CSV\nand "
+                            "Chemprop v2 splits.json under DIR" },
     REGISTRY(mp_bench_args, registry, ""),
+    HEADING("running:"),
+    { "jobs", MP_OPT_INT, "auto", 1, 64, .offset = AT(mp_bench_args, jobs), .arg = "N",
+      .help = "runs trained at once, each with its own backend\n(its own stream on the GPU); "
+              "auto: 4 on the GPU, 1\non the CPU", .flags = MP_OPTF_AUTO },
     THREADS(mp_bench_args, threads),
     DEVICE,
     PRECISION,
+    { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_bench_args, quiet),
+      .help = "no line per finished run" },
+};
+
+static const mp_option_def bench_compare_table[] = {
+    { "ours", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_compare_args, ours), .arg = "F",
+      .help = "a results file (or a bench --out folder)", .flags = MP_OPTF_REQUIRED },
+    { "theirs", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_compare_args, theirs), .arg = "F",
+      .help = "the other tool's results, same format", .flags = MP_OPTF_REQUIRED },
+    { "alpha", MP_OPT_REAL, "0.05", 1e-6, 0.5, .offset = AT(mp_bench_compare_args, alpha),
+      .arg = "X", .help = "level of the paired t-test over seeds: a win or a\nloss needs "
+                          "p < X, else a tie" },
+};
+
+static const mp_option_def bench_report_table[] = {
+    { "results", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_report_args, results), .arg = "F",
+      .help = "a results file (or a bench --out folder)", .flags = MP_OPTF_REQUIRED },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_report_args, out_dir), .arg = "DIR",
+      .help = "where report.md, report.html and the figures go\n(unset: report/ beside the "
+              "results)" },
+    { "reference", MP_OPT_TEXT, NULL, .offset = AT(mp_bench_report_args, reference),
+      .arg = "F", .help = "another tool's results (bench compare's THEIRS):\nits bars beside "
+                          "ours" },
+    { "title", MP_OPT_TEXT, "molprop benchmark", .offset = AT(mp_bench_report_args, title),
+      .arg = "T", .help = "the report's title" },
+    { "gnuplot", MP_OPT_TEXT, "gnuplot", .offset = AT(mp_bench_report_args, gnuplot),
+      .arg = "P", .help = "the gnuplot program that draws the figures" },
 };
 
 static const int hp_method_values[] = { 0, 1 };   /* hpopt.h: MP_HP_RANDOM, MP_HP_TPE */
@@ -465,13 +634,16 @@ static const struct {
     TABLE("train", train_table),         TABLE("predict", predict_table),
     TABLE("eval", eval_table),           TABLE("featurize", featurize_table),
     TABLE("split", split_table),         TABLE("bench", bench_table),
-    TABLE("data", data_table),           TABLE("hpopt", hpopt_table),
+    TABLE("data", data_table),           TABLE("bench-compare", bench_compare_table),
+    TABLE("bench-report", bench_report_table), TABLE("hpopt", hpopt_table),
+    TABLE("fingerprint", fingerprint_table),
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
 
 const char *mp_options_verbs(void)
 {
-    return "train, predict, eval, featurize, split, bench, data, hpopt";
+    return "train, predict, eval, featurize, split, bench, data, bench-compare, bench-report, "
+           "hpopt, fingerprint";
 }
 
 const mp_option_def *mp_option_table(const char *verb, size_t *n)

@@ -82,13 +82,15 @@ void *mp_options_cjson(const mp_options *o);
 /* ===================================================================== */
 
 typedef struct {
-    const char *model_path, *data_path, *smiles_column, *metric;
+    const char *model_path, *data_path, *smiles_column, *metric, *features_path;
+    const char *preds_path, *unc_metrics;   /* eval of a prediction file */
     int         threads;
 } mp_eval_args;
 
 typedef struct {
     const char    *data_path, *out_path, *dump_dir, *smiles_column;
     int            gz, no_morgan, no_descriptors, scaffolds, threads;
+    unsigned       features;   /* MP_FEAT_* named sets computed besides */
     mp_atom_layout layout;
 } mp_featurize_args;
 
@@ -101,9 +103,24 @@ typedef struct {
 typedef struct {
     const char   *datasets, *models, *seeds;   /* comma-separated lists      */
     mp_split_type split;
+    double        split_sizes[3];
     int           epochs, batch_size, threads;
-    const char   *data_dir, *out_path, *registry;
+    const char   *data_dir, *out_dir, *registry;
+    const char   *cache_dir;       /* NULL: <out>/cache; "none": no cache   */
+    const char   *export_splits;   /* NULL: none                            */
+    int           missing_skip;    /* 1: skip registry datasets not present */
+    int           jobs;            /* runs trained at once (0: auto)        */
+    int           quiet;           /* 1: no per-run lines                   */
 } mp_bench_args;
+
+typedef struct {
+    const char *ours, *theirs;
+    double      alpha;             /* the paired test's level               */
+} mp_bench_compare_args;
+
+typedef struct {
+    const char *results, *out_dir, *reference, *title, *gnuplot;
+} mp_bench_report_args;
 
 typedef struct {
     const char *dest, *registry, *mirror, *url;

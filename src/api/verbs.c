@@ -80,6 +80,9 @@ mp_status mp_run_featurize(const mp_options *o, mp_summary **out)
     mp_featurize_opts fo = { .layout = a.layout, .morgan = !a.no_morgan,
                              .descriptors = !a.no_descriptors, .scaffolds = a.scaffolds,
                              .n_threads = a.threads };
+    for (int v = 0; v < MP_N_VECS; v++)
+        if (a.features & (1u << v))
+            mp_vec_request((mp_vec)v, &fo);
     int32_t n = (int32_t)d->n_rows;
     double t0 = mp_time_now();
     if ((st = mp_featurize(&f, (const char *const *)d->smiles, n, &fo)))
@@ -119,29 +122,6 @@ done:
 /* ===================================================================== */
 /* split                                                                  */
 /* ===================================================================== */
-
-/* mkdir -p */
-static mp_status make_dirs(const char *path)
-{
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf)
-        return mp_error_set(MP_ERR_ARG, "--out: bad folder name '%s'", path);
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != 0)
-            continue;
-        char c = buf[i];
-        buf[i] = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return mp_error_set(MP_ERR_IO, "cannot create folder '%s': %s", buf, strerror(errno));
-        buf[i] = c;
-    }
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return mp_error_set(MP_ERR_IO, "--out: '%s' is not a folder", path);
-    return MP_OK;
-}
 
 /* Copies the rows of `path` into the three set files by set_of_row (-1: none),
  * streaming the file again, every column, in file order.  The files are
@@ -227,6 +207,7 @@ mp_status mp_run_split(const mp_options *o, mp_summary **out)
     memset(&sp, 0, sizeof sp);
     size_t *rows = NULL;
     signed char *set_of_row = NULL;
+    mp_made_dirs made = { 0 };   /* --out's folders this run made: removed on failure */
 
     if ((st = mp_dataset_load(&d, a.data_path, &spec)))
         return st;
@@ -258,7 +239,7 @@ mp_status mp_run_split(const mp_options *o, mp_summary **out)
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)a.split.seed);
     if ((st = mp_split_make(&sp, rows, n_valid, (const char *const *)f->scaffold, &a.split)) ||
-        (st = mp_split_label_rows(&sp, d->n_rows, set_of_row)) || (st = make_dirs(a.out_dir)) ||
+        (st = mp_split_label_rows(&sp, d->n_rows, set_of_row)) || (st = mp_mkdirs(a.out_dir, &made)) ||
         (st = write_sets(a.data_path, d, set_of_row, a.out_dir)) ||
         (st = mp_summary_put_number(s, "n_rows", (double)d->n_rows)) ||
         (st = mp_summary_put_number(s, "n_train", (double)sp.n[MP_SET_TRAIN])) ||
@@ -270,6 +251,10 @@ mp_status mp_run_split(const mp_options *o, mp_summary **out)
         (st = mp_summary_put_text(s, "seed", seed)))
         goto done;
 done:
+    if (st)
+        mp_mkdirs_undo(&made);
+    else
+        mp_mkdirs_keep(&made);
     mp_free(rows);
     mp_free(set_of_row);
     mp_split_free(&sp);

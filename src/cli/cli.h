@@ -16,6 +16,7 @@ int cli_featurize(int argc, char **argv);
 int cli_split(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_predict(int argc, char **argv);
+int cli_fingerprint(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_hpopt(int argc, char **argv);

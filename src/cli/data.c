@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define VERB "data"
@@ -38,9 +39,12 @@ static const char usage_fetch[] =
     "Puts each named dataset's file into --dest.  The source is the directory\n"
     "--mirror, or else --url + \"/\" + file (http, https, file://).  The bytes are\n"
     "checked against the registry's SHA-256 before they are renamed into place, so\n"
-    "a mismatch leaves nothing behind.  A file already present with the right\n"
-    "checksum is left alone.  'all' fetches every dataset that has a file (pcba and\n"
-    "chembl have none).\n";
+    "a mismatch leaves nothing behind.  Without a mirror or --url, a dataset comes\n"
+    "from the registry's own url (over HTTPS, with progress; a broken download is\n"
+    "resumed by the next fetch).  A dataset without a pinned checksum (pcba,\n"
+    "chembl, qm9_full) records the one it sees in DEST/FILE.sha256.  A file\n"
+    "already present with the right checksum is left alone.  'all' fetches every\n"
+    "dataset that has a pinned checksum; the others are fetched by name.\n";
 
 static const char usage_verify[] =
     "usage: molprop data verify [NAME...] [options]\n"
@@ -159,10 +163,50 @@ static int have_source(const data_args *a)
     return (a->source.mirror && *a->source.mirror) || (a->source.url && *a->source.url);
 }
 
+/* Download progress on stderr: redrawn on a terminal, else a line per 10%. */
+typedef struct {
+    int    tty, last_step;
+    double last;
+} progress_state;
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void on_progress(void *arg, const char *name, int64_t done, int64_t total)
+{
+    progress_state *p = arg;
+    double t = now_seconds();
+    int step = total > 0 ? (int)(10 * done / total) : -1;
+    if (p->tty) {
+        if (t - p->last < 0.2 && done != total)
+            return;
+        p->last = t;
+        if (total > 0)
+            fprintf(stderr, "\r%s: %.1f of %.1f MB (%.0f%%)   ", name, done / 1e6, total / 1e6,
+                    100.0 * (double)done / (double)total);
+        else
+            fprintf(stderr, "\r%s: %.1f MB   ", name, done / 1e6);
+    } else if (step > p->last_step) {
+        p->last_step = step;
+        fprintf(stderr, "%s: %.1f of %.1f MB (%d%%)\n", name, done / 1e6, total / 1e6,
+                10 * step);
+    }
+}
+
 static int fetch_one(const mp_registry *reg, const mp_dataset_info *d, const data_args *a)
 {
     mp_fetch_result how;
-    mp_status st = mp_registry_fetch(reg, d->name, a->dest, &a->source, &how);
+    progress_state ps = { .tty = isatty(2), .last_step = -1 };
+    mp_fetch_source src = a->source;
+    src.progress = on_progress;
+    src.progress_arg = &ps;
+    mp_status st = mp_registry_fetch(reg, d->name, a->dest, &src, &how);
+    if (ps.tty && ps.last > 0)
+        fputc('\n', stderr);
     if (st && d->file && !have_source(a))
         return cli_fail(VERB, "%s: %s (set MOLPROP_DATA_MIRROR to a directory holding the "
                         "dataset files, or MOLPROP_DATA_URL to a base URL; or pass --mirror "
@@ -173,9 +217,14 @@ static int fetch_one(const mp_registry *reg, const mp_dataset_info *d, const dat
     if (how == MP_FETCH_MIRROR)
         printf("copied from %s\n", a->mirror_label);
     else if (how == MP_FETCH_DOWNLOADED)
-        printf("downloaded from %s\n", a->url_label);
+        printf("downloaded from %s\n", a->source.url && *a->source.url ? a->url_label : d->url);
     else
         printf("already present, checksum ok\n");
+    char hex[65];
+    if (!d->sha256 && how != MP_FETCH_PRESENT &&
+        mp_registry_local_sha256(reg, d->name, a->dest, hex) == MP_OK)
+        printf("%-16s no checksum pinned: recorded SHA-256 %s in %s/%s.sha256 (pin it in the "
+               "registry)\n", d->name, hex, a->dest, d->file);
     return 0;
 }
 
@@ -194,10 +243,13 @@ static int data_fetch(data_args *ap)
     if (wants_all(&a)) {
         for (size_t i = 0; i < mp_registry_count(reg); i++) {
             const mp_dataset_info *d = mp_registry_at(reg, i);
-            if (d->file) {
+            if (d->file && !d->sha256) {
+                fprintf(stderr, "molprop data: note: %s (%ld molecules, no pinned checksum) is "
+                        "fetched by name only: molprop data fetch %s\n", d->name, d->rows, d->name);
+            } else if (d->file) {
                 if (fetch_one(reg, d, &a)) {
                     failed = 1;
-                    if (!have_source(&a))
+                    if (!have_source(&a) || mp_interrupted())
                         break;   /* no source: the rest would fail alike */
                 }
             }
@@ -206,7 +258,7 @@ static int data_fetch(data_args *ap)
                         d->name);
         }
     } else {
-        for (int i = 0; i < a.n_names; i++)
+        for (int i = 0; i < a.n_names && !mp_interrupted(); i++)   /* a stop ends the list */
             failed |= fetch_one(reg, mp_registry_find(reg, a.names[i]), &a);
     }
     mp_registry_free(reg);
@@ -218,7 +270,8 @@ static int data_fetch(data_args *ap)
 /* ===================================================================== */
 
 /* Checks one dataset; `named` makes absence a failure. */
-static int verify_one(const mp_dataset_info *d, const char *dest, int named, int *checked)
+static int verify_one(const mp_registry *reg, const mp_dataset_info *d, const char *dest,
+                      int named, int *checked)
 {
     if (!d->file) {
         if (named)
@@ -229,16 +282,18 @@ static int verify_one(const mp_dataset_info *d, const char *dest, int named, int
     if (!p)
         return cli_fail(VERB, "out of memory");
     int rc = 0;
-    char hex[65];
+    char hex[65], want[65];
     if (access(p, F_OK) != 0) {
         if (named)
             rc = cli_fail(VERB, "%s: %s is missing (molprop data fetch %s)", d->name, p, d->name);
         else
             printf("%-16s %s: not present\n", d->name, p);
+    } else if (mp_registry_local_sha256(reg, d->name, dest, want) != MP_OK) {
+        rc = cli_fail(VERB, "%s: %s", d->name, mp_error_message());
     } else if (mp_sha256_file(p, hex) != MP_OK) {
         rc = cli_fail(VERB, "%s: %s", d->name, mp_error_message());
-    } else if (strcmp(hex, d->sha256)) {
-        rc = cli_fail(VERB, "%s: %s has SHA-256 %s, expected %s", d->name, p, hex, d->sha256);
+    } else if (strcmp(hex, want)) {
+        rc = cli_fail(VERB, "%s: %s has SHA-256 %s, expected %s", d->name, p, hex, want);
         ++*checked;
     } else {
         printf("%-16s %s: ok\n", d->name, p);
@@ -257,12 +312,12 @@ static int data_verify(data_args *ap)
     int failed = 0, checked = 0;
     if (a.n_names == 0 || wants_all(&a)) {
         for (size_t i = 0; i < mp_registry_count(reg); i++)
-            failed |= verify_one(mp_registry_at(reg, i), a.dest, 0, &checked);
+            failed |= verify_one(reg, mp_registry_at(reg, i), a.dest, 0, &checked);
         if (checked == 0)
             printf("no dataset files in %s (molprop data fetch NAME...|all)\n", a.dest);
     } else {
         for (int i = 0; i < a.n_names; i++)
-            failed |= verify_one(mp_registry_find(reg, a.names[i]), a.dest, 1, &checked);
+            failed |= verify_one(reg, mp_registry_find(reg, a.names[i]), a.dest, 1, &checked);
     }
     mp_registry_free(reg);
     return failed;

@@ -5,9 +5,12 @@
  */
 #include "cli.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const struct {
     const char *name;
@@ -22,6 +25,7 @@ static const struct {
     { "data",      cli_data,      "list, fetch and verify the benchmark datasets" },
     { "bench",     cli_bench,     "train and compare models on the benchmark datasets" },
     { "hpopt",     cli_hpopt,     "search hyperparameters (random or TPE) over train options" },
+    { "fingerprint", cli_fingerprint, "write a saved model's learned molecule vectors (CSV or .npy)" },
 };
 
 static void usage(FILE *fp)
@@ -220,6 +224,84 @@ void cli_report_invalid(const char *verb, const mp_summary *s, const char *file,
 }
 
 /* ===================================================================== */
+/* Signals                                                                */
+/* ===================================================================== */
+
+/*
+ * SIGINT and SIGTERM ask the library to stop (mp_interrupt_request): the run
+ * unwinds through its error paths, removing its temporary files and the
+ * directories it made, and the verb prints the one-line message; main then
+ * exits 128 + the signal (130, 143).  A second signal does not wait: it
+ * removes what the cleanup list holds and exits at once.  No SA_RESTART, so
+ * a read from a pipe or a terminal returns and sees the flag.
+ */
+static pthread_t main_thread;
+
+static void on_signal(int signo)
+{
+    /* The kernel hands a process's signal to any of its threads (OpenMP's,
+     * curl's); the main thread gets it too, so that a read it is blocked
+     * in returns (EINTR) and sees the flag.  pthread_kill is
+     * async-signal-safe. */
+    if (!pthread_equal(pthread_self(), main_thread)) {
+        pthread_kill(main_thread, signo);
+        return;
+    }
+    if (mp_interrupted()) {
+        mp_cleanup_run();
+        static const char msg[] = "molprop: stopped by a second signal\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + signo);
+    }
+    mp_interrupt_request(signo);
+    alarm(1);   /* on_alarm: the reminders */
+}
+
+/*
+ * A stop request that lands just before the main thread blocks in a read
+ * (a pipe, a terminal, a mirror that is a named pipe) would not wake it: so
+ * after the first signal SIGALRM comes every second, each one making that
+ * read return (EINTR) and see the flag, until the run has unwound.
+ */
+static void on_alarm(int signo)
+{
+    if (!pthread_equal(pthread_self(), main_thread)) {
+        pthread_kill(main_thread, signo);
+        return;
+    }
+    alarm(1);
+}
+
+static void install_signals(void)
+{
+    main_thread = pthread_self();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+}
+
+/* The exit status of a verb that returned rc: 128 + the signal when a stop
+ * was requested (its message printed, or printed here when the run had
+ * already finished: then its outputs are complete). */
+static int exit_status(const char *verb, int rc)
+{
+    int sig = mp_interrupted();
+    if (!sig)
+        return rc;
+    if (rc == 0)
+        fprintf(stderr, "molprop %s: interrupted by %s after the run had finished (its "
+                "outputs are complete)\n", verb, sig == SIGINT ? "SIGINT" : sig == SIGTERM
+                ? "SIGTERM" : "a signal");
+    return 128 + sig;
+}
+
+/* ===================================================================== */
 /* Dispatch                                                               */
 /* ===================================================================== */
 
@@ -239,8 +321,10 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        if (!strcmp(v, verbs[i].name))
-            return verbs[i].fn(argc - 1, argv + 1);
+        if (!strcmp(v, verbs[i].name)) {
+            install_signals();
+            return exit_status(v, verbs[i].fn(argc - 1, argv + 1));
+        }
     fprintf(stderr, "molprop: unknown command '%s'\n\n", v);
     usage(stderr);
     return 1;

@@ -7,10 +7,13 @@
 static const char usage[] =
 "usage: molprop train --data F --save-dir D [options]\n"
 "       molprop train --config FILE.ini [options]\n"
+"       molprop train --resume D [options]\n"
 "\n"
 "Trains a D-MPNN (default) or an FFN on molecule features, Chemprop v1's way,\n"
 "and writes D/model.mpm, D/metrics.json (scores, timings and the whole\n"
-"configuration) and D/split.tsv.\n";
+"configuration) and D/split.tsv.  With --checkpoint-every N it keeps\n"
+"D/checkpoint.mpc, the run's whole state, and --resume D continues a run that\n"
+"was stopped (a signal, a crash) to the model an uninterrupted run makes.\n";
 
 int cli_train(int argc, char **argv)
 {
@@ -20,7 +23,7 @@ int cli_train(int argc, char **argv)
     if (rc)
         return rc == 2 ? 0 : 1;
     const char *missing = mp_options_missing(o);
-    if (missing) {
+    if (missing && !mp_options_is_set(o, "resume")) {   /* --resume D alone: D's options */
         mp_options_free(o);
         return cli_fail(V, "--%s is required (see molprop train --help)", missing);
     }

@@ -108,21 +108,127 @@ double mp_time_now(void);
 void mp_threads_set(int n);
 int  mp_threads_get(void);
 
+/* ===================================================================== */
+/* Output: atomic files and the I/O fault hook (io.c)                     */
+/* ===================================================================== */
+
 /*
  * Atomic file output: mp_afile_open creates "<path>.tmp.<pid>" next to the
- * target; mp_afile_commit flushes, closes and renames it over `path`;
- * mp_afile_abort closes and removes it.  So a failed or interrupted writer
- * never leaves a half-written file at `path`.
+ * target; mp_afile_commit flushes, fsyncs, closes and renames it over
+ * `path`; mp_afile_abort closes and removes it.  So a failed or interrupted
+ * writer never leaves a half-written file at `path`, and the temp file is
+ * on the cleanup list (mp_cleanup_add) while it exists.
+ *
+ * fp is a stdio stream of its own over the temp file (fopencookie): write
+ * to it as to any FILE.  A write that fails (a full disk) is remembered;
+ * mp_afile_check reports it at once (a long writer should call it now and
+ * then, so it does not go on working for nothing), mp_afile_commit refuses
+ * to rename a file any write of which failed.  Messages name `path` and the
+ * system's reason: "cannot write P.csv: No space left on device (the disk is
+ * full)".  fd is the temp file's descriptor, for a writer that writes
+ * through it directly (zlib); fileno(fp) is -1.
  */
+struct mp_afile_sink;
 typedef struct {
     FILE *fp;
     char *path;
     char *tmp_path;
+    int   fd;
+    int   cleanup;                  /* its slot on the cleanup list (-1: none) */
+    struct mp_afile_sink *sink;
 } mp_afile;
 
 mp_status mp_afile_open(mp_afile *f, const char *path);
+mp_status mp_afile_check(mp_afile *f);      /* MP_ERR_IO once a write has failed */
+int       mp_afile_error(const mp_afile *f); /* that error's errno value, or 0     */
 mp_status mp_afile_commit(mp_afile *f);
-void      mp_afile_abort(mp_afile *f);
+void      mp_afile_abort(mp_afile *f);      /* a no-op on a file not open      */
+
+/* Makes directory `path` (one level); *made = 1 when this call created it,
+ * 0 when it was there already.  MP_ERR_IO naming the path otherwise (also
+ * when a file of that name is in the way). */
+mp_status mp_mkdir(const char *path, int *made);
+
+/*
+ * mkdir -p with an undo, for a run that must leave no directory behind when
+ * it fails or is stopped: mp_mkdirs makes path and any missing parent (each
+ * through mp_mkdir), records the ones it made (the deepest MP_MKDIRS_MAX)
+ * and puts them on the cleanup list.  After a failure mp_mkdirs_undo
+ * removes them again, deepest first (rmdir: one that holds anything stays),
+ * after a success mp_mkdirs_keep forgets them; either one, once, for each
+ * mp_mkdirs (also a failed one: it has undone its own part already, and the
+ * call is then a no-op).  MP_ERR_IO naming the directory that could not be
+ * made, or naming path when it is a file.
+ */
+#define MP_MKDIRS_MAX 16
+typedef struct {
+    char  *path;                   /* a copy of the path (mp_malloc'd)      */
+    int    n;                      /* directories made, outermost first     */
+    size_t len[MP_MKDIRS_MAX];     /* each one's length in path             */
+    int    slot[MP_MKDIRS_MAX];    /* its cleanup slot (-1: none)           */
+} mp_made_dirs;
+mp_status mp_mkdirs(const char *path, mp_made_dirs *m);
+void      mp_mkdirs_undo(mp_made_dirs *m);
+void      mp_mkdirs_keep(mp_made_dirs *m);
+
+/*
+ * Test hook, like mp_alloc_fail_after: after the next n hooked output
+ * operations, every one fails with errno err (ENOSPC when err is 0): a disk
+ * that fills up and stays full.  n < 0 disarms.  Hooked: mp_afile's open,
+ * each write of its stream, its fsync, close and rename, and mp_mkdir.
+ * mp_io_ops counts them (so a test can make each one fail in turn);
+ * mp_io_fault is the hook itself, for a writer of another kind: it counts
+ * one operation and returns 0, or the errno value to fail it with.
+ */
+void mp_io_fail_after(long n, int err);
+long mp_io_ops(void);
+int  mp_io_fault(void);
+
+/* ===================================================================== */
+/* Interruption (interrupt.c)                                             */
+/* ===================================================================== */
+
+/*
+ * A process-wide "stop requested" flag.  A signal handler calls
+ * mp_interrupt_request(signo) (async-signal-safe: one atomic store); long
+ * loops poll it (epochs, training steps, featurization, prediction chunks,
+ * CSV reading) and return MP_ERR_INTERRUPTED, "interrupted by SIGINT", so
+ * the run unwinds through its error paths.  The flag stays set until
+ * mp_interrupt_clear: every later poll fails too, so a caller that only
+ * wants to end can rely on each library call returning soon.
+ *
+ *   mp_interrupted()      the signal number requested, 0 if none (no count)
+ *   mp_interrupt_check()  the same, counted as a poll (for the test hook);
+ *                         for loops in worker threads, which cannot set the
+ *                         calling thread's message
+ *   mp_interrupt_poll()   MP_OK, or MP_ERR_INTERRUPTED with the message
+ *
+ * mp_interrupt_request, mp_interrupted, mp_interrupt_clear and
+ * mp_cleanup_run are public (molprop.h: a command's signal handlers).
+ *
+ * Test hook: mp_interrupt_after_polls(n, signo) requests a stop (as signo)
+ * at the poll after the next n; mp_interrupt_polls counts polls so far.
+ */
+int         mp_interrupt_check(void);
+mp_status   mp_interrupt_poll(void);
+const char *mp_signal_name(int signo);     /* "SIGINT", "SIGTERM", ...    */
+void        mp_interrupt_after_polls(long n, int signo);
+long        mp_interrupt_polls(void);
+
+/*
+ * Paths a run created and must not leave behind, for a handler that cannot
+ * wait for the unwinding (a second signal): mp_cleanup_add registers a
+ * temp file or a directory (returns its slot, or -1 when the table of 64
+ * is full or the path longer than 4095 bytes: then only the normal
+ * unwinding removes it), mp_cleanup_remove forgets it (once committed or
+ * removed), mp_cleanup_run unlinks every registered file, then removes the
+ * registered directories newest first with rmdir (so a directory that
+ * holds anything else stays).  mp_cleanup_run is async-signal-safe;
+ * mp_afile registers its temp files itself.
+ */
+int  mp_cleanup_add(const char *path, int is_dir);
+void mp_cleanup_remove(int id);
+int  mp_cleanup_count(void);   /* paths registered now (tests) */
 
 /* CRC-32 (zlib's polynomial), chainable: crc = mp_crc32(crc, buf, n), start 0. */
 uint32_t mp_crc32(uint32_t crc, const void *buf, size_t n);

@@ -32,6 +32,7 @@ const char *mp_status_name(mp_status st)
     case MP_ERR_CHECKSUM: return "checksum mismatch";
     case MP_ERR_NODEVICE: return "no GPU";
     case MP_ERR_INTERNAL: return "internal error";
+    case MP_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown status";
 }

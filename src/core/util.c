@@ -1,6 +1,6 @@
 /*
- * util.c - clock, thread count, atomic file output, CRC-32, strings and the
- * growable buffer.
+ * util.c - clock, thread count, CRC-32, strings and the growable buffer
+ * (atomic file output is io.c).
  */
 #include "core.h"
 
@@ -46,62 +46,6 @@ int mp_threads_get(void)
 #else
     return 1;
 #endif
-}
-
-/* ===================================================================== */
-/* Atomic file output                                                     */
-/* ===================================================================== */
-
-mp_status mp_afile_open(mp_afile *f, const char *path)
-{
-    memset(f, 0, sizeof *f);
-    size_t n = strlen(path) + 32;
-    f->path = mp_strdup(path);
-    f->tmp_path = mp_malloc(n);
-    if (!f->path || !f->tmp_path) {
-        mp_free(f->path);
-        mp_free(f->tmp_path);
-        return mp_error_set(MP_ERR_NOMEM, "out of memory opening %s", path);
-    }
-    snprintf(f->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
-    f->fp = fopen(f->tmp_path, "wb");
-    if (!f->fp) {
-        int e = errno;
-        mp_free(f->path);
-        mp_free(f->tmp_path);
-        memset(f, 0, sizeof *f);
-        return mp_error_set(MP_ERR_IO, "cannot write %s: %s", path, strerror(e));
-    }
-    return MP_OK;
-}
-
-mp_status mp_afile_commit(mp_afile *f)
-{
-    mp_status st = MP_OK;
-    int bad = ferror(f->fp);
-    if (fclose(f->fp) != 0 || bad) {
-        st = mp_error_set(MP_ERR_IO, "error writing %s (disk full?)", f->path);
-        remove(f->tmp_path);
-    } else if (rename(f->tmp_path, f->path) != 0) {
-        st = mp_error_set(MP_ERR_IO, "cannot rename %s to %s: %s", f->tmp_path,
-                          f->path, strerror(errno));
-        remove(f->tmp_path);
-    }
-    mp_free(f->path);
-    mp_free(f->tmp_path);
-    memset(f, 0, sizeof *f);
-    return st;
-}
-
-void mp_afile_abort(mp_afile *f)
-{
-    if (!f->fp)
-        return;
-    fclose(f->fp);
-    remove(f->tmp_path);
-    mp_free(f->path);
-    mp_free(f->tmp_path);
-    memset(f, 0, sizeof *f);
 }
 
 /* ===================================================================== */

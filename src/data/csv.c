@@ -57,6 +57,11 @@ struct mp_csv_reader {
     int    rec_done;        /* libcsv reported the end of the record         */
     int    cb_nomem;        /* a callback could not grow its buffers         */
 
+    size_t rec_bytes;       /* bytes of the record so far (its lines)        */
+    size_t max_record, max_fields;   /* limits (mp_csv_set_limits)           */
+    int    cb_toomany;      /* a record with more than max_fields fields     */
+    uint64_t z_in_total, z_out_total; /* gzip: compressed bytes read, text made */
+
     mp_status failed;       /* sticky: after an error every call fails       */
     int    done;
 };
@@ -110,6 +115,8 @@ mp_status mp_csv_open(mp_csv_reader **out, const char *path)
     if (!r)
         return mp_error_set(MP_ERR_NOMEM, "out of memory opening %s", path);
     r->line = 1;
+    r->max_record = MP_CSV_MAX_RECORD;
+    r->max_fields = MP_CSV_MAX_FIELDS;
     r->path = mp_strdup(path);
     r->text = mp_malloc(TEXT_CHUNK);
     if (!r->path || !r->text) {
@@ -129,11 +136,23 @@ mp_status mp_csv_open(mp_csv_reader **out, const char *path)
     }
 
     /* The first bytes decide: gzip magic 1f 8b, or plain text. */
-    size_t n = fread(r->text, 1, 2, r->fp);
-    if (ferror(r->fp)) {
+    size_t n = 0;
+    while (n < 2) {
+        size_t got = fread(r->text + n, 1, 2 - n, r->fp);
+        n += got;
+        if (got > 0 && ferror(r->fp) && errno == EINTR)
+            clearerr(r->fp);   /* interrupted after a byte: the next read goes on */
+        if (got > 0 || !ferror(r->fp))
+            break;
         int e = errno;
+        mp_status st = e == EINTR ? mp_interrupt_poll() : MP_ERR_IO;
+        if (st == MP_OK) {   /* a signal that asked for nothing: read again */
+            clearerr(r->fp);
+            continue;
+        }
         mp_csv_close(r);
-        return mp_error_set(MP_ERR_IO, "cannot read %s: %s", path, strerror(e));
+        return st == MP_ERR_IO ? mp_error_set(MP_ERR_IO, "cannot read %s: %s", path, strerror(e))
+                               : st;
     }
     if (n == 2 && (unsigned char)r->text[0] == 0x1f && (unsigned char)r->text[1] == 0x8b) {
         r->gz = 1;
@@ -174,12 +193,28 @@ mp_status mp_csv_open(mp_csv_reader **out, const char *path)
 
 const char *mp_csv_path(const mp_csv_reader *r) { return r->path; }
 
+void mp_csv_set_limits(mp_csv_reader *r, size_t max_record, size_t max_fields)
+{
+    r->max_record = max_record ? max_record : MP_CSV_MAX_RECORD;
+    r->max_fields = max_fields ? max_fields : MP_CSV_MAX_FIELDS;
+}
+
 /* ===================================================================== */
 /* Getting text: plain reads or inflate                                   */
 /* ===================================================================== */
 
-static mp_status read_error(mp_csv_reader *r)
+/* A read that failed: a signal that interrupted it (a pipe or a terminal
+ * on standard input, a handler installed without SA_RESTART) is a stop
+ * request or nothing (then *retry: read again); anything else an error. */
+static mp_status read_error(mp_csv_reader *r, int *retry)
 {
+    *retry = 0;
+    if (errno == EINTR) {
+        clearerr(r->fp);
+        mp_status st = mp_interrupt_poll();
+        *retry = st == MP_OK;
+        return st;
+    }
     return mp_error_set(MP_ERR_IO, "%s:%zu: read error: %s", r->path, r->line, strerror(errno));
 }
 
@@ -189,11 +224,16 @@ static mp_status inflate_some(mp_csv_reader *r, size_t room)
     for (;;) {
         if (r->z.avail_in == 0 && !r->in_eof) {
             size_t n = fread(r->zin, 1, GZ_CHUNK, r->fp);
-            if (n == 0) {
-                if (ferror(r->fp))
-                    return read_error(r);
-                r->in_eof = 1;
+            r->z_in_total += n;
+            if (n == 0 && ferror(r->fp)) {
+                int retry;
+                mp_status st = read_error(r, &retry);
+                if (retry)
+                    continue;
+                return st;
             }
+            if (n == 0)
+                r->in_eof = 1;
             r->z.next_in = r->zin;
             r->z.avail_in = (uInt)n;
         }
@@ -219,6 +259,18 @@ static mp_status inflate_some(mp_csv_reader *r, size_t room)
         int zr = inflate(&r->z, Z_NO_FLUSH);
         size_t got = room - r->z.avail_out;
         r->len += got;
+        r->z_out_total += got;
+        /* A gzip bomb: far more text than any CSV makes from so few bytes
+         * (molecule tables compress 3-25 times).  Memory would stay bounded
+         * (one chunk and one record), but not the time. */
+        if (r->z_out_total > MP_CSV_GZ_BOMB_BYTES &&
+            r->z_out_total / MP_CSV_GZ_MAX_RATIO > r->z_in_total)
+            return mp_error_set(MP_ERR_FORMAT, "%s:%zu: refusing a gzip bomb: %llu bytes of text "
+                                "from %llu compressed bytes (more than %d times; molprop reads "
+                                "at most %d times beyond the first %d MiB)", r->path, r->line,
+                                (unsigned long long)r->z_out_total,
+                                (unsigned long long)r->z_in_total, MP_CSV_GZ_MAX_RATIO,
+                                MP_CSV_GZ_MAX_RATIO, (int)(MP_CSV_GZ_BOMB_BYTES >> 20));
         switch (zr) {
         case Z_STREAM_END:
             r->z_member_done = 1;
@@ -242,9 +294,13 @@ static mp_status inflate_some(mp_csv_reader *r, size_t room)
     }
 }
 
-/* Appends more text at text[len]; sets r->eof when there is none. */
+/* Appends more text at text[len]; sets r->eof when there is none.  A stop
+ * request (mp_interrupt_request) ends the reading here, a chunk at a time. */
 static mp_status fill(mp_csv_reader *r)
 {
+    mp_status st = mp_interrupt_poll();
+    if (st)
+        return st;
     if (r->pos > 0) {
         memmove(r->text, r->text + r->pos, r->len - r->pos);
         r->len -= r->pos;
@@ -256,11 +312,13 @@ static mp_status fill(mp_csv_reader *r)
     if (r->gz)
         return inflate_some(r, room);
     size_t n = fread(r->text + r->len, 1, room, r->fp);
-    if (n == 0) {
-        if (ferror(r->fp))
-            return read_error(r);
-        r->eof = 1;
+    if (n == 0 && ferror(r->fp)) {
+        int retry;
+        st = read_error(r, &retry);
+        return retry ? MP_OK : st;   /* MP_OK with nothing read: the caller reads again */
     }
+    if (n == 0)
+        r->eof = 1;
     r->len += n;
     return MP_OK;
 }
@@ -272,8 +330,12 @@ static mp_status fill(mp_csv_reader *r)
 static void on_field(void *s, size_t n, void *data)
 {
     mp_csv_reader *r = data;
-    if (r->cb_nomem)
+    if (r->cb_nomem || r->cb_toomany)
         return;
+    if (r->n_fields >= r->max_fields) {
+        r->cb_toomany = 1;
+        return;
+    }
     if (r->n_fields == r->cap_fields) {
         size_t cap = r->cap_fields ? 2 * r->cap_fields : 16;
         size_t *off = mp_realloc(r->off, cap * sizeof *off);
@@ -329,6 +391,13 @@ static void record_reset(mp_csv_reader *r)
     r->n_fields = 0;
     r->rec.len = 0;
     r->rec_done = 0;
+    r->rec_bytes = 0;
+}
+
+static mp_status too_many_fields(mp_csv_reader *r)
+{
+    return fail(r, mp_error_set(MP_ERR_FORMAT, "%s:%zu: more than %zu fields in one record "
+                                "(the limit)", r->path, r->rec_line, r->max_fields));
 }
 
 /* The record is complete: hand it out (1) or drop it as blank (0). */
@@ -358,6 +427,8 @@ static mp_status at_end(mp_csv_reader *r, char ***fields, size_t *n_fields, size
     }
     if (r->cb_nomem)
         return fail(r, mp_error_set(MP_ERR_NOMEM, "%s:%zu: out of memory", r->path, r->rec_line));
+    if (r->cb_toomany)
+        return too_many_fields(r);
     if (r->rec_done)
         record_take(r, fields, n_fields, line);
     return MP_OK;
@@ -408,6 +479,14 @@ mp_status mp_csv_next(mp_csv_reader *r, char ***fields, size_t *n_fields, size_t
                                         r->path, r->line));
         size_t n = k + (k < avail);
         size_t piece_line = r->line;
+        /* a record's lines may not run past the limit: a 1 GB line is
+         * refused after max_record bytes, not held in memory */
+        r->rec_bytes += n;
+        if (r->rec_bytes > r->max_record)
+            return fail(r, mp_error_set(MP_ERR_FORMAT, "%s:%zu: a record longer than %zu bytes "
+                                        "(the limit; an unterminated quote or not a CSV file?)",
+                                        r->path, r->in_record ? r->rec_line : piece_line,
+                                        r->max_record));
         if (k > 0) {
             if (!r->in_record) {
                 r->in_record = 1;
@@ -426,6 +505,10 @@ mp_status mp_csv_next(mp_csv_reader *r, char ***fields, size_t *n_fields, size_t
             }
         }
 
+        /* libcsv grows its field buffer by blk_size at a time: growing it by
+         * the record's size so far makes a long field cost linear time, not
+         * quadratic (a 16 MiB field took minutes under ASan's realloc) */
+        csv_set_blk_size(&r->p, r->rec_bytes > 1024 ? r->rec_bytes : 1024);
         size_t used = csv_parse(&r->p, s, n, on_field, on_record, r);
         r->pos += n;
         if (used != n) {
@@ -437,6 +520,8 @@ mp_status mp_csv_next(mp_csv_reader *r, char ***fields, size_t *n_fields, size_t
         }
         if (r->cb_nomem)
             return fail(r, mp_error_set(MP_ERR_NOMEM, "%s:%zu: out of memory", r->path, piece_line));
+        if (r->cb_toomany)
+            return too_many_fields(r);
         if (r->rec_done && record_take(r, fields, n_fields, line))
             return MP_OK;
     }

@@ -36,6 +36,23 @@ mp_status mp_csv_open(mp_csv_reader **out, const char *path);
 mp_status mp_csv_next(mp_csv_reader *r, char ***fields, size_t *n_fields, size_t *line);
 
 const char *mp_csv_path(const mp_csv_reader *r);
+
+/*
+ * Limits on hostile input (docs/limits.md), each refused with MP_ERR_FORMAT
+ * naming the file and line:
+ *   a record of more than MP_CSV_MAX_RECORD bytes (its lines, quoted line
+ *     breaks included): memory stays one record, however long the line;
+ *   a record of more than MP_CSV_MAX_FIELDS fields;
+ *   gzip input inflating to more than MP_CSV_GZ_MAX_RATIO times the
+ *     compressed bytes read, once past MP_CSV_GZ_BOMB_BYTES of text (a gzip
+ *     bomb; real molecule tables compress 3 to 25 times).
+ * mp_csv_set_limits changes the first two for one reader (0: the default).
+ */
+#define MP_CSV_MAX_RECORD     (16u << 20)
+#define MP_CSV_MAX_FIELDS     100000u
+#define MP_CSV_GZ_MAX_RATIO   200
+#define MP_CSV_GZ_BOMB_BYTES  (64ull << 20)
+void mp_csv_set_limits(mp_csv_reader *r, size_t max_record, size_t max_fields);
 void mp_csv_close(mp_csv_reader *r);
 
 /* Writes one field to fp, quoting it (RFC 4180) when it holds a comma, a

@@ -4,6 +4,7 @@
  * (mp_columns_resolve) and target-cell parsing (mp_parse_target) are shared
  * with the streaming predictor, which reads the same files row by row.
  */
+#define _GNU_SOURCE   /* qsort_r */
 #include "data/dataset.h"
 #include "data/csv.h"
 
@@ -210,6 +211,42 @@ static mp_status add_target(void *vctx, const char *name)
     return MP_OK;
 }
 
+static int cmp_by_name(const void *a, const void *b, void *header)
+{
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    char *const *h = header;
+    int c = strcmp(h[i], h[j]);
+    return c ? c : (i > j) - (i < j);
+}
+
+/* The default targets have distinct names; else the error names the pair
+ * a scan in file order meets first.  Sorted, so 100,000 columns cost
+ * milliseconds, not the minutes of comparing every pair. */
+static mp_status check_unique_targets(const char *path, char *const *header, const size_t *t,
+                                      size_t n)
+{
+    size_t *ix = mp_malloc(sizeof(size_t) * (n ? n : 1));
+    if (!ix)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory reading the header of %s", path);
+    memcpy(ix, t, sizeof(size_t) * n);
+    mp_status st = MP_OK;
+    qsort_r(ix, n, sizeof *ix, cmp_by_name, (void *)header);
+    size_t first = 0, second = SIZE_MAX;
+    for (size_t k = 1; k < n; k++)
+        if (!strcmp(header[ix[k - 1]], header[ix[k]]) &&
+            (k < 2 || strcmp(header[ix[k - 2]], header[ix[k]])) && ix[k] < second) {
+            first = ix[k - 1];
+            second = ix[k];
+        }
+    if (second != SIZE_MAX)
+        st = mp_error_set(MP_ERR_FORMAT,
+                          "%s:1: column name '%s' appears twice (columns %zu and %zu); "
+                          "rename one or leave it out with --ignore-columns",
+                          path, header[second], first + 1, second + 1);
+    mp_free(ix);
+    return st;
+}
+
 mp_status mp_columns_resolve(const char *path, char *const *header, size_t n_header,
                              const mp_column_spec *spec, size_t *smiles_col,
                              size_t **targets, size_t *n_targets)
@@ -266,18 +303,12 @@ mp_status mp_columns_resolve(const char *path, char *const *header, size_t n_hea
                                   path, i + 1);
                 goto fail;
             }
-            /* Two targets of one name could not be told apart later (task
-             * names, prediction columns): refuse rather than guess. */
-            for (size_t j = 0; j < x.n_targets; j++)
-                if (!strcmp(header[x.targets[j]], header[i])) {
-                    st = mp_error_set(MP_ERR_FORMAT,
-                                      "%s:1: column name '%s' appears twice (columns %zu and %zu); "
-                                      "rename one or leave it out with --ignore-columns",
-                                      path, header[i], x.targets[j] + 1, i + 1);
-                    goto fail;
-                }
             x.targets[x.n_targets++] = i;
         }
+        /* Two targets of one name could not be told apart later (task
+         * names, prediction columns): refuse rather than guess. */
+        if ((st = check_unique_targets(path, header, x.targets, x.n_targets)))
+            goto fail;
         if (x.n_targets == 0) {
             st = mp_error_set(MP_ERR_FORMAT, "%s:1: no target columns (the header has only '%s'%s)",
                               path, header[sc], n_header > 1 ? " and ignored columns" : "");
@@ -463,10 +494,17 @@ mp_status mp_dataset_load(mp_dataset **out, const char *path, const mp_column_sp
                               path, line, n_header, nf);
             goto fail;
         }
+        if (d->n_rows == MP_DATASET_MAX_ROWS) {
+            st = mp_error_set(MP_ERR_ARG, "%s:%zu: more than %u data rows: molprop loads a file "
+                              "for training or evaluation whole, and stops there (the limit; "
+                              "predict streams files of any length)", path, line,
+                              (unsigned)MP_DATASET_MAX_ROWS);
+            goto fail;
+        }
         if (grow_rows(d, &cap, d->n_rows + 1, wcol != (size_t)-1))
             goto nomem;
         size_t i = d->n_rows;
-        double *row = d->targets + i * d->n_tasks;
+        double *row = d->n_tasks ? d->targets + i * d->n_tasks : NULL;   /* none: no targets */
         for (size_t j = 0; j < n_tcols; j++) {
             int iq = 0;
             if (mp_parse_target_ineq(f[tcols[j]], &row[j], &iq) != MP_OK) {

@@ -39,11 +39,15 @@ typedef struct {
                             * or NULL when no cell has one                       */
 } mp_dataset;
 
+/* Rows a file read whole may hold (docs/limits.md): past some 16 million
+ * molecules the features alone outgrow a large machine's memory. */
+#define MP_DATASET_MAX_ROWS (1u << 24)
+
 /* The inequality flags of mp_dataset.ineq (the values of ops.h's MP_INEQ_*). */
 enum { MP_DATA_INEQ_LT = 1, MP_DATA_INEQ_GT = 2 };
 
 /*
- * Reads the whole file.  Errors (MP_ERR_FORMAT / MP_ERR_IO / MP_ERR_ARG) name
+ * Reads the whole file (at most MP_DATASET_MAX_ROWS rows: MP_ERR_ARG).  Errors (MP_ERR_FORMAT / MP_ERR_IO / MP_ERR_ARG) name
  * the file, line and column: an absent column, a row with the wrong number of
  * fields, a target cell that is not a finite number ("nan" and "inf" are
  * rejected), a file with no header or no data rows.  An empty target cell is

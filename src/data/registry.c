@@ -1,15 +1,13 @@
 /*
  * registry.c - the benchmark dataset registry (data/datasets.tsv): parsing,
- * lookup by name or file, SHA-256 of files, and fetching a dataset from a
- * local mirror directory or a base URL into data/ (temp file, checksum, then
- * rename, so nothing half-made or wrong is ever left at the target).
+ * lookup by name or file, and SHA-256 of files.  Fetching a dataset into
+ * data/ is fetch.c.
  * Which registry file and which sources are arguments: nothing here reads
  * the environment (the command line does, and passes them in).
  */
 #define _GNU_SOURCE   /* dladdr */
 #include "data/registry.h"
 
-#include <curl/curl.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -21,8 +19,13 @@
 
 #define IO_CHUNK (64u << 10)
 
-static const char *const registry_columns[7] = {
-    "name", "file", "rows", "tasks", "task_type", "metric", "sha256"
+/* The seven columns every registry has, and three optional ones after them
+ * (all or none): where the file is published, its target columns, the
+ * columns that are not targets. */
+#define N_BASE_COLUMNS 7
+#define N_ALL_COLUMNS 10
+static const char *const registry_columns[N_ALL_COLUMNS] = {
+    "name", "file", "rows", "tasks", "task_type", "metric", "sha256", "url", "targets", "ignore"
 };
 static const char *const known_metrics[] = { "RMSE", "MAE", "ROC-AUC", "PRC-AUC" };
 
@@ -67,6 +70,9 @@ void mp_registry_free(mp_registry *reg)
         mp_free(reg->items[i].file);
         mp_free(reg->items[i].metric);
         mp_free(reg->items[i].sha256);
+        mp_free(reg->items[i].url);
+        mp_free(reg->items[i].targets);
+        mp_free(reg->items[i].ignore);
     }
     mp_free(reg->items);
     mp_free(reg);
@@ -125,8 +131,13 @@ static mp_status parse_entry(const char *path, size_t line, char **f, mp_dataset
     if (!no_file && (!*f[1] || strchr(f[1], '/') || f[1][0] == '.'))
         return mp_error_set(MP_ERR_FORMAT, "%s:%zu: file '%s' must be a plain file name or '-'",
                             path, line, f[1]);
-    static const int follow_file[3] = { 2, 3, 6 };   /* rows, tasks, sha256 */
+    /* rows, tasks and sha256 are '-' without a file; with one, rows and
+     * tasks are required and sha256 may be '-': none pinned, the first
+     * fetch records the one it sees */
+    static const int follow_file[3] = { 2, 3, 6 };
     for (int i = 0; i < 3; i++) {
+        if (!no_file && follow_file[i] == 6)
+            continue;
         int k = follow_file[i];
         if (no_file != !strcmp(f[k], "-"))
             return mp_error_set(MP_ERR_FORMAT, "%s:%zu: %s is '%s' but file is '%s' "
@@ -143,7 +154,7 @@ static mp_status parse_entry(const char *path, size_t line, char **f, mp_dataset
             return mp_error_set(MP_ERR_FORMAT, "%s:%zu: tasks '%s' is not a positive integer",
                                 path, line, f[3]);
         e->tasks = (int)v;
-        if (!is_sha256_hex(f[6]))
+        if (strcmp(f[6], "-") && !is_sha256_hex(f[6]))
             return mp_error_set(MP_ERR_FORMAT,
                                 "%s:%zu: sha256 '%s' is not 64 lower-case hex digits", path, line, f[6]);
     }
@@ -238,7 +249,7 @@ mp_status mp_registry_load(mp_registry **out, const char *path)
     }
 
     int seen_header = 0;
-    size_t line = 0;
+    size_t line = 0, n_columns = N_BASE_COLUMNS;
     for (char *s = b.data; s && *s;) {
         line++;
         char *nl = strchr(s, '\n');
@@ -252,23 +263,30 @@ mp_status mp_registry_load(mp_registry **out, const char *path)
             s = next;
             continue;
         }
-        char *f[7];
-        size_t nf = split_tabs(s, f, 7);
-        if (nf != 7) {
+        char *f[N_ALL_COLUMNS];
+        size_t nf = split_tabs(s, f, N_ALL_COLUMNS);
+        if (!seen_header && nf != N_BASE_COLUMNS && nf != N_ALL_COLUMNS) {
             st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: expected 7 tab-separated fields, found %zu",
                               path, line, nf);
             goto fail;
         }
+        if (seen_header && nf != n_columns) {
+            st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: expected %zu tab-separated fields, found %zu",
+                              path, line, n_columns, nf);
+            goto fail;
+        }
         if (!seen_header) {
-            for (int k = 0; k < 7; k++)
+            for (size_t k = 0; k < nf; k++)
                 if (strcmp(f[k], registry_columns[k])) {
                     st = mp_error_set(MP_ERR_FORMAT,
-                                      "%s:%zu: header field %d is '%s', expected '%s' "
-                                      "(name file rows tasks task_type metric sha256)",
+                                      "%s:%zu: header field %zu is '%s', expected '%s' "
+                                      "(name file rows tasks task_type metric sha256, then "
+                                      "optionally url targets ignore)",
                                       path, line, k + 1, f[k], registry_columns[k]);
                     goto fail;
                 }
             seen_header = 1;
+            n_columns = nf;
             s = next;
             continue;
         }
@@ -290,6 +308,16 @@ mp_status mp_registry_load(mp_registry **out, const char *path)
             (strcmp(f[6], "-") && !d->sha256)) {
             st = MP_ERR_NOMEM;
             goto fail;
+        }
+        char **extra[3] = { &d->url, &d->targets, &d->ignore };
+        for (size_t k = N_BASE_COLUMNS; k < n_columns; k++) {
+            const char *v = f[k];
+            if (!strcmp(v, "-") || !*v)
+                continue;
+            if (!(*extra[k - N_BASE_COLUMNS] = mp_strdup(v))) {
+                st = MP_ERR_NOMEM;
+                goto fail;
+            }
         }
         s = next;
     }
@@ -429,225 +457,4 @@ mp_status mp_sha256_file(const char *path, char hex[65])
                       : mp_error_set(MP_ERR_INTERNAL, "libcrypto failed hashing %s", path);
     }
     return sha256_end(ctx, hex);
-}
-
-/* ===================================================================== */
-/* Fetching                                                               */
-/* ===================================================================== */
-
-/* mkdir -p */
-static mp_status make_dirs(const char *dir)
-{
-    char *p = mp_strdup(dir);
-    if (!p)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory");
-    mp_status st = MP_OK;
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        struct stat sb;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            st = mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", p, strerror(errno));
-            break;
-        }
-        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            st = mp_error_set(MP_ERR_IO, "%s is not a directory", p);
-            break;
-        }
-        *s = c;
-        if (!c)
-            break;
-    }
-    mp_free(p);
-    return st;
-}
-
-/* The fetched bytes on their way to the temporary file, hashed as they go. */
-typedef struct {
-    mp_afile    out;
-    EVP_MD_CTX *sha;
-    int         failed;   /* a write or hash failed */
-} sink;
-
-static int sink_write(sink *k, const void *p, size_t n)
-{
-    if (fwrite(p, 1, n, k->out.fp) != n || EVP_DigestUpdate(k->sha, p, n) != 1) {
-        k->failed = 1;
-        return 0;
-    }
-    return 1;
-}
-
-static mp_status copy_from_mirror(const char *src, sink *k)
-{
-    FILE *fp = fopen(src, "rb");
-    if (!fp)
-        return mp_error_set(MP_ERR_IO, "cannot open %s: %s", src, strerror(errno));
-    unsigned char *buf = mp_malloc(IO_CHUNK);
-    if (!buf) {
-        fclose(fp);
-        return mp_error_set(MP_ERR_NOMEM, "out of memory copying %s", src);
-    }
-    size_t n;
-    while ((n = fread(buf, 1, IO_CHUNK, fp)) > 0 && sink_write(k, buf, n))
-        ;
-    int rd_err = ferror(fp);
-    fclose(fp);
-    mp_free(buf);
-    if (rd_err)
-        return mp_error_set(MP_ERR_IO, "cannot read %s", src);
-    if (k->failed)
-        return mp_error_set(MP_ERR_IO, "cannot write %s (disk full?)", k->out.tmp_path);
-    return MP_OK;
-}
-
-static size_t curl_sink(char *p, size_t size, size_t nmemb, void *data)
-{
-    return sink_write(data, p, size * nmemb) ? size * nmemb : 0;
-}
-
-static mp_status download(const char *url, sink *k)
-{
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return mp_error_set(MP_ERR_INTERNAL, "libcurl could not start");
-    CURL *c = curl_easy_init();
-    if (!c) {
-        curl_global_cleanup();
-        return mp_error_set(MP_ERR_INTERNAL, "libcurl could not start");
-    }
-    char err[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
-    curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_USERAGENT, "molprop");
-    CURLcode rc = curl_easy_perform(c);
-    curl_easy_cleanup(c);
-    curl_global_cleanup();
-    if (k->failed)
-        return mp_error_set(MP_ERR_IO, "cannot write %s (disk full?)", k->out.tmp_path);
-    if (rc != CURLE_OK)
-        return mp_error_set(MP_ERR_IO, "download of %s failed: %s", url,
-                            err[0] ? err : curl_easy_strerror(rc));
-    return MP_OK;
-}
-
-static char *join_path(const char *a, const char *sep, const char *b)
-{
-    size_t na = strlen(a);
-    while (na > 1 && a[na - 1] == '/')   /* "dir/" + "/" + "f" -> "dir/f" */
-        na--;
-    size_t n = na + strlen(sep) + strlen(b) + 1;
-    char *s = mp_malloc(n);
-    if (s)
-        snprintf(s, n, "%.*s%s%s", (int)na, a, sep, b);
-    return s;
-}
-
-mp_status mp_registry_fetch(const mp_registry *reg, const char *name, const char *dest_dir,
-                            const mp_fetch_source *source, mp_fetch_result *result)
-{
-    const mp_dataset_info *d = mp_registry_find(reg, name);
-    if (!d) {
-        char *names = mp_registry_names(reg);
-        mp_status st = mp_error_set(MP_ERR_ARG, "unknown dataset '%s'; known datasets: %s",
-                                    name, names ? names : "(out of memory)");
-        mp_free(names);
-        return st;
-    }
-    if (!d->file)
-        return mp_error_set(MP_ERR_ARG, "dataset '%s' is not available: the registry has no file for it",
-                            d->name);
-    const char *mirror = source ? source->mirror : NULL;
-    const char *base = source ? source->url : NULL;
-    if (mirror && !*mirror)
-        mirror = NULL;
-    if (base && !*base)
-        base = NULL;
-    if (!dest_dir)
-        dest_dir = "data";
-
-    char hex[65];
-    char *target = NULL, *src = NULL;
-    sink k = { 0 };
-    mp_status st = make_dirs(dest_dir);
-    if (st)
-        return st;
-    if (!(target = join_path(dest_dir, "/", d->file))) {
-        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    if (access(target, F_OK) == 0) {
-        if ((st = mp_sha256_file(target, hex)))
-            goto done;
-        if (!strcmp(hex, d->sha256)) {
-            if (result)
-                *result = MP_FETCH_PRESENT;
-            goto done;
-        }
-        /* A wrong file is replaced below, by the rename, only once a good one is in hand. */
-    }
-    if (!mirror && !base) {
-        st = mp_error_set(MP_ERR_ARG, "no source for %s: give a mirror (a directory holding the "
-                          "dataset files) or a base URL", d->file);
-        goto done;
-    }
-    int from_mirror = 0;
-    if (mirror) {
-        if (!(src = join_path(mirror, "/", d->file))) {
-            st = mp_error_set(MP_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        from_mirror = access(src, F_OK) == 0;
-        if (!from_mirror && !base) {
-            st = mp_error_set(MP_ERR_IO, "%s not found in the mirror %s (and no base URL)",
-                              d->file, mirror);
-            goto done;
-        }
-        if (!from_mirror) {
-            mp_free(src);
-            src = NULL;
-        }
-    }
-    if (!src && !(src = join_path(base, "/", d->file))) {
-        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-
-    if ((st = mp_afile_open(&k.out, target)))
-        goto done;
-    if (!(k.sha = sha256_begin())) {
-        st = MP_ERR_INTERNAL;
-        goto done;
-    }
-    st = from_mirror ? copy_from_mirror(src, &k) : download(src, &k);
-    if (st)
-        goto done;
-    EVP_MD_CTX *sha = k.sha;
-    k.sha = NULL;
-    if ((st = sha256_end(sha, hex)))
-        goto done;
-    if (strcmp(hex, d->sha256)) {
-        st = mp_error_set(MP_ERR_CHECKSUM, "%s from %s has SHA-256 %s, expected %s; nothing was written",
-                          d->file, src, hex, d->sha256);
-        goto done;
-    }
-    if ((st = mp_afile_commit(&k.out)))
-        goto done;
-    if (result)
-        *result = from_mirror ? MP_FETCH_MIRROR : MP_FETCH_DOWNLOADED;
-done:
-    if (k.out.fp)
-        mp_afile_abort(&k.out);
-    EVP_MD_CTX_free(k.sha);
-    mp_free(target);
-    mp_free(src);
-    return st;
 }

@@ -174,6 +174,13 @@ void mp_scaler_transform_to_f32(const mp_scaler *s, const double *x, float *out,
             out[i * s->n_cols + c] = (float)fwd(s, c, x[i * s->n_cols + c]);
 }
 
+void mp_scaler_transform_cols_to_f32(const mp_scaler *s, size_t c0, const double *x,
+                                     float *out, size_t k)
+{
+    for (size_t j = 0; j < k; j++)
+        out[j] = (float)fwd(s, c0 + j, x[j]);
+}
+
 void mp_scaler_inverse(const mp_scaler *s, double *x, size_t n_rows)
 {
     for (size_t i = 0; i < n_rows; i++)

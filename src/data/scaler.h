@@ -66,6 +66,11 @@ void mp_scaler_transform_f32(const mp_scaler *s, float *x, size_t n_rows);
 void mp_scaler_transform_to_f32(const mp_scaler *s, const double *x, float *out,
                                 size_t n_rows);
 
+/* Columns [c0, c0 + k) of one row, as mp_scaler_transform_to_f32 scales
+ * them: out[j] from x[j] by column c0 + j's statistics. */
+void mp_scaler_transform_cols_to_f32(const mp_scaler *s, size_t c0, const double *x,
+                                     float *out, size_t k);
+
 /* x = x * std + mean, in place; and from float model outputs to double. */
 void mp_scaler_inverse(const mp_scaler *s, double *x, size_t n_rows);
 void mp_scaler_inverse_from_f32(const mp_scaler *s, const float *x, double *out,

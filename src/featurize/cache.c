@@ -492,6 +492,12 @@ mp_status mp_features_load(mp_features **out, const char *path)
         st = BAD("%s: %s", path, msg);
         goto out;
     }
+    /* the offsets must end where the arrays do (fuzz_cache found reads past them) */
+    if (f->morgan_start && f->morgan_start[g->n_mols] != h.n_morgan) {
+        st = BAD("%s: Morgan offsets end at %d, the arrays hold %d", path,
+                 (int)f->morgan_start[g->n_mols], (int)h.n_morgan);
+        goto out;
+    }
     if ((st = check_extras(path, f)))
         goto out;
 out:

@@ -149,33 +149,6 @@ static void fmt_float(char *buf, size_t cap, float v)
     }
 }
 
-static mp_status make_dirs(const char *dir)
-{
-    char *p = mp_strdup(dir);
-    if (!p)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory");
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || *s == '\0') {
-            char c = *s;
-            *s = '\0';
-            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-                mp_status st = mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", p,
-                                            strerror(errno));
-                mp_free(p);
-                return st;
-            }
-            *s = c;
-            if (!c)
-                break;
-        }
-    }
-    mp_free(p);
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return mp_error_set(MP_ERR_IO, "%s is not a directory", dir);
-    return MP_OK;
-}
-
 static mp_status open_out(out_file *o, const char *dir, const char *name, int gz)
 {
     size_t n = strlen(dir) + strlen(name) + 16;
@@ -191,7 +164,7 @@ static mp_status open_out(out_file *o, const char *dir, const char *name, int gz
     if (gz) {
         /* zlib writes through its own descriptor; the FILE stays unused
          * until mp_afile_commit closes it and renames the file. */
-        int fd = dup(fileno(o->af.fp));
+        int fd = dup(o->af.fd);
         o->gz = fd >= 0 ? gzdopen(fd, "wb6") : NULL;
         if (!o->gz) {
             if (fd >= 0)
@@ -299,7 +272,8 @@ static void write_rows(out_file *of, const mp_features *f, const char *const *sm
 
 mp_status mp_features_dump(const mp_features *f, const char *const *smiles, const char *dir, int gz)
 {
-    mp_status st = make_dirs(dir);
+    mp_made_dirs made;   /* the folders this dump made: removed again on failure */
+    mp_status st = mp_mkdirs(dir, &made);
     if (st)
         return st;
     out_file of[N_FILES];
@@ -325,6 +299,7 @@ mp_status mp_features_dump(const mp_features *f, const char *const *smiles, cons
                                   file_names[i], gz ? ".gz" : "", dir);
         }
     }
+    int committed[N_FILES] = { 0 };   /* removed again if a later commit fails */
     for (int i = 0; i < N_FILES; i++) {
         if (!of[i].open)
             continue;
@@ -333,8 +308,18 @@ mp_status mp_features_dump(const mp_features *f, const char *const *smiles, cons
         if (st)
             mp_afile_abort(&of[i].af);   /* after a failure, no further file appears */
         else
-            st = mp_afile_commit(&of[i].af);
+            committed[i] = (st = mp_afile_commit(&of[i].af)) == MP_OK;
         mp_buf_free(&of[i].buf);
     }
+    for (int i = 0; st && i < N_FILES; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.tsv%s", dir, file_names[i], gz ? ".gz" : "");
+        if (committed[i])
+            (void)unlink(path);   /* all the files or none */
+    }
+    if (st)
+        mp_mkdirs_undo(&made);
+    else
+        mp_mkdirs_keep(&made);
     return st;
 }

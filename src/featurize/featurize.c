@@ -15,6 +15,7 @@
  */
 #include "featurize/featurize.h"
 #include "featurize/desc2d.h"
+#include "featurize/limits.h"
 #include "featurize/rdkit_bridge.h"
 
 #include <limits.h>
@@ -472,8 +473,14 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
         for (int32_t i = 0; i < n; i++) {
             if (__atomic_load_n(&failed, __ATOMIC_RELAXED))
                 continue;
-            const mp_rdk_mol *m;
-            int r = mp_rdk_featurize(ctx, smiles[i], what, &m);
+            if (mp_interrupt_check()) {   /* a stop was requested: unwind */
+                __atomic_store_n(&failed, 2, __ATOMIC_RELAXED);
+                continue;
+            }
+            const mp_rdk_mol *m = NULL;
+            char big[192];   /* too large for RDKit (limits.h): invalid, with why */
+            int r = mp_smiles_oversized(smiles[i], big, sizeof big)
+                        ? 0 : mp_rdk_featurize(ctx, smiles[i], what, &m);
             int bad = r < 0;
             if (r == 1) {
                 f->g.valid[i] = 1;
@@ -494,12 +501,18 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
                     for (int j = 0; j < f->n_desc; j++)
                         f->desc[(size_t)i * f->n_desc + j] = NAN;
                 put_mats(f, i, NULL);
-                bad = !(f->error[i] = mp_strdup(m->error && *m->error ? m->error : "invalid SMILES"));
+                const char *why = m ? m->error : big;
+                bad = !(f->error[i] = mp_strdup(why && *why ? why : "invalid SMILES"));
             }
             if (bad)
                 __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
         }
         mp_rdk_ctx_free(ctx);
+    }
+    if (failed == 2) {
+        if ((st = mp_interrupt_poll()) == MP_OK)
+            st = mp_error_set(MP_ERR_INTERRUPTED, "interrupted");
+        goto fail;
     }
     if (failed)
         goto nomem;

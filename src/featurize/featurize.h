@@ -40,6 +40,8 @@ mp_status   mp_atom_layout_parse(const char *name, mp_atom_layout *out);
 /* ===================================================================== */
 
 #define MP_MORGAN_BITS 2048
+#define MP_RDKIT2D_DIM 200      /* v1 rdkit_2d and rdkit_2d_normalized         */
+#define MP_V2_RDKIT2D_DIM 208   /* v2 rdkit_2d: RDKit 2022.09's descList        */
 
 /* Chemprop's molecule vectors beyond molprop's own (mp_featurize_opts.sets,
  * a bit mask). */
@@ -115,6 +117,11 @@ typedef struct {
     /* Why a molecule is invalid (RDKit's reason, or "empty SMILES", "no heavy
      * atoms"); NULL entry for a valid one. */
     char   **error;
+    /* Values supplied by the user for each molecule (--features-path), row m
+     * for molecule m: a view the caller sets and keeps alive (never computed,
+     * freed or cached here); NULL / 0 when none. */
+    const double *file_values;   /* n_mols x file_cols                         */
+    int32_t       file_cols;
 } mp_features;
 
 /*

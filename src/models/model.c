@@ -231,6 +231,36 @@ static void layout_params(mp_model *m, unsigned char *inits, int *fans)
     }
 }
 
+/* The layer sizes layout_params reads. */
+static void set_shapes(mp_model *m, const mp_model_config *cfg)
+{
+    m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
+    m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
+    m->n_layers = cfg->ffn_layers;
+    m->hr = m->h + (cfg->kind == MP_MODEL_DMPNN ? cfg->atom_desc_dim : 0);
+    m->in_dim = m->hr + cfg->extra_dim;
+    m->n_out = mp_model_n_outputs(cfg);
+    if (m->n_layers == 1)
+        m->ffn_hidden = 0;   /* no hidden layer: keep the views honest */
+}
+
+uint64_t mp_model_config_n_params(const mp_model_config *cfg)
+{
+    if (config_check(cfg) != MP_OK)
+        return 0;
+    mp_model *m = mp_calloc(1, sizeof *m);
+    if (!m)
+        return 0;
+    m->cfg = *cfg;
+    set_shapes(m, cfg);
+    unsigned char inits[MP_MAX_VIEWS];
+    int fans[MP_MAX_VIEWS] = { 0 };
+    layout_params(m, inits, fans);
+    uint64_t n = m->n_params;
+    mp_free(m);
+    return n;
+}
+
 /* Xavier-normal weights, the other views' constants, drawn in view order.
  * Values are made as floats (then widened for a double backend), so every
  * backend starts from the same numbers. */
@@ -318,14 +348,7 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     /* the unfused encoder keeps everything in the element type */
     m->st_op = m->generic ? MP_ST_ELEM : b->act_st;
     m->st_m = cfg->dropout > 0 ? MP_ST_ELEM : m->st_op;
-    m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
-    m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
-    m->n_layers = cfg->ffn_layers;
-    m->hr = m->h + (cfg->kind == MP_MODEL_DMPNN ? cfg->atom_desc_dim : 0);
-    m->in_dim = m->hr + cfg->extra_dim;
-    m->n_out = mp_model_n_outputs(cfg);
-    if (m->n_layers == 1)
-        m->ffn_hidden = 0;   /* no hidden layer: keep the views honest */
+    set_shapes(m, cfg);
     unsigned char inits[MP_MAX_VIEWS];
     int fans[MP_MAX_VIEWS] = { 0 };   /* 0: the view's own rows are its fan-in */
     layout_params(m, inits, fans);
@@ -574,6 +597,7 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
     return MP_OK;
 }
 
+static void freeze_grads(mp_model *m);
 /* The loss op of the model's loss over its bound or uploaded batch. */
 static void issue_loss(mp_model *m)
 {
@@ -663,6 +687,7 @@ mp_status mp_model_loss_backward_ex(mp_model *m, const float *targets, const flo
     const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->hr : 0);
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_backward(m, dx0);
+    freeze_grads(m);
     double l = 0;
     if (m->esize == sizeof(double)) {
         st = b->download(b, &l, m->a.loss, sizeof l);
@@ -767,7 +792,26 @@ mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
     return MP_OK;
 }
 
+/* mp_model_forward_dev and its stochastic twin: dropout probability p
+ * (0: none) with the layers' keys drawn from drop_rng. */
+static mp_status forward_dev(mp_model *m, const mp_dev_batch *bt, double p);
+
 mp_status mp_model_forward_dev(mp_model *m, const mp_dev_batch *bt)
+{
+    return forward_dev(m, bt, 0.0);
+}
+
+mp_status mp_model_forward_dev_dropout(mp_model *m, const mp_dev_batch *bt, double p,
+                                       uint64_t seed)
+{
+    if (!(p >= 0 && p < 1))
+        return mp_error_set(MP_ERR_ARG, "model forward: dropout probability %g (must be in "
+                            "[0, 1))", p);
+    mp_rng_seed(&m->drop_rng, seed, MP_MODEL_STREAM_DROPOUT);
+    return forward_dev(m, bt, p);
+}
+
+static mp_status forward_dev(mp_model *m, const mp_dev_batch *bt, double p)
 {
     const mp_model_config *c = &m->cfg;
     mp_backend *b = m->b;
@@ -786,7 +830,7 @@ mp_status mp_model_forward_dev(mp_model *m, const mp_dev_batch *bt)
     mp_status st = point_inputs(m, bt);
     if (st != MP_OK)
         return st;
-    m->p = 0.0;
+    m->p = p;
     if (c->kind == MP_MODEL_FFN)
         b->copy(b, m->a.x0, bt->extra, (size_t)bt->n_mols * c->extra_dim * m->esize);
     else
@@ -822,6 +866,7 @@ void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *
     const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->hr : 0);
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_backward(m, dx0);
+    freeze_grads(m);
     if (m->grad_clip > 0)
         b->clip_norm(b, m->grads, m->n_params, m->grad_clip, m->gnorm);
     b->adam_sched(b, m->params, m->adam_m, m->adam_v, m->grads, m->n_params, sched, k_dev, 0.9,
@@ -831,6 +876,36 @@ void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *
 
 long mp_model_adam_steps(const mp_model *m) { return m->adam_t; }
 void mp_model_add_adam_steps(mp_model *m, long n) { m->adam_t += n; }
+
+mp_status mp_model_set_frozen(mp_model *m, int encoder, int ffn_layers)
+{
+    if (encoder && m->cfg.kind != MP_MODEL_DMPNN)
+        return mp_error_set(MP_ERR_ARG, "freeze: an FFN model has no encoder to freeze");
+    if (ffn_layers < 0 || ffn_layers > m->n_layers)
+        return mp_error_set(MP_ERR_ARG, "freeze: %d FFN layers, the head has %d", ffn_layers,
+                            m->n_layers);
+    m->n_frozen = 0;
+    size_t head = m->off_fw[0];   /* the encoder's views come first */
+    if (encoder) {
+        m->frozen_lo[m->n_frozen] = 0;
+        m->frozen_hi[m->n_frozen++] = head;
+    }
+    if (ffn_layers > 0) {
+        m->frozen_lo[m->n_frozen] = head;
+        m->frozen_hi[m->n_frozen++] = ffn_layers < m->n_layers ? m->off_fw[ffn_layers]
+                                                               : m->n_params;
+    }
+    return MP_OK;
+}
+
+/* Zeroes the frozen parameters' gradients (queued on the backend). */
+static void freeze_grads(mp_model *m)
+{
+    for (int k = 0; k < m->n_frozen; k++)
+        if (m->frozen_hi[k] > m->frozen_lo[k])
+            m->b->zero(m->b, MP_AT(m, m->grads, m->frozen_lo[k]),
+                       (m->frozen_hi[k] - m->frozen_lo[k]) * m->esize);
+}
 
 void mp_model_zero_grad(mp_model *m)
 {
@@ -879,6 +954,23 @@ mp_status mp_model_set_params(mp_model *m, const float *src)
         if (!isfinite(src[i]))
             return mp_error_set(MP_ERR_FORMAT, "model: parameter %zu is not a finite number", i);
     return upload_floats(m, m->params, src, m->n_params);
+}
+
+mp_status mp_model_get_encoding(mp_model *m, int layer, float *dst, int *width)
+{
+    if (layer != 0 && layer != 1)
+        return mp_error_set(MP_ERR_ARG, "model encoding: layer %d (0: encoder, 1: last FFN "
+                            "hidden layer)", layer);
+    if (layer == 1 && m->n_layers < 2)
+        return mp_error_set(MP_ERR_ARG, "model encoding: the FFN head has 1 layer, so no "
+                            "hidden layer (train with --ffn-layers 2 or more)");
+    *width = layer == 0 ? m->in_dim : m->ffn_hidden;
+    if (!dst)
+        return MP_OK;
+    if (!m->have_forward)
+        return mp_error_set(MP_ERR_ARG, "model encoding: no forward pass");
+    const void *src = layer == 0 ? m->a.x0 : m->a.hl[m->n_layers - 2];
+    return download_floats(m, dst, src, (size_t)m->n_mols * (size_t)*width);
 }
 
 void *mp_model_block_ptr(mp_model *m, mp_model_block which)

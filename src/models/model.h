@@ -187,6 +187,17 @@ mp_status mp_model_set_grad_clip(mp_model *m, double max_norm);
 /* Sets every gradient to 0. */
 void      mp_model_zero_grad(mp_model *m);
 
+/*
+ * Transfer learning: freezes the encoder (D-MPNN: W_i, W_h, W_o, b_o) and /
+ * or the first ffn_layers Linear layers of the head.  Their gradients are
+ * zeroed after every backward (mp_model_loss_backward, the bound step), so
+ * their Adam moments stay 0 and Adam leaves them bit for bit as they are.
+ * They still compute as in training, dropout included (as Chemprop, whose
+ * requires_grad(False) does not leave training mode).  MP_ERR_ARG for an
+ * encoder of an FFN model or more layers than the head has.
+ */
+mp_status mp_model_set_frozen(mp_model *m, int encoder, int ffn_layers);
+
 /* One Adam step (beta 0.9 / 0.999, eps 1e-8, no weight decay: Chemprop v1's
  * torch.optim.Adam) with learning rate lr; the step counter is the model's. */
 mp_status mp_model_adam_step(mp_model *m, double lr);
@@ -241,6 +252,19 @@ void      mp_model_unbind(mp_model *m);
 mp_status mp_model_forward_dev(mp_model *m, const mp_dev_batch *bt);
 
 /*
+ * mp_model_forward_dev with every dropout layer of the model (message
+ * steps, readout, the head's input and hidden layers) active at
+ * probability p, whatever the model was trained with: one Monte Carlo
+ * dropout pass (Gal & Ghahramani 2016; Chemprop's DropoutEstimator).  The
+ * layers' keys come from mp_rng(seed, MP_MODEL_STREAM_DROPOUT), drawn in
+ * layer order, so a pass is a pure function of (batch, p, seed) on every
+ * backend.  Changes the model's dropout stream (training afterwards draws
+ * from the reseeded stream).  MP_ERR_ARG for p outside [0, 1).
+ */
+mp_status mp_model_forward_dev_dropout(mp_model *m, const mp_dev_batch *bt, double p,
+                                       uint64_t seed);
+
+/*
  * One whole training step on the bound batch, queued on the backend and
  * nothing else (no upload, download, sync or allocation, so it can be
  * captured in a CUDA graph and replayed): zero the gradients, forward with
@@ -261,6 +285,9 @@ void mp_model_add_adam_steps(mp_model *m, long n);
 
 /* The parameter block and its views. */
 size_t               mp_model_n_params(const mp_model *m);
+/* The parameters a model of cfg holds, without building it (0 for a config
+ * mp_model_create refuses; the error is then set). */
+uint64_t             mp_model_config_n_params(const mp_model_config *cfg);
 const mp_param_view *mp_model_views(const mp_model *m, int *n_views);
 const mp_model_config *mp_model_get_config(const mp_model *m);
 /* Copies the n_params parameters (or gradients) into host floats. */
@@ -269,6 +296,17 @@ mp_status mp_model_get_grads(const mp_model *m, float *dst);
 /* Loads n_params parameters from host floats (e.g. read from a model file).
  * Leaves gradients and Adam state as they are. */
 mp_status mp_model_set_params(mp_model *m, const float *src);
+
+/*
+ * The learned molecule vectors of the last forward (training 0), as host
+ * floats [n_mols x *width]: layer 0 the encoding the head reads (D-MPNN
+ * readout ++ molecule features; an FFN model's scaled input), layer 1 the
+ * output of the head's last hidden layer (after its ReLU).  Chemprop v2's
+ * `fingerprint --ffn-block-index 0 / -1`.  dst NULL: only *width.
+ * MP_ERR_ARG when the head has no hidden layer (ffn_layers 1) or no
+ * forward preceded.
+ */
+mp_status mp_model_get_encoding(mp_model *m, int layer, float *dst, int *width);
 
 /* Test and backend hooks: the device buffers behind the model (host-readable
  * when b->host_memory), in the backend's element type. */

@@ -115,6 +115,10 @@ struct mp_model {
     size_t off_wi_xa, off_wi_xb, off_wo_xa, off_wad, off_bad;
     void  *params, *grads, *adam_m, *adam_v;
     long   adam_t;
+    /* Frozen parameters (mp_model_set_frozen): element ranges [lo, hi) of
+     * the block whose gradients are zeroed before every Adam step */
+    int    n_frozen;
+    size_t frozen_lo[2], frozen_hi[2];
     mp_rng drop_rng;
     /* the loss's task weights (device, n_tasks; NULL: none), gradient
      * clipping (0: off) and the norm it measured (device, 1 element) */

@@ -43,6 +43,7 @@
 #define MP_BATCHES_H
 
 #include "core/progress.h"
+#include "data/labels.h"
 #include "data/scaler.h"
 #include "featurize/featurize.h"
 #include "models/model.h"
@@ -56,6 +57,8 @@ extern "C" {
 typedef struct {
     const mp_features *f;              /* the store: graphs, fingerprints, descriptors  */
     const float       *targets;        /* per row of f: n_tasks, scaled, NaN missing    */
+    const mp_labels   *labels;         /* instead of targets: sparse (classification,   *
+                                        * unscaled); targets is then NULL               */
     size_t             n_tasks;
     unsigned           features;       /* MP_FEAT_* mask of the molecule features (0: none) */
     int                feat_dim;       /* their length (mp_feature_set_dim)             */
@@ -95,6 +98,13 @@ typedef struct {
      * newline; at epoch 1 also lines on how the source is laid out. */
     void      (*profile)(const mp_batch_source *s, int epoch, FILE *fp);
     void      (*free)(mp_batch_source *s);
+    /* Resuming (checkpoints; may be NULL: nothing to keep): what later
+     * epochs depend on that the source fixed from earlier ones (the
+     * resident's slot classes, chosen at its first plan), as n 32-bit
+     * words in *out (mp_malloc'd; NULL when n is 0); and those words given
+     * to a fresh source of the same data before its first prepare. */
+    mp_status (*state_get)(const mp_batch_source *s, uint32_t **out, size_t *n);
+    mp_status (*state_set)(mp_batch_source *s, const uint32_t *w, size_t n);
 } mp_batch_source_ops;
 
 struct mp_batch_source {
@@ -114,6 +124,12 @@ mp_status mp_batch_source_prepare(mp_batch_source *s, const size_t *order, const
 mp_status mp_batch_source_launch(mp_batch_source *s);
 mp_status mp_batch_source_finish(mp_batch_source *s, double *losses);
 void      mp_batch_source_free(mp_batch_source *s);   /* NULL is fine */
+
+/* The source's state for a checkpoint, and back (the ops above; a source
+ * without them has none: *n = 0, and only n == 0 may be set).  MP_ERR_ARG
+ * for words the source cannot take, naming it. */
+mp_status mp_batch_source_state_get(const mp_batch_source *s, uint32_t **out, size_t *n);
+mp_status mp_batch_source_state_set(mp_batch_source *s, const uint32_t *w, size_t n);
 
 /*
  * The host source: every step issued from the host, on any backend, with

@@ -31,11 +31,13 @@ int32_t mp_batch_data_fill(const mp_batch_data *d, const size_t *order, int32_t 
     size_t t = d->n_tasks;
     for (int32_t i = 0; i < n; i++) {
         mols[i] = (int32_t)order[b0 + i];
-        memcpy(tgt + (size_t)i * t, d->targets + (size_t)mols[i] * t, t * sizeof(float));
+        if (!d->labels)
+            memcpy(tgt + (size_t)i * t, d->targets + (size_t)mols[i] * t, t * sizeof(float));
     }
+    if (d->labels)
+        mp_labels_fill_rows_f32(d->labels, mols, (size_t)n, tgt);
     if (d->feat_dim > 0) {
-        mp_feature_set_fill(d->features, d->f, mols, n, extra);
-        mp_scaler_transform_f32(d->feature_scaler, extra, (size_t)n);
+        mp_feature_set_fill_scaled(d->features, d->f, mols, n, d->feature_scaler, extra);
     }
     return n;
 }
@@ -76,6 +78,22 @@ mp_status mp_batch_source_finish(mp_batch_source *s, double *losses)
         return out_of_turn(s, "finish");
     s->launched = 0;
     return s->ops->finish(s, losses);
+}
+
+mp_status mp_batch_source_state_get(const mp_batch_source *s, uint32_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    return s->ops->state_get ? s->ops->state_get(s, out, n) : MP_OK;
+}
+
+mp_status mp_batch_source_state_set(mp_batch_source *s, const uint32_t *w, size_t n)
+{
+    if (s->ops->state_set)
+        return s->ops->state_set(s, w, n);
+    return n == 0 ? MP_OK
+                  : mp_error_set(MP_ERR_ARG, "batch source '%s' keeps no state, given %zu words",
+                                 s->ops->name, n);
 }
 
 void mp_batch_source_free(mp_batch_source *s)
@@ -142,6 +160,8 @@ static mp_status host_launch(mp_batch_source *s)
             return st;
         if (s->progress)
             mp_progress_step(s->progress, h->losses[i]);
+        if ((st = mp_interrupt_poll()))   /* a stop request, between two steps */
+            return st;
     }
     return MP_OK;
 }
@@ -172,7 +192,7 @@ static void host_free(mp_batch_source *s)
 }
 
 static const mp_batch_source_ops host_ops = {
-    "host", host_prepare, host_launch, host_finish, host_profile, host_free,
+    "host", host_prepare, host_launch, host_finish, host_profile, host_free, NULL, NULL,
 };
 
 mp_status mp_batch_source_host(mp_batch_source **out, mp_model *m, const mp_batch_data *d)

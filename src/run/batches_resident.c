@@ -135,8 +135,43 @@ static void res_free(mp_batch_source *s)
     mp_free(r);
 }
 
+/* The slot classes: n, then n pairs (fit_atoms, fit_edges). */
+static mp_status res_state_get(const mp_batch_source *s, uint32_t **out, size_t *n)
+{
+    const resident_source *r = (const resident_source *)s;
+    int32_t nc = mp_resident_n_classes(r->res);
+    uint32_t *w = mp_malloc(sizeof(uint32_t) * (1 + 2 * (size_t)nc));
+    if (!w)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    w[0] = (uint32_t)nc;
+    for (int32_t k = 0; k < nc; k++) {
+        int32_t fa, fe, cm, ca, ce;
+        mp_resident_class_caps(r->res, k, &fa, &fe, &cm, &ca, &ce);
+        w[1 + 2 * k] = (uint32_t)fa;
+        w[2 + 2 * k] = (uint32_t)fe;
+    }
+    *out = w;
+    *n = 1 + 2 * (size_t)nc;
+    return MP_OK;
+}
+
+static mp_status res_state_set(mp_batch_source *s, const uint32_t *w, size_t n)
+{
+    resident_source *r = (resident_source *)s;
+    if (n < 3 || w[0] < 1 || w[0] > MP_RESIDENT_MAX_CLASSES || n != 1 + 2 * (size_t)w[0])
+        return mp_error_set(MP_ERR_ARG, "batch source 'resident': %zu state words are not "
+                            "its slot classes", n);
+    int32_t fa[MP_RESIDENT_MAX_CLASSES], fe[MP_RESIDENT_MAX_CLASSES], nc = (int32_t)w[0];
+    for (int32_t k = 0; k < nc; k++) {
+        fa[k] = (int32_t)w[1 + 2 * k];
+        fe[k] = (int32_t)w[2 + 2 * k];
+    }
+    return mp_resident_set_classes(r->res, nc, fa, fe);
+}
+
 static const mp_batch_source_ops resident_ops = {
     "resident", res_prepare, res_launch, res_finish, res_profile, res_free,
+    res_state_get, res_state_set,
 };
 
 /* The per-thread packing buffers and the plan's sizes. */

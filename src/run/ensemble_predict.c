@@ -51,6 +51,42 @@ static void member_values(const mp_ensemble *e, const float *out, double *val, i
     }
 }
 
+/* Monte Carlo dropout (S passes per member, blocks member-major): the
+ * mean over every block, and per member the variance over its passes,
+ * averaged over the members (uncertainty.h: mp_unc_dropout). */
+static void finish_rows_mc(const mp_ensemble *e, const mp_features *f, const int32_t *mols,
+                           int32_t b0, int32_t span, const double *vals, int32_t nb, int members,
+                           int S, double *mean, double *std)
+{
+    size_t t = val_width(e), stride = (size_t)nb * t;
+    int32_t j = 0;
+    for (int32_t i = 0; i < span; i++) {
+        double *mrow = mean + (size_t)(b0 + i) * t;
+        double *srow = std ? std + (size_t)(b0 + i) * t : NULL;
+        int valid = f->g.valid[mols[b0 + i]];
+        for (size_t c = 0; c < t; c++) {
+            double mu = 0, var = 0;
+            for (int k = 0; valid && k < members; k++) {
+                const double *v = vals + (size_t)k * S * stride + (size_t)j * t + c;
+                double mk = 0, ss = 0;
+                for (int q = 0; q < S; q++)
+                    mk += v[(size_t)q * stride];
+                mk /= S;
+                for (int q = 0; q < S; q++) {
+                    double d = v[(size_t)q * stride] - mk;
+                    ss += d * d;
+                }
+                mu += mk;
+                var += ss / S;
+            }
+            mrow[c] = valid ? mu / members : NAN;
+            if (srow)
+                srow[c] = valid ? sqrt(var / members) : NAN;
+        }
+        j += valid;
+    }
+}
+
 /* Rows b0 .. b0+span of mean / std from the members' values of the batch's
  * nb valid molecules (vals: n_used blocks of nb x t); NaN for the invalid
  * ones.  Two passes per value (mean, then squared deviations). */
@@ -58,6 +94,11 @@ static void finish_rows(const mp_ensemble *e, const mp_features *f, const int32_
                         int32_t b0, int32_t span, const double *vals, int32_t nb, int n_used,
                         double *mean, double *std)
 {
+    int S = e->mc_samples > 1 ? e->mc_samples : 1;
+    if (S > 1) {   /* n_used counts members x passes: the dropout estimator */
+        finish_rows_mc(e, f, mols, b0, span, vals, nb, n_used / S, S, mean, std);
+        return;
+    }
     size_t t = val_width(e);
     int32_t j = 0;
     for (int32_t i = 0; i < span; i++) {
@@ -425,14 +466,14 @@ static mp_status pack_graph_views(const mp_ensemble *e, const mp_graphs *g, pslo
 }
 
 /* The molecule features of slot s, scaled, in the backend's element type
- * (floats scaled as floats, then widened: what mp_model_forward uploads). */
+ * (scaled in double, rounded once to float, then widened: what
+ * mp_model_forward uploads). */
 static void pack_features(const mp_ensemble *e, const mp_features *f, pslot *s)
 {
     size_t es = e->backend->esize, cells = (size_t)s->nb * (size_t)e->cfg.extra_dim;
     void *block = s->host + ((char *)s->bt.extra - s->dev);
     float *x = es == sizeof(float) ? block : s->xf;
-    mp_feature_set_fill(e->features, f, s->sel, s->nb, x);
-    mp_scaler_transform_f32(&e->feature_scaler, x, (size_t)s->nb);
+    mp_feature_set_fill_scaled(e->features, f, s->sel, s->nb, &e->feature_scaler, x);
     for (size_t i = 0; es != sizeof(float) && i < cells; i++)
         ((double *)block)[i] = x[i];
 }
@@ -484,6 +525,38 @@ static mp_status pack(const mp_ensemble *e, const mp_features *f, const int32_t 
     return MP_OK;
 }
 
+/* The dropout stream's seed for pass q of member k on the batch whose
+ * first row is b0 (relative to the call; mc_row0 makes it absolute):
+ * splitmix64 over the four. */
+static uint64_t mc_key(const mp_ensemble *e, int k, int q, int32_t b0)
+{
+    uint64_t parts[3] = { (uint64_t)k, (uint64_t)q, (uint64_t)(e->mc_row0 + b0) };
+    uint64_t z = e->mc_seed;
+    for (int i = 0; i < 3; i++) {
+        z += 0x9e3779b97f4a7c15ull ^ parts[i];
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+    }
+    return z;
+}
+
+mp_status mp_ensemble_set_mc_dropout(mp_ensemble *e, int samples, double p, uint64_t seed,
+                                     int64_t row0)
+{
+    if (samples != 0 && (samples < 2 || samples > 10000))
+        return mp_error_set(MP_ERR_ARG, "dropout samples = %d (2 to 10000)", samples);
+    if (!(p >= 0 && p < 1))
+        return mp_error_set(MP_ERR_ARG, "dropout probability %g (must be in [0, 1))", p);
+    if (e->mc_samples != samples)
+        mp_ensemble_predict_release(e);   /* the output blocks change size */
+    e->mc_samples = samples;
+    e->mc_p = p;
+    e->mc_seed = seed;
+    e->mc_row0 = row0;
+    return MP_OK;
+}
+
 /* Queues slot s's batch: one upload on the copy lane, then on the compute
  * lane (after that upload) each member's forward and the download of its
  * outputs. */
@@ -498,12 +571,19 @@ static mp_status issue(mp_ensemble *e, pslot *s, int slot, int lo, int hi)
         return st;
     s_record(b, 1, FENCE_UP(slot));
     s_wait(b, 0, FENCE_UP(slot));
+    int S = e->mc_samples > 1 ? e->mc_samples : 1;
     for (int k = lo; k < hi; k++) {
         mp_model *m = e->members[k];
-        if ((st = mp_model_forward_dev(m, &s->bt)) ||
-            (st = s_download(b, 0, (char *)s->out + (size_t)(k - lo) * (size_t)s->nb * t * es,
-                             mp_model_block_ptr(m, MP_BLOCK_OUTPUT), (size_t)s->nb * t * es)))
-            return st;
+        for (int q = 0; q < S; q++) {
+            size_t block = (size_t)(k - lo) * S + q;
+            st = S > 1 ? mp_model_forward_dev_dropout(m, &s->bt, e->mc_p,
+                                                      mc_key(e, k, q, s->b0))
+                       : mp_model_forward_dev(m, &s->bt);
+            if (st || (st = s_download(b, 0, (char *)s->out + block * (size_t)s->nb * t * es,
+                                       mp_model_block_ptr(m, MP_BLOCK_OUTPUT),
+                                       (size_t)s->nb * t * es)))
+                return st;
+        }
     }
     s_record(b, 0, FENCE_OUT(slot));
     return MP_OK;
@@ -547,9 +627,9 @@ static mp_status check_batches(const mp_ensemble *e, const mp_features *f, const
                                int32_t n, int32_t batch_size, int32_t *max_atoms,
                                int32_t *max_edges)
 {
-    if (e->features && f->n_desc != e->n_desc && (e->features & MP_FEAT_RDKIT2D))
-        return mp_error_set(MP_ERR_FORMAT, "the model was trained on %d descriptors, these "
-                            "features have %d", e->n_desc, f->n_desc);
+    mp_status st = mp_feature_set_check(e->features, f, e->n_desc, e->n_file);
+    if (st)
+        return st;
     for (int32_t i = 0; i < n; i++)
         if (mols[i] < 0 || mols[i] >= f->g.n_mols)
             return mp_error_set(MP_ERR_ARG, "predict: molecule %d out of range (store of %d)",
@@ -575,11 +655,11 @@ static mp_status check_batches(const mp_ensemble *e, const mp_features *f, const
 
 /* The batches of mols through the two slots sl, members lo..hi. */
 static mp_status run_batches(mp_ensemble *e, const mp_features *f, const int32_t *mols,
-                             int32_t n, int lo, int hi, int32_t batch_size, pslot *sl,
+                             int32_t n, int lo, int hi, int S, int32_t batch_size, pslot *sl,
                              double *vals, double *mean, double *std,
                              mp_predict_stream_stats *stats)
 {
-    int n_used = hi - lo, j = 0;
+    int n_used = (hi - lo) * S, j = 0;   /* output blocks: members x passes */
     mp_status st;
     for (int32_t b0 = 0; b0 < n; b0 += sl[j & 1].span, j++) {
         pslot *s = &sl[j & 1];
@@ -639,8 +719,9 @@ static mp_status predict_values(mp_ensemble *e, const mp_features *f, const int3
     mp_status st = check_batches(e, f, mols, n, batch_size, &max_atoms, &max_edges);
     if (st || n <= 0)
         return st;
-    size_t cells = (size_t)n_used * (size_t)batch_size * t;
-    size_t raw_cells = (size_t)n_used * (size_t)batch_size * t_raw;
+    int S = e->mc_samples > 1 ? e->mc_samples : 1;
+    size_t cells = (size_t)n_used * (size_t)S * (size_t)batch_size * t;
+    size_t raw_cells = (size_t)n_used * (size_t)S * (size_t)batch_size * t_raw;
     double *vals = mp_malloc(sizeof(double) * cells);
     pslot *sl = NULL;
     if (!vals) {
@@ -652,7 +733,7 @@ static mp_status predict_values(mp_ensemble *e, const mp_features *f, const int3
             goto done;
     if ((st = stream_bufs_get(e, batch_size, max_atoms, max_edges, b->esize * raw_cells, &sl)))
         goto done;
-    st = run_batches(e, f, mols, n, lo, hi, batch_size, sl, vals, mean, std, stats);
+    st = run_batches(e, f, mols, n, lo, hi, S, batch_size, sl, vals, mean, std, stats);
 done:
     /* nothing may still read or write the buffers when they are freed */
     s_record(b, 1, FENCE_END);

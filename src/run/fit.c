@@ -8,6 +8,7 @@
 #include "models/schedule.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MP_STREAM_SHUFFLE 201    /* mp_rng stream for the epoch order */
@@ -20,11 +21,22 @@ mp_status mp_fit_score(const mp_dataset *d, const int32_t *mols, int32_t n, cons
                        mp_metric metric, int classification, double *per_task,
                        mp_score_status *why, double *mean, size_t *n_skipped)
 {
+    return mp_fit_score_labels(d, NULL, mols, n, pred, metric, classification, per_task, why,
+                               mean, n_skipped);
+}
+
+mp_status mp_fit_score_labels(const mp_dataset *d, const mp_labels *labels, const int32_t *mols,
+                              int32_t n, const double *pred, mp_metric metric,
+                              int classification, double *per_task, mp_score_status *why,
+                              double *mean, size_t *n_skipped)
+{
     size_t t = d->n_tasks;
     double *target = mp_malloc(sizeof(double) * (size_t)(n > 0 ? n : 1) * t);
     if (!target)
         return mp_error_set(MP_ERR_NOMEM, "out of memory scoring %d molecules", n);
-    for (int32_t i = 0; i < n; i++)
+    if (labels)
+        mp_labels_fill_rows(labels, mols, (size_t)(n > 0 ? n : 0), target);
+    for (int32_t i = 0; i < n && !labels; i++)
         memcpy(target + (size_t)i * t, d->targets + (size_t)mols[i] * t, t * sizeof(double));
     mp_status st = mp_metric_tasks(metric, classification, pred, target, (size_t)n, t,
                                    per_task, why, mean, n_skipped);
@@ -141,6 +153,16 @@ typedef struct {
     int              best_epoch;
 } member;
 
+void mp_fit_state_free(mp_fit_state *s)
+{
+    mp_free(s->order);
+    mp_free(s->lrs);
+    mp_free(s->best);
+    mp_free(s->source);
+    mp_model_state_free(&s->model);
+    memset(s, 0, sizeof *s);
+}
+
 static void member_free(member *mb)
 {
     mp_free(mb->order);
@@ -210,6 +232,93 @@ static mp_status member_start(member *mb)
     return next_epoch(mb);
 }
 
+/* The member's state after `epoch` as a checkpoint sees it: views of the
+ * loop's own arrays, the model's and the source's state copied. */
+static mp_status member_checkpoint(member *mb, int epoch)
+{
+    const mp_fit_ctx *c = mb->c;
+    mp_fit_state s;
+    memset(&s, 0, sizeof s);
+    s.k = mb->k;
+    s.epoch = epoch;
+    s.rng = mb->rng;
+    s.noam = mb->noam;
+    s.prepared = epoch < c->o->epochs;
+    s.n_train = c->batches.n_train;
+    s.n_steps = mb->src->n_steps;
+    s.order = mb->order;
+    s.lrs = mb->lrs;
+    s.n_params = mp_model_n_params(mb->m);
+    s.best = mb->best;
+    s.best_score = mb->best_score;
+    s.best_epoch = mb->best_epoch;
+    mp_status st = mp_model_state_get(mb->m, &s.model);
+    if (st == MP_OK)
+        st = mp_batch_source_state_get(mb->src, &s.source, &s.n_source);
+    if (st == MP_OK)
+        st = c->checkpoint(c->checkpoint_arg, &s);
+    mp_model_state_free(&s.model);
+    mp_free(s.source);
+    return st;
+}
+
+static int cmp_sz(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* order[0..n) is a permutation of the training rows (a checkpoint's order
+ * indexes the store: a damaged one must not read outside it). */
+static int is_train_order(const mp_batch_data *b, const size_t *order)
+{
+    size_t n = (size_t)b->n_train;
+    size_t *x = mp_malloc(sizeof(size_t) * (n ? 2 * n : 1));
+    if (!x)
+        return -1;
+    size_t *y = x + n;
+    memcpy(x, order, sizeof(size_t) * n);
+    for (size_t i = 0; i < n; i++)
+        y[i] = (size_t)b->train[i];
+    qsort(x, n, sizeof *x, cmp_sz);
+    qsort(y, n, sizeof *y, cmp_sz);
+    int same = n == 0 || memcmp(x, y, sizeof(size_t) * n) == 0;
+    mp_free(x);
+    return same;
+}
+
+/* The member where a checkpoint left it: its streams, schedule, best so
+ * far, model and source, and the epoch after the checkpoint prepared as
+ * the interrupted run had prepared it. */
+static mp_status member_resume(member *mb, const mp_fit_state *s)
+{
+    const mp_fit_ctx *c = mb->c;
+    if (s->n_train != c->batches.n_train || s->n_steps != mb->src->n_steps ||
+        s->n_params != mp_model_n_params(mb->m) || s->epoch < 1 || s->epoch > c->o->epochs)
+        return mp_error_set(MP_ERR_FORMAT, "checkpoint of member %d does not fit this run "
+                            "(%d training molecules, %d steps, %zu parameters, epoch %d)",
+                            s->k, (int)s->n_train, (int)s->n_steps, s->n_params, s->epoch);
+    int perm = s->prepared ? is_train_order(&c->batches, s->order) : 1;
+    if (perm < 0)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory resuming");
+    if (!perm)
+        return mp_error_set(MP_ERR_FORMAT, "checkpoint of member %d: its epoch order is not "
+                            "an order of this run's training set", s->k);
+    mb->rng = s->rng;
+    mb->noam = s->noam;
+    memcpy(mb->order, s->order, sizeof(size_t) * (size_t)s->n_train);
+    memcpy(mb->lrs, s->lrs, sizeof(double) * (size_t)s->n_steps);
+    memcpy(mb->best, s->best, sizeof(float) * s->n_params);
+    mb->best_score = s->best_score;
+    mb->best_epoch = s->best_epoch;
+    mp_status st;
+    if ((st = mp_model_state_set(mb->m, &s->model)) ||
+        (st = mp_batch_source_state_set(mb->src, s->source, s->n_source)))
+        return st;
+    mb->src->progress = c->progress;
+    return s->prepared ? mp_batch_source_prepare(mb->src, mb->order, mb->lrs) : MP_OK;
+}
+
 /* The coming epoch: a new order from the member's stream, its steps' rates
  * from the schedule, handed to the source. */
 static mp_status next_epoch(member *mb)
@@ -277,8 +386,8 @@ static mp_status validate(member *mb, double *val_mean)
     if (c->multiclass)
         return mp_fit_score_multiclass(c->d, c->val, c->n_val, mb->valpred, c->multiclass,
                                        mb->per_task, val_mean);
-    return mp_fit_score(c->d, c->val, c->n_val, mb->valpred, c->metric, c->classification,
-                        mb->per_task, mb->why, val_mean, &skipped);
+    return mp_fit_score_labels(c->d, c->batches.labels, c->val, c->n_val, mb->valpred, c->metric,
+                               c->classification, mb->per_task, mb->why, val_mean, &skipped);
 }
 
 /* Where epoch `epoch`'s time went (t0: its start; t: as run_epoch's; tv:
@@ -300,11 +409,13 @@ mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *b
         st = mp_fit_reserve(c, k);
     if (st == MP_OK && !src)
         st = mp_fit_open_source(c, k, &mb.src);
+    const mp_fit_state *rs = c->resume && c->resume->k == k ? c->resume : NULL;
     if (st == MP_OK)
-        st = member_start(&mb);
-    for (int epoch = 1; st == MP_OK && epoch <= o->epochs; epoch++) {
+        st = rs ? member_resume(&mb, rs) : member_start(&mb);
+    for (int epoch = rs ? rs->epoch + 1 : 1; st == MP_OK && epoch <= o->epochs; epoch++) {
         double loss, val_mean, t[3], t0 = mp_time_now();
-        if ((st = run_epoch(&mb, epoch, &loss, t)) || (st = validate(&mb, &val_mean)))
+        if ((st = mp_interrupt_poll()) || (st = run_epoch(&mb, epoch, &loss, t)) ||
+            (st = validate(&mb, &val_mean)))
             break;
         if (o->profile)
             profile_line(&mb, epoch, t0, t, mp_time_now());
@@ -318,6 +429,11 @@ mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *b
             mp_progress_epoch_end(c->progress, epoch - 1, loss,
                                   c->multiclass ? "accuracy" : mp_metric_name(c->metric),
                                   val_mean);
+        if (o->on_epoch)
+            o->on_epoch(o->on_epoch_arg, k, epoch, loss, val_mean);
+        if (c->checkpoint && c->checkpoint_every > 0 && epoch % c->checkpoint_every == 0 &&
+            (st = member_checkpoint(&mb, epoch)))
+            break;
         if (o->patience > 0 && c->n_val > 0 && epoch - mb.best_epoch >= o->patience &&
             epoch < o->epochs) {
             if (c->progress)

@@ -16,6 +16,8 @@
 #include "core/progress.h"
 #include "data/dataset.h"
 #include "data/metrics.h"
+#include "models/model_state.h"
+#include "models/schedule.h"
 #include "run/batches.h"
 #include "run/ensemble.h"
 #include "run/trainer.h"
@@ -23,6 +25,36 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * Where a member's training stands after an epoch: everything the rest of
+ * its training depends on, so that a run resumed from it ends bit for bit
+ * as the uninterrupted one (checkpoint.c keeps it in a file).  Taken after
+ * the epoch's validation, when the loop has already drawn the next epoch
+ * (its order and its rates): order and lrs are that next epoch's and rng
+ * and noam have made its draws; prepared = 0 after the last epoch.
+ */
+typedef struct {
+    int              k;             /* the member                                */
+    int              epoch;         /* epochs finished (1..epochs)               */
+    mp_rng           rng;           /* the order's stream                        */
+    mp_noam          noam;          /* the schedule                              */
+    int              prepared;      /* 1: order / lrs hold the next epoch        */
+    int32_t          n_train, n_steps;
+    size_t          *order;         /* n_train                                   */
+    double          *lrs;           /* n_steps                                   */
+    size_t           n_params;
+    float           *best;          /* the best epoch's parameters (n_params)    */
+    double           best_score;    /* its validation score (NaN: none yet)      */
+    int              best_epoch;
+    mp_model_state   model;         /* parameters, Adam, the dropout stream      */
+    uint32_t        *source;        /* the batch source's state words            */
+    size_t           n_source;
+} mp_fit_state;
+
+/* Frees what a state read from a file owns (order, lrs, best, model,
+ * source: each mp_malloc'd) and zeroes it. */
+void mp_fit_state_free(mp_fit_state *s);
 
 /* Everything a member's training reads; shared by the members of a run. */
 typedef struct {
@@ -37,6 +69,16 @@ typedef struct {
     int                  classification;
     int32_t              eval_batch;  /* molecules per validation batch                  */
     mp_progress         *progress;    /* per-step and per-epoch output (may be NULL)     */
+    /* Checkpoints: after each epoch e with e % checkpoint_every == 0 (0:
+     * never), checkpoint(checkpoint_arg, state) is called with the member's
+     * state (valid during the call only); its failure ends the training
+     * with that status. */
+    int                  checkpoint_every;
+    mp_status          (*checkpoint)(void *arg, const mp_fit_state *s);
+    void                *checkpoint_arg;
+    /* Resuming: member resume->k continues from this state instead of
+     * starting (the member's model and the source are given its state). */
+    const mp_fit_state  *resume;
     /* issue 11: Chemprop's class-balanced epochs (batches.n_epoch = 2 x the
      * smaller list): each epoch shuffles both lists with the member's stream
      * and interleaves them, positive first */
@@ -52,7 +94,9 @@ typedef struct {
  * better validation score, Chemprop v2's early stopping) and leaves it with the
  * parameters of its best validation epoch (the last epoch without a
  * validation set; the initial weights, epoch 0, if no epoch ever scores),
- * whose number goes to *best_epoch.  src NULL: the source the options ask
+ * whose number goes to *best_epoch.  Polls for a stop request before each
+ * epoch (and the host source between steps): MP_ERR_INTERRUPTED then, the
+ * model left as it is.  src NULL: the source the options ask
  * for (mp_fit_open_source), opened and freed here; otherwise the caller's,
  * built for member k's model and c->batches, which stays the caller's.
  */
@@ -73,6 +117,12 @@ mp_status mp_fit_reserve(const mp_fit_ctx *c, int k);
 mp_status mp_fit_score(const mp_dataset *d, const int32_t *mols, int32_t n, const double *pred,
                        mp_metric metric, int classification, double *per_task,
                        mp_score_status *why, double *mean, size_t *n_skipped);
+/* The same with the targets of `labels` when not NULL (sparse; d->targets
+ * may then be NULL). */
+mp_status mp_fit_score_labels(const mp_dataset *d, const mp_labels *labels, const int32_t *mols,
+                              int32_t n, const double *pred, mp_metric metric,
+                              int classification, double *per_task, mp_score_status *why,
+                              double *mean, size_t *n_skipped);
 
 /* A multiclass head's score: per task the fraction of labelled rows of mols
  * whose most probable class (prob [n x n_tasks x n_classes]) is the label

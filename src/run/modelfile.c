@@ -22,6 +22,8 @@ struct mp_kv {
 };
 
 #define KV_MAX_KEY 128
+#define KV_MAX_KEYS 4096   /* a header's keys, so a hostile one cannot make the
+                            * duplicate check (linear per key) take hours     */
 
 mp_status mp_kv_new(mp_kv **out)
 {
@@ -408,6 +410,9 @@ static mp_status parse_line(mp_kv *kv, const char *line, size_t n, size_t line_n
     char key[KV_MAX_KEY + 1];
     memcpy(key, line, klen);
     key[klen] = '\0';
+    if (kv->n >= KV_MAX_KEYS)
+        return mp_error_set(MP_ERR_FORMAT, "%s: header line %zu: more than %d keys", o, line_no,
+                            KV_MAX_KEYS);
     if (kv_find(kv, key) >= 0)
         return mp_error_set(MP_ERR_FORMAT, "%s: header line %zu: key '%s' appears twice", o,
                             line_no, key);
@@ -630,12 +635,15 @@ static mp_status check_tensors(const char *path, const mp_tensor *tensors, size_
             return mp_error_set(MP_ERR_ARG, "%s: tensor %s is too large", path, t->name);
         if (!t->data && mp_tensor_numel(t) > 0)
             return mp_error_set(MP_ERR_ARG, "%s: tensor %s has no data", path, t->name);
-        for (size_t j = 0; j < i; j++)
-            if (tensors[j].block == t->block && strcmp(tensors[j].name, t->name) == 0)
-                return mp_error_set(MP_ERR_ARG, "%s: tensor %s of member %u given twice", path,
-                                    t->name, t->block);
         *total += rs;
     }
+    size_t dup;
+    int r = mp_tensors_find_repeat(tensors, n_tensors, &dup);
+    if (r < 0)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", path);
+    if (r)
+        return mp_error_set(MP_ERR_ARG, "%s: tensor %s of member %u given twice", path,
+                            tensors[dup].name, tensors[dup].block);
     return MP_OK;
 }
 
@@ -768,10 +776,6 @@ static mp_status store_tensor(mp_modelfile *mf, uint32_t i, const unsigned char 
     t->data = dst;
     if (block + 1 > mf->n_blocks)
         mf->n_blocks = block + 1;
-    for (uint32_t j = 0; j < i; j++)
-        if (mf->tensors[j].block == block && strcmp(mf->tensors[j].name, nm) == 0)
-            return mp_error_set(MP_ERR_FORMAT, "%s: tensor %s of member %u appears twice",
-                                origin, nm, block);
     return MP_OK;
 }
 
@@ -896,6 +900,13 @@ mp_status mp_modelfile_parse(mp_modelfile **out, const void *bytes, size_t n, co
         mf->n_tensors = n_tensors;
         st = walk_tensors(mf, c, n_tensors, origin, &n_floats, &n_names);
     }
+    size_t dup;
+    int r = st == MP_OK ? mp_tensors_find_repeat(mf->tensors, mf->n_tensors, &dup) : 0;
+    if (r < 0)
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", origin);
+    else if (r)
+        st = mp_error_set(MP_ERR_FORMAT, "%s: tensor %s of member %u appears twice", origin,
+                          mf->tensors[dup].name, mf->tensors[dup].block);
     if (st) {
         mp_modelfile_free(mf);
         return st;

@@ -157,6 +157,9 @@ typedef struct {
 
 /* prod(shape[0..ndim)); 0 when ndim is out of range. */
 uint64_t mp_tensor_numel(const mp_tensor *t);
+/* 1 when two of t[0..n) have the same block and name (one of them into
+ * *dup), 0 when none, -1 out of memory (modelfile_repeat.c). */
+int mp_tensors_find_repeat(const mp_tensor *t, size_t n, size_t *dup);
 
 typedef struct {
     uint32_t   version;

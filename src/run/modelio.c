@@ -113,6 +113,24 @@ static mp_status header_get_v2(const mp_kv *kv, const char *path, uint32_t versi
 /* Saving                                                                 */
 /* ===================================================================== */
 
+/* The molecule features.  A model without any writes "features = none", as
+ * every version has.  One with features writes their current names under
+ * feature_sets (never "features": files before it name the 43-value
+ * registry "rdkit2d", and an older molprop then refuses the file rather
+ * than misread it), the scaling mode, and the width of the features file. */
+static mp_status features_put(const mp_ensemble *e, mp_kv *kv, const char *names)
+{
+    mp_status st;
+    if (!e->features)
+        return mp_kv_set(kv, "features", "none");
+    if ((st = mp_kv_set(kv, "feature_sets", names)) ||
+        (st = mp_kv_set(kv, "feature_scaling", mp_feature_scaling_name(e->feature_scaling))))
+        return st;
+    if (e->features & MP_FEAT_FILE)
+        return mp_kv_set_int(kv, "feature_file_cols", e->n_file);
+    return MP_OK;
+}
+
 /* Every header key of e (the file format requires none of them; the
  * loader below requires all). */
 static mp_status header_put(const mp_ensemble *e, mp_kv *kv)
@@ -131,7 +149,7 @@ static mp_status header_put(const mp_ensemble *e, mp_kv *kv)
         (st = mp_kv_set(kv, "smiles_column", e->smiles_name ? e->smiles_name : "smiles")) ||
         (st = mp_kv_set(kv, "atom_layout", mp_atom_layout_name(e->layout))) ||
         (st = mp_kv_set_int(kv, "atom_fdim", c->atom_fdim)) ||
-        (st = mp_kv_set(kv, "features", feats)) ||
+        (st = features_put(e, kv, feats)) ||
         (st = mp_kv_set_int(kv, "n_desc", e->n_desc)) ||
         (st = mp_kv_set_int(kv, "extra_dim", c->extra_dim)) ||
         (st = mp_kv_set_int(kv, "hidden", c->hidden)) ||
@@ -212,10 +230,11 @@ static mp_status kv_int(const mp_kv *kv, const char *key, long long lo, long lon
 /* What the header says, before an ensemble exists. */
 typedef struct {
     mp_model_config c;
-    int             n_members, n_tasks, n_desc;
+    int             n_members, n_tasks, n_desc, n_file;
     mp_task_type    task;
     mp_atom_layout  layout;
     unsigned        features;
+    mp_feature_scaling scaling;
     char          **tasks;        /* one allocation (mp_kv_get_strs) */
     size_t          n_task_names;
     mp_columns      cols;         /* the user atom / bond columns (owned) */
@@ -240,6 +259,44 @@ static mp_status header_model_kind(const mp_kv *kv, const char *path, mp_model_k
     return MP_OK;
 }
 
+/* The current error message, prefixed with the file's name. */
+static mp_status in_file(const char *path)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mp_error_message());
+    return mp_error_set(MP_ERR_FORMAT, "%s: %s", path, msg);
+}
+
+/* The molecule features, of either generation (features_put). */
+static mp_status features_get(const mp_kv *kv, const char *path, header_info *h)
+{
+    const char *s;
+    mp_status st;
+    h->scaling = MP_FSCALE_ON;   /* what every file before feature_sets did */
+    h->n_file = 0;
+    if (!mp_kv_get(kv, "feature_sets")) {
+        if ((st = mp_kv_get_str(kv, "features", &s)))
+            return st;
+        return mp_feature_set_parse_legacy(s, &h->features) ? in_file(path) : MP_OK;
+    }
+    if ((st = mp_kv_get_str(kv, "feature_sets", &s)))
+        return st;
+    if (mp_feature_set_parse(s, &h->features))
+        return in_file(path);
+    if ((st = mp_kv_get_str(kv, "feature_scaling", &s)))
+        return st;
+    if (mp_feature_scaling_parse(s, &h->scaling))
+        return in_file(path);
+    if (mp_kv_get(kv, "feature_file_cols")) {
+        if ((st = kv_int(kv, "feature_file_cols", 1, 1000000, &h->n_file)))
+            return st;
+        h->features |= MP_FEAT_FILE;
+    }
+    if (!h->features)
+        return mp_error_set(MP_ERR_FORMAT, "%s: feature_sets names no features", path);
+    return MP_OK;
+}
+
 /* Reads and cross-checks every header key the ensemble needs into h. */
 static mp_status header_get(const mp_kv *kv, const char *path, uint32_t version, header_info *h)
 {
@@ -254,7 +311,7 @@ static mp_status header_get(const mp_kv *kv, const char *path, uint32_t version,
         (st = mp_kv_get_strs(kv, "tasks", &h->tasks, &h->n_task_names)) ||
         (st = mp_kv_get_str(kv, "atom_layout", &s)) || (st = mp_atom_layout_parse(s, &h->layout)) ||
         (st = kv_int(kv, "atom_fdim", 1, 100000, &c->atom_fdim)) ||
-        (st = mp_kv_get_str(kv, "features", &s)) || (st = mp_feature_set_parse(s, &h->features)) ||
+        (st = features_get(kv, path, h)) ||
         (st = kv_int(kv, "n_desc", 0, 100000, &h->n_desc)) ||
         (st = kv_int(kv, "extra_dim", 0, 10000000, &c->extra_dim)) ||
         (st = kv_int(kv, "hidden", 1, 1000000, &c->hidden)) ||
@@ -272,7 +329,7 @@ static mp_status header_get(const mp_kv *kv, const char *path, uint32_t version,
     c->aggregation = !strcmp(s, "sum") ? MP_AGG_SUM : !strcmp(s, "norm") ? MP_AGG_NORM
                      : !strcmp(s, "attentive") ? MP_AGG_ATTENTIVE : MP_AGG_MEAN;
     if ((size_t)h->n_tasks != h->n_task_names || c->atom_fdim != mp_atom_fdim(h->layout) ||
-        c->extra_dim != mp_feature_set_dim(h->features, h->n_desc))
+        c->extra_dim != mp_feature_set_dim(h->features, h->n_desc, h->n_file))
         return mp_error_set(MP_ERR_FORMAT, "%s: header does not add up (tasks %d vs %zu names, "
                             "atom_fdim %d for layout %s, extra_dim %d for features)", path,
                             h->n_tasks, h->n_task_names, c->atom_fdim,
@@ -312,6 +369,8 @@ static mp_status header_apply(mp_ensemble *e, const mp_kv *kv, header_info *h)
     e->layout = h->layout;
     e->features = h->features;
     e->n_desc = h->n_desc;
+    e->n_file = h->n_file;
+    e->feature_scaling = h->scaling;
     if ((st = mp_kv_get_str(kv, "smiles_column", &s)))
         return st;
     if (!(e->smiles_name = mp_strdup(s)))
@@ -320,12 +379,40 @@ static mp_status header_apply(mp_ensemble *e, const mp_kv *kv, header_info *h)
         (st = mp_kv_get_scaler(kv, "target_scaler", (size_t)h->n_tasks, &e->target_scaler)))
         return st;
     if (h->c.extra_dim > 0 &&
-        (st = mp_kv_get_scaler(kv, "feature_scaler", (size_t)h->c.extra_dim,
-                               &e->feature_scaler)))
+        ((st = mp_kv_get_scaler(kv, "feature_scaler", (size_t)h->c.extra_dim,
+                                &e->feature_scaler)) ||
+         (st = mp_feature_scaler_check(&e->feature_scaler, e->features, e->feature_scaling,
+                                       e->n_desc, e->n_file))))
         return st;
     e->cols = h->cols;   /* moved: the ensemble owns the scalers now */
     memset(&h->cols, 0, sizeof h->cols);
     return MP_OK;
+}
+
+/*
+ * The parameters per member the header describes (mp_model_config_n_params:
+ * model.c's layout counted, nothing allocated) are checked against the
+ * tensors really in the file before a model is built, so a header that
+ * claims an absurd model (hidden = 65536: 2^32 parameters in W_h alone) is
+ * refused with a message instead of allocating what it claims.
+ */
+/* Every member's tensors in the file hold `want` values (so what the
+ * models allocate is bounded by the file's length). */
+static mp_status check_file_params(const mp_modelfile *mf, uint64_t want, const char *path)
+{
+    uint64_t *have = mp_calloc(mf->n_blocks ? mf->n_blocks : 1, sizeof *have);
+    if (!have)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory loading %s", path);
+    for (size_t i = 0; i < mf->n_tensors; i++)
+        have[mf->tensors[i].block] += mp_tensor_numel(&mf->tensors[i]);
+    mp_status st = MP_OK;
+    for (uint32_t k = 0; k < mf->n_blocks && st == MP_OK; k++)
+        if (have[k] != want)
+            st = mp_error_set(MP_ERR_FORMAT, "%s: the header describes a model of %llu "
+                              "parameters per member, the file holds %llu for member %u", path,
+                              (unsigned long long)want, (unsigned long long)have[k], k);
+    mp_free(have);
+    return st;
 }
 
 /* Every member's tensors, each checked against the model's views. */
@@ -374,7 +461,15 @@ mp_status mp_ensemble_load(mp_ensemble **out, const char *path, const char *back
                           path, h.n_members, mf->n_blocks);
         goto done;
     }
-    if ((st = mp_ensemble_create(&e, &h.c, h.n_members, 0, backend_name)) ||
+    uint64_t want = mp_model_config_n_params(&h.c);
+    if (want == 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", mp_error_message());
+        st = mp_error_set(MP_ERR_FORMAT, "%s: %s", path, why);
+        goto done;
+    }
+    if ((st = check_file_params(mf, want, path)) ||
+        (st = mp_ensemble_create(&e, &h.c, h.n_members, 0, backend_name)) ||
         (st = header_apply(e, mf->header, &h)) || (st = params_get(e, mf, path)))
         goto done;
     *out = e;

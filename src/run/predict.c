@@ -6,6 +6,7 @@
 #include "models/heads.h"
 
 #include "data/csv.h"
+#include "data/featfile.h"
 #include "featurize/atomcols.h"
 
 #include <math.h>
@@ -63,24 +64,40 @@ static mp_status chunk_columns(const mp_ensemble *e, const pred_cols *pc, const 
     return MP_OK;
 }
 
-static mp_status predict_chunk(mp_ensemble *e, const chunk *c, const mp_featurize_opts *fo,
-                               const pred_cols *pc, int32_t first, int32_t *idx, double *mean,
-                               double *std)
+/* The chunk featurized into *f (the caller frees it: the invalid rows'
+ * reasons are in it) and predicted with its uncertainties (predict_unc.c);
+ * row0: the chunk's first row in the input; file: the features file (NULL:
+ * none); pc: the user atom / bond column files. */
+static mp_status predict_chunk(mp_unc_run *u, const chunk *c, const mp_featurize_opts *fo,
+                               const mp_featfile *file, const pred_cols *pc, int64_t row0,
+                               int32_t *idx, double *mean, double *unc, double *lower,
+                               double *upper, double *vals, mp_features **f)
 {
-    mp_features *f = NULL;
-    mp_status st = mp_featurize(&f, (const char *const *)c->smiles, c->n, fo);
+    mp_status st = mp_featurize(f, (const char *const *)c->smiles, c->n, fo);
     if (st)
         return st;
+    const mp_ensemble *e = u->e;
     if ((pc->has[0] || pc->has[1] || e->cols.atom_dim || e->cols.bond_dim) &&
-        (st = chunk_columns(e, pc, c, first, f))) {
-        mp_features_free(f);
+        (st = chunk_columns(e, pc, c, (int32_t)row0, *f)))
         return st;
+    if (file) {
+        (*f)->file_values = file->values + row0 * file->n_cols;
+        (*f)->file_cols = (int32_t)file->n_cols;
     }
     for (int32_t i = 0; i < c->n; i++)
         idx[i] = i;
-    st = mp_ensemble_predict_values(e, f, idx, c->n, 0, 0, PREDICT_BATCH_FOR(e), mean, std);
-    mp_features_free(f);
-    return st;
+    return mp_unc_run_predict(u, *f, idx, c->n, PREDICT_BATCH_FOR(u->e), row0, mean, unc,
+                              lower, upper, vals);
+}
+
+/* A SMILES for a message: at most 60 characters, then "..." and its length. */
+static void clip_smiles(char *out, size_t cap, const char *s)
+{
+    size_t n = strlen(s);
+    if (n <= 60)
+        snprintf(out, cap, "%s", s);
+    else
+        snprintf(out, cap, "%.60s... (%zu characters)", s, n);
 }
 
 /* The value a task's own column holds (heads.h): value 0, or for a
@@ -117,16 +134,24 @@ typedef struct {
     int                    out_open;
     size_t                 n_header, smiles_col;
     chunk                  c;
-    double                *mean, *std;    /* cap x n_tasks x values (heads.h) */
+    mp_featfile            file;          /* --features-path      */
+    mp_unc_run             u;             /* uncertainty, calibration */
+    int                    u_open;
+    double                *mean, *std;    /* cap x n_tasks (std: the _unc values) */
+    double                *lower, *upper; /* cap x n_tasks        */
+    double                *vals;          /* cap x n_tasks x values (heads.h) */
     int32_t               *idx;           /* cap                  */
     pred_cols              cols;          /* user atom / bond columns */
 } predict_run;
 
-/* The output's header: the SMILES column's name, the tasks, their _std. */
+/* The output's header: the SMILES column's name, the tasks, their _unc,
+ * _lower and _upper. */
 static void write_header(predict_run *p, const char *smiles_name)
 {
     FILE *fp = p->out.fp;
     const mp_ensemble *e = p->e;
+    static const char *const suffix[3] = { "_unc", "_lower", "_upper" };
+    int want[3] = { p->u.unc_cols, p->u.interval_cols, p->u.interval_cols };
     mp_csv_write_field(fp, smiles_name);
     for (size_t k = 0; k < e->n_tasks; k++) {
         fputc(',', fp);
@@ -141,12 +166,13 @@ static void write_header(predict_run *p, const char *smiles_name)
             fputc(',', fp);
             mp_csv_write_field(fp, name);
         }
-    for (size_t k = 0; p->o->uncertainty && k < e->n_tasks; k++) {
-        char name[1024];
-        snprintf(name, sizeof name, "%s_std", e->task_names[k]);
-        fputc(',', fp);
-        mp_csv_write_field(fp, name);
-    }
+    for (int s = 0; s < 3; s++)
+        for (size_t k = 0; want[s] && k < e->n_tasks; k++) {
+            char name[1024];
+            snprintf(name, sizeof name, "%s%s", e->task_names[k], suffix[s]);
+            fputc(',', fp);
+            mp_csv_write_field(fp, name);
+        }
     fputc('\n', fp);
 }
 
@@ -157,8 +183,24 @@ static mp_status predict_open(predict_run *p)
     const mp_predict_opts *o = p->o;
     int32_t cap = o->chunk_rows;
     mp_status st;
-    if ((st = mp_ensemble_load(&p->e, o->model_path, o->backend)))
+    if ((st = mp_ensemble_load(&p->e, o->model_path, o->backend)) ||
+        (st = mp_unc_run_open(&p->u, o, p->e)))
         return st;
+    p->u_open = 1;
+    if ((p->e->features & MP_FEAT_FILE) && !o->features_path)
+        return mp_error_set(MP_ERR_ARG, "%s was trained with %d features from a file: give "
+                            "the data's with --features-path", o->model_path, p->e->n_file);
+    if (o->features_path && !(p->e->features & MP_FEAT_FILE))
+        return mp_error_set(MP_ERR_ARG, "%s was trained without a features file: "
+                            "--features-path does not apply", o->model_path);
+    if (o->features_path) {
+        if ((st = mp_featfile_load(&p->file, o->features_path)))
+            return st;
+        if (p->file.n_cols != (size_t)p->e->n_file)
+            return mp_error_set(MP_ERR_FORMAT, "%s: %zu feature columns, the model %s was "
+                                "trained on %d", o->features_path, p->file.n_cols,
+                                o->model_path, p->e->n_file);
+    }
     /* the user columns: the files the model needs, read once */
     const char *paths[2] = { o->atom_path, o->bond_path };
     const int dims[2] = { p->e->cols.atom_dim, p->e->cols.bond_dim };
@@ -193,10 +235,14 @@ static mp_status predict_open(predict_run *p)
     p->c.smiles = mp_malloc(sizeof(char *) * (size_t)cap);
     p->c.line = mp_malloc(sizeof(size_t) * (size_t)cap);
     const size_t V = (size_t)mp_ensemble_n_values(p->e);
-    p->mean = mp_malloc(sizeof(double) * (size_t)cap * t * V);
-    p->std = mp_malloc(sizeof(double) * (size_t)cap * t * V);
+    p->mean = mp_malloc(sizeof(double) * (size_t)cap * t);
+    p->std = mp_malloc(sizeof(double) * (size_t)cap * t);
+    p->vals = mp_malloc(sizeof(double) * (size_t)cap * t * V);
     p->idx = mp_malloc(sizeof(int32_t) * (size_t)cap);
-    if (!p->c.smiles || !p->c.line || !p->mean || !p->std || !p->idx)
+    p->lower = mp_malloc(sizeof(double) * (size_t)cap * t);
+    p->upper = mp_malloc(sizeof(double) * (size_t)cap * t);
+    if (!p->c.smiles || !p->c.line || !p->mean || !p->std || !p->vals || !p->idx || !p->lower ||
+        !p->upper)
         return mp_error_set(MP_ERR_NOMEM, "out of memory (chunk of %d rows)", cap);
     p->c.cap = cap;
     if ((st = mp_afile_open(&p->out, o->out_path)))
@@ -213,37 +259,58 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
     const mp_predict_opts *o = p->o;
     FILE *fp = p->out.fp;
     size_t t = p->e->n_tasks, V = (size_t)mp_ensemble_n_values(p->e);
-    mp_status st = predict_chunk(p->e, &p->c, fo, &p->cols, (int32_t)p->stats->n_rows, p->idx,
-                                 p->mean, p->std);
-    if (st)
+    const mp_featfile *file = o->features_path ? &p->file : NULL;
+    if (file && p->stats->n_rows + (size_t)p->c.n > file->n_rows)
+        return mp_error_set(MP_ERR_FORMAT, "%s: %zu rows of features, %s has more (one row of "
+                            "features per input row)", o->features_path, file->n_rows,
+                            o->data_path);
+    mp_features *f = NULL;
+    mp_status st = predict_chunk(&p->u, &p->c, fo, file, &p->cols, (int64_t)p->stats->n_rows,
+                                 p->idx, p->mean, p->std, p->lower, p->upper, p->vals, &f);
+    if (st) {
+        mp_features_free(f);
         return st;
+    }
     for (int32_t i = 0; i < p->c.n; i++) {
         mp_csv_write_field(fp, p->c.smiles[i]);
-        if (isnan(p->mean[(size_t)i * t * V])) {
-            if (!o->quiet && p->stats->n_invalid < MAX_REPORTED_INVALID)
-                fprintf(stderr, "%s:%zu: invalid SMILES '%s': no prediction\n", o->data_path,
-                        p->c.line[i], p->c.smiles[i]);
+        if (isnan(p->mean[(size_t)i * t])) {
+            if (!o->quiet && p->stats->n_invalid < MAX_REPORTED_INVALID) {
+                char smi[128];
+                clip_smiles(smi, sizeof smi, p->c.smiles[i]);
+                fprintf(stderr, "%s:%zu: invalid SMILES '%s': no prediction (%s)\n",
+                        o->data_path, p->c.line[i], smi,
+                        f->error[i] ? f->error[i] : "invalid");
+            }
             p->stats->n_invalid++;
         }
-        const double *row = p->mean + (size_t)i * t * V;
-        for (size_t k = 0; k < t; k++) {
+        const double *row = p->vals + (size_t)i * t * V;
+        for (size_t k = 0; k < t; k++) {   /* calibrated probabilities are in mean */
             fputc(',', fp);
-            write_number(fp, point_value(p->e, row + k * V));
+            write_number(fp, V > 1 && mp_head_is_multiclass(p->e->cfg.task)
+                             ? point_value(p->e, row + k * V) : p->mean[(size_t)i * t + k]);
         }
         for (size_t k = 0; k < t; k++)
             for (size_t j = (size_t)extra_first(p->e); j < V; j++) {
                 fputc(',', fp);
                 write_number(fp, row[k * V + j]);
             }
-        for (size_t k = 0; o->uncertainty && k < t; k++) {
-            fputc(',', fp);
-            write_number(fp, p->std[((size_t)i * t + k) * V]);
-        }
+        const double *extra[3] = { p->std, p->lower, p->upper };
+        int want[3] = { p->u.unc_cols, p->u.interval_cols, p->u.interval_cols };
+        for (int s = 0; s < 3; s++)
+            for (size_t k = 0; want[s] && k < t; k++) {
+                fputc(',', fp);
+                write_number(fp, extra[s][(size_t)i * t + k]);
+            }
         fputc('\n', fp);
     }
+    mp_features_free(f);
     p->stats->n_rows += (size_t)p->c.n;
     chunk_clear(&p->c);
-    return MP_OK;
+    /* a full disk or a stop request ends the run now, not after the rest
+     * of the input has been predicted for nothing */
+    if ((st = mp_afile_check(&p->out)))
+        return st;
+    return mp_interrupt_poll();
 }
 
 /* Reads the rows a chunk at a time and predicts each full chunk (and the
@@ -280,6 +347,9 @@ static mp_status predict_rows(predict_run *p)
                                         "rows of %s", cf->path, (int)cf->n_mols,
                                         p->stats->n_rows, o->data_path);
             }
+            if (o->features_path)
+                return mp_featfile_check_rows(&p->file, o->features_path, p->stats->n_rows,
+                                              o->data_path);
             return MP_OK;
         }
     }
@@ -309,9 +379,15 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     if (p.out_open)
         mp_afile_abort(&p.out);
     chunk_free(&p.c);
+    mp_featfile_free(&p.file);
     mp_free(p.mean);
     mp_free(p.std);
+    mp_free(p.vals);
     mp_free(p.idx);
+    mp_free(p.lower);
+    mp_free(p.upper);
+    if (p.u_open)
+        mp_unc_run_free(&p.u);
     mp_csv_close(p.r);
     mp_colfile_free(&p.cols.file[0]);
     mp_colfile_free(&p.cols.file[1]);
@@ -419,7 +495,8 @@ done:
 
 mp_status mp_eval_file(const char *model_path, const char *data_path,
                        const mp_column_spec *columns, const char *metric,
-                       const char *backend, int threads, mp_eval_result *res)
+                       const char *features_path, const char *backend, int threads,
+                       mp_eval_result *res)
 {
     memset(res, 0, sizeof *res);
     if (threads > 0)
@@ -427,6 +504,8 @@ mp_status mp_eval_file(const char *model_path, const char *data_path,
     mp_ensemble *e = NULL;
     mp_dataset *d = NULL;
     mp_features *f = NULL;
+    mp_featfile file;
+    memset(&file, 0, sizeof file);
     size_t *col = NULL;
     mp_column_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -444,11 +523,23 @@ mp_status mp_eval_file(const char *model_path, const char *data_path,
         goto done;
     mp_featurize_opts fo = mp_ensemble_featurize_opts(e);
     fo.n_threads = threads;
+    if (features_path) {
+        char what[4200];
+        snprintf(what, sizeof what, "the data file %s", data_path);
+        if ((st = mp_featfile_load(&file, features_path)) ||
+            (st = mp_featfile_check_rows(&file, features_path, d->n_rows, what)))
+            goto done;
+    }
     if ((st = mp_featurize(&f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo)))
         goto done;
+    if (features_path) {
+        f->file_values = file.values;
+        f->file_cols = (int32_t)file.n_cols;
+    }
     st = eval_rows(e, d, f, col, res);
 done:
     mp_free(col);
+    mp_featfile_free(&file);
     mp_features_free(f);
     mp_dataset_free(d);
     mp_ensemble_free(e);

@@ -21,7 +21,15 @@ typedef struct {
     const char    *data_path;
     const char    *out_path;
     mp_column_spec columns;       /* smiles_column only                          */
-    int            uncertainty;   /* add <task>_std columns (ensemble spread)     */
+    const char    *features_path; /* the extra features of a model trained with  *
+                                   * them (featfile.h): one row per data row      */
+    int            uncertainty;   /* mp_unc_method (uncertainty.h); 0: none      */
+    int            dropout_samples;  /* dropout: passes per member (10)           */
+    double         dropout_p;     /* dropout: probability of every layer (0.1)    */
+    uint64_t       dropout_seed;  /* dropout: the keys' seed (0)                  */
+    int            calibrate;     /* mp_calibrator (calibrate.h); 0: none         */
+    const char    *calibration_data;  /* labelled CSV the calibrator is fitted on */
+    double         alpha;         /* intervals' error rate (0.1)                  */
     const char    *backend;       /* "cpu" (default), "cuda[:...]"                */
     int            threads;       /* 0: default                                   */
     int32_t        chunk_rows;    /* 0: 8192 (a device backend: 65536)            */
@@ -37,13 +45,63 @@ typedef struct {
 } mp_predict_stats;
 
 /*
- * Writes out_path: the input's SMILES column, then one column per task (and
- * <task>_std per task with uncertainty), one row per input row in order.  A
+ * Writes out_path: the input's SMILES column, then one column per task,
+ * then with an uncertainty method <task>_unc per task, and with an interval
+ * (a quantile model, or the zelikman / conformal calibrators)
+ * <task>_lower and <task>_upper per task; one row per input row in order.
+ * The calibrators are fitted on calibration_data first (predict_unc.c;
+ * platt and isotonic replace the probabilities themselves).  A
  * row whose SMILES is invalid keeps its place with empty predictions and is
  * reported on stderr with its line.  The output is written atomically: on
  * any failure nothing is left at out_path.
  */
 mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats);
+
+/* ===================================================================== */
+/* The uncertainty side (predict_unc.c)                                   */
+/* ===================================================================== */
+
+/* One chunk's predictions with the chosen uncertainty: mean and unc
+ * (n x n_tasks; unc may be NULL without a method), lower / upper (NULL
+ * unless the method makes intervals), vals (may be NULL) every value of the
+ * model's head, the member mean (n x n_tasks x mp_ensemble_n_values: heads.h;
+ * for a plain head the mean again); row0 = the chunk's first row in the
+ * whole input (dropout keys).  The head methods (mve, evidential, quantile,
+ * dirichlet) read their head member by member (uncertainty.h). */
+typedef struct {
+    const mp_predict_opts *o;
+    mp_ensemble           *e;
+    void                  *cal;    /* n_tasks mp_calibration (calibrate.h) */
+    int                    unc_cols, interval_cols;   /* what the output has */
+} mp_unc_run;
+
+/* Checks that the method and the calibrator fit the model (MP_ERR_ARG
+ * saying why not), turns dropout on, fits the calibrators on
+ * o->calibration_data.  mp_unc_run_free undoes it. */
+mp_status mp_unc_run_open(mp_unc_run *u, const mp_predict_opts *o, mp_ensemble *e);
+void      mp_unc_run_free(mp_unc_run *u);
+mp_status mp_unc_run_predict(mp_unc_run *u, const mp_features *f, const int32_t *mols,
+                             int32_t n, int32_t batch_size, int64_t row0, double *mean,
+                             double *unc, double *lower, double *upper, double *vals);
+
+/*
+ * `molprop eval --preds P --data T --uncertainty-metrics nll,...`: the
+ * metrics of the prediction file P (a task column, <task>_unc, and for
+ * coverage <task>_lower / <task>_upper) against the labelled file T (rows
+ * in the same order, SMILES equal); for every task of T that P predicts.
+ * Binary tasks (labels 0/1 only) get nll of the predicted probability.
+ */
+typedef struct {
+    size_t  n_tasks, n_rows;
+    int     n_metrics;
+    int     metrics[8];            /* mp_unc_metric                           */
+    double *per_task;              /* n_metrics x n_tasks                     */
+    double  mean[8];               /* over the tasks with a score            */
+} mp_unc_eval_result;
+mp_status mp_unc_eval_file(const char *preds_path, const char *truth_path,
+                           const char *smiles_column, const char *metrics,
+                           mp_unc_eval_result *res);
+void      mp_unc_eval_result_free(mp_unc_eval_result *r);
 
 typedef struct {
     size_t    n_tasks, n_rows, n_invalid;
@@ -54,10 +112,13 @@ typedef struct {
 } mp_eval_result;
 
 /* Metrics of a saved model on a labelled file: the columns named like the
- * model's tasks are the targets.  metric NULL: every metric of the task type. */
+ * model's tasks are the targets.  metric NULL: every metric of the task type.
+ * features_path: the file's extra features (one row per data row) for a
+ * model trained with --features-path, else NULL. */
 mp_status mp_eval_file(const char *model_path, const char *data_path,
                        const mp_column_spec *columns, const char *metric,
-                       const char *backend, int threads, mp_eval_result *res);
+                       const char *features_path, const char *backend, int threads,
+                       mp_eval_result *res);
 void      mp_eval_result_free(mp_eval_result *r);
 
 #ifdef __cplusplus

@@ -458,6 +458,41 @@ static void choose_classes(mp_resident *r, int32_t n, const int32_t *atoms,
     r->n_cls = n_cls + 1;
 }
 
+mp_status mp_resident_set_classes(mp_resident *r, int32_t n, const int32_t *fit_atoms,
+                                  const int32_t *fit_edges)
+{
+    slot_class top = r->cls[r->n_cls - 1];
+    if (n < 1 || n > MP_RESIDENT_MAX_CLASSES || fit_atoms[n - 1] != top.fit_atoms ||
+        fit_edges[n - 1] != top.fit_edges)
+        return mp_error_set(MP_ERR_ARG, "resident training: %d slot classes up to %d atoms and "
+                            "%d edges for slots of at most %d atoms and %d edges", (int)n,
+                            n >= 1 ? (int)fit_atoms[n - 1] : 0, n >= 1 ? (int)fit_edges[n - 1] : 0,
+                            (int)top.fit_atoms, (int)top.fit_edges);
+    for (int32_t k = 0; k + 1 < n; k++)
+        if (fit_atoms[k] < 0 || fit_edges[k] < 0 || fit_edges[k] >= fit_edges[k + 1])
+            return mp_error_set(MP_ERR_ARG, "resident training: slot class %d (%d atoms, %d "
+                                "edges) is not smaller than the next", (int)k, (int)fit_atoms[k],
+                                (int)fit_edges[k]);
+    if (r->cls_fixed) {   /* fixed already: only the same classes again */
+        int same = n == r->n_cls;
+        for (int32_t k = 0; same && k < n; k++)
+            same = r->cls[k].fit_atoms == fit_atoms[k] && r->cls[k].fit_edges == fit_edges[k];
+        return same ? MP_OK
+                    : mp_error_set(MP_ERR_ARG, "resident training: the slot classes were "
+                                   "chosen already");
+    }
+    mp_status st;
+    for (int32_t k = 0; k + 1 < n; k++) {
+        if ((st = class_init(r, &r->cls[k], fit_atoms[k], fit_edges[k])) != MP_OK)
+            return st;
+        point_batch(r, &r->cls[k], r->dev_step);
+    }
+    r->cls[n - 1] = top;
+    r->n_cls = (int)n;
+    r->cls_fixed = 1;
+    return MP_OK;
+}
+
 mp_status mp_resident_plan(mp_resident *r, int32_t n_steps, const int32_t *atoms,
                            const int32_t *edges)
 {

@@ -90,6 +90,17 @@ mp_status mp_resident_plan(mp_resident *r, int32_t n_steps, const int32_t *atoms
                            const int32_t *edges);
 
 /*
+ * Fixes the slot classes to those of another resident (mp_resident_class_caps'
+ * fit_atoms / fit_edges, smallest first, the last the largest class), as
+ * when resuming a run from a checkpoint: the classes its first plan would
+ * have chosen, so every epoch is padded as it was.  Before the first plan;
+ * MP_ERR_ARG when the last class is not this resident's largest, the
+ * classes do not grow, or other classes were chosen already.
+ */
+mp_status mp_resident_set_classes(mp_resident *r, int32_t n, const int32_t *fit_atoms,
+                                  const int32_t *fit_edges);
+
+/*
  * Packs slot `slot` of the coming epoch (into the class the plan gave it): molecules mols[0..n) of the store g
  * (D-MPNN; NULL for the FFN model), their targets [n x n_tasks] (scaled, NaN
  * missing) and extra features [n x extra_dim] (standardized; NULL when the

@@ -6,10 +6,13 @@
  */
 #include "run/trainer.h"
 
+#include "data/featfile.h"
 #include "data/registry.h"
 #include "models/heads.h"
+#include "run/checkpoint.h"
 #include "run/fit.h"
 #include "run/resident.h"
+#include "run/resume.h"
 #include "run/train_head.h"
 
 #include <errno.h>
@@ -50,6 +53,7 @@ mp_train_opts mp_train_opts_default(void)
     o.graph = -1;
     o.slot_classes = 4;
     o.profile = 0;
+    o.features_scaling = MP_FSCALE_AUTO;
     o.loss_eps = 1e-8;
     o.quantile_alpha = 0.1;
     o.activation = MP_ACT_RELU;
@@ -129,9 +133,27 @@ static mp_status check_opts(const mp_train_opts *o)
     if (o->slot_classes < 1 || o->slot_classes > MP_RESIDENT_MAX_CLASSES)
         return mp_error_set(MP_ERR_ARG, "slot classes must be 1 to %d, got %d",
                             MP_RESIDENT_MAX_CLASSES, o->slot_classes);
-    if (o->model == MP_MODEL_FFN && o->features == 0)
+    if (o->model == MP_MODEL_FFN && o->features == 0 && !o->features_path)
         return mp_error_set(MP_ERR_ARG, "--model ffn trains on molecule features only: "
-                                        "give --features (morgan, morgan-count, rdkit2d)");
+                                        "give --features (morgan, morgan-count, rdkit2d, "
+                                        "rdkit2d-normalized, ...) or --features-path");
+    if (o->features & ~(unsigned)MP_FEAT_NAMED)
+        return mp_error_set(MP_ERR_ARG, "unknown feature sets 0x%x", o->features);
+    if (o->features_scaling < MP_FSCALE_AUTO || o->features_scaling > MP_FSCALE_ON)
+        return mp_error_set(MP_ERR_ARG, "unknown feature scaling %d", o->features_scaling);
+    if (o->no_features_scaling && o->features_scaling == MP_FSCALE_ON)
+        return mp_error_set(MP_ERR_ARG, "--no-features-scaling contradicts "
+                                        "--features-scaling on");
+    if (o->checkpoint_every < 0)
+        return mp_error_set(MP_ERR_ARG, "checkpoint-every must be at least 0, got %d",
+                            o->checkpoint_every);
+    if (o->checkpoint_every > 0 && !o->save_dir && !o->resume)
+        return mp_error_set(MP_ERR_ARG, "checkpoints are written into the save directory: "
+                                        "give --save-dir");
+    if (o->resume && o->save_dir && strcmp(o->resume, o->save_dir) != 0)
+        return mp_error_set(MP_ERR_ARG, "--resume %s continues the run saved there: "
+                            "--save-dir %s must be the same directory (or left out)", o->resume,
+                            o->save_dir);
     return MP_OK;
 }
 
@@ -195,6 +217,10 @@ static mp_status write_metrics_json(const mp_train_opts *o, const mp_dataset *d,
         (st = mp_report_set_str(rep, "task_type", mp_task_type_name(r->task))) ||
         (st = mp_report_set_str(rep, "model", o->model == MP_MODEL_DMPNN ? "dmpnn" : "ffn")) ||
         (st = mp_report_set_str(rep, "features", feats)) ||
+        (st = mp_report_set_str(rep, "features_scaling",
+                                mp_feature_scaling_name(o->no_features_scaling
+                                    ? MP_FSCALE_OFF : (mp_feature_scaling)o->features_scaling))) ||
+        (o->features_path && (st = mp_report_set_str(rep, "features_path", o->features_path))) ||
         (st = mp_report_set_str(rep, "split", mp_split_type_name(o->split.type))) ||
         (st = mp_report_set_int(rep, "seed", (long long)o->seed)) ||
         (st = mp_report_set_int(rep, "ensemble_size", o->ensemble_size)) ||
@@ -242,6 +268,7 @@ typedef struct {
     mp_split             sp;
     int32_t             *sets[3];      /* train, val, test rows (int32)      */
     float               *tscaled;      /* n_rows x n_tasks, scaled, NaN missing */
+    const mp_labels     *y;            /* sparse targets instead (o->inputs')  */
     float               *weights;      /* n_rows sample weights, or NULL     */
     float               *task_w;       /* n_tasks loss weights, or NULL      */
     int32_t             *pos, *neg;    /* class balance's lists (or NULL)    */
@@ -249,24 +276,129 @@ typedef struct {
     int                  classification;  /* the binary heads: 0/1 labels    */
     int                  multiclass;   /* classes per task of a multiclass head */
     int                  feat_dim;
+    unsigned             features;     /* o->features, with MP_FEAT_FILE     */
+    mp_feature_scaling   scaling;
+    mp_featfile          file;         /* --features-path (f->file_values)   */
     int32_t              eval_batch;
     int                  made_dir;     /* this run made save_dir             */
+    int                  wrote;        /* outputs[0..wrote) are written      */
+    int                  dir_slot;     /* ... and put it on the cleanup list */
     double               t_start;      /* when reading the CSV began         */
     mp_progress          prog;
+    /* checkpoints (checkpoint.h) */
+    char                 ck_path[4096];  /* save_dir/checkpoint.mpc          */
+    mp_kv               *id;           /* the run's identity (resume.h)      */
+    mp_kv               *ck_kv;        /* resuming: the checkpoint's header  */
+    mp_checkpoint        ck;           /*   and the rest of it               */
+    int                  resuming;
+    int                  ck_written;   /* this run wrote a checkpoint        */
+    int                  ck_member, ck_epoch;   /* the last one, written or resumed */
 } train_run;
 
 /* The save directory is made first (an unwritable place fails before any
- * work) and removed again if this run made it and then failed. */
+ * work) and removed again if this run made it and then failed, unless a
+ * checkpoint was written into it. */
 static mp_status open_save_dir(train_run *r)
 {
     const char *dir = r->o->save_dir;
     if (!dir)
         return MP_OK;
-    if (mkdir(dir, 0777) == 0)
-        r->made_dir = 1;
-    else if (errno != EEXIST)
-        return mp_error_set(MP_ERR_IO, "cannot create directory %s: %s", dir, strerror(errno));
+    /* missing parents first ("runs/esol" from a fresh checkout); they stay */
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    mp_status st = MP_OK;
+    if (slash && slash != parent) {
+        *slash = '\0';
+        mp_made_dirs m;
+        if ((st = mp_mkdirs(parent, &m)))
+            return st;
+        mp_mkdirs_keep(&m);
+    }
+    st = mp_mkdir(dir, &r->made_dir);
+    if (st == MP_OK && r->made_dir)
+        r->dir_slot = mp_cleanup_add(dir, 1);
+    return st;
+}
+
+/* The run's options as identity keys (when it checkpoints or resumes); a
+ * resumed run reads its checkpoint and must have the same options. */
+static mp_status resume_open(train_run *r)
+{
+    const mp_train_opts *o = r->o;
+    if (!o->save_dir || (o->checkpoint_every == 0 && !o->resume))
+        return MP_OK;
+    snprintf(r->ck_path, sizeof r->ck_path, "%s/%s", o->save_dir, MP_CHECKPOINT_FILE);
+    mp_status st = mp_kv_new(&r->id);
+    if (st == MP_OK)
+        st = mp_train_identity_opts(o, r->id);
+    if (st || !o->resume)
+        return st;
+    if ((st = mp_checkpoint_read(r->ck_path, &r->ck_kv, &r->ck)) == MP_ERR_IO) {
+        char msg[2048], model[4200];
+        snprintf(msg, sizeof msg, "%s", mp_error_message());
+        snprintf(model, sizeof model, "%s/model.mpm", o->save_dir);
+        struct stat sb;
+        return mp_error_set(MP_ERR_IO, "cannot resume from %s: no checkpoint to continue from%s "
+                            "(%s)", o->save_dir,
+                            stat(model, &sb) == 0 ? " (model.mpm is there: the run finished)" : "",
+                            msg);
+    }
+    if (st)
+        return st;
+    r->resuming = 1;
+    r->ck_member = r->ck.state.k;
+    r->ck_epoch = r->ck.state.epoch;
+    return mp_checkpoint_match(r->ck_kv, r->id, "opt.", r->ck_path);
+}
+
+/* Once the data are read, split and scaled: what the run made of them joins
+ * its identity, and a resumed run must have made the same. */
+static mp_status resume_check_data(train_run *r)
+{
+    if (!r->id)
+        return MP_OK;
+    mp_ensemble *e = r->e;
+    mp_status st = mp_train_identity_data(r->d, r->res->task, r->res->metric,
+                                          r->classification ? NULL : &e->target_scaler,
+                                          r->feat_dim ? &e->feature_scaler : NULL, r->id);
+    if (st || !r->resuming)
+        return st;
+    if ((st = mp_checkpoint_match(r->ck_kv, r->id, "data.", r->ck_path)) ||
+        (st = mp_train_identity_split(&r->ck.split, &r->sp, r->ck_path)))
+        return st;
+    if (r->ck.n_params != mp_model_n_params(e->members[0]) || r->ck.n_members != e->n_members)
+        return mp_error_set(MP_ERR_ARG, "cannot resume from %s: it holds %d members of %zu "
+                            "parameters, this run builds %d of %zu", r->ck_path,
+                            r->ck.n_members, r->ck.n_params, e->n_members,
+                            mp_model_n_params(e->members[0]));
     return MP_OK;
+}
+
+/* The fit loop's checkpoint hook: the members done so far, the one in
+ * training, the split, under the run's identity, into save_dir. */
+static mp_status write_checkpoint(void *arg, const mp_fit_state *s)
+{
+    train_run *r = arg;
+    size_t np = mp_model_n_params(r->e->members[0]);
+    float *done = mp_malloc(sizeof(float) * np * (size_t)(s->k > 0 ? s->k : 1));
+    if (!done)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", r->ck_path);
+    mp_status st = MP_OK;
+    for (int j = 0; st == MP_OK && j < s->k; j++)
+        st = mp_model_get_params(r->e->members[j], done + (size_t)j * np);
+    mp_checkpoint ck = { .n_members = r->e->n_members, .n_done = s->k, .n_params = np,
+                         .done_params = done, .done_best = r->res->best_epoch, .state = *s,
+                         .split = r->sp };
+    if (st == MP_OK)
+        st = mp_checkpoint_write(r->ck_path, r->id, &ck);
+    mp_free(done);
+    if (st == MP_OK) {
+        r->ck_written = 1;
+        r->ck_member = s->k;
+        r->ck_epoch = s->epoch;
+    }
+    return st;
 }
 
 /* A missing GPU is found before any work is done. */
@@ -310,6 +442,14 @@ static mp_status choose_metric(const train_run *r, mp_metric *out)
 static mp_status check_labels(const train_run *r)
 {
     const mp_dataset *d = r->d;
+    for (size_t i = 0; r->y && i < r->y->n_rows; i++)
+        for (size_t k = r->y->row_start[i]; k < r->y->row_start[i + 1]; k++)
+            if (r->y->value[k] != 0.0 && r->y->value[k] != 1.0)
+                return mp_error_set(MP_ERR_FORMAT, "%s:%zu: column '%s': classification label "
+                                    "%g is not 0 or 1", r->o->data_path, d->line[i],
+                                    d->task_names[r->y->task[k]], r->y->value[k]);
+    if (r->y)
+        return MP_OK;
     size_t n = d->n_rows * d->n_tasks;
     for (size_t i = 0; r->classification && i < n; i++)
         if (!isnan(d->targets[i]) && d->targets[i] != 0.0 && d->targets[i] != 1.0)
@@ -323,13 +463,22 @@ static mp_status check_labels(const train_run *r)
 static mp_status load_data(train_run *r)
 {
     const mp_train_opts *o = r->o;
-    mp_column_spec cs = o->columns;
-    cs.inequalities = mp_train_loss_is_bounded(o->loss);
-    mp_status st = mp_dataset_load(&r->d, o->data_path, &cs);
+    mp_status st = MP_OK;
+    if (o->inputs) {
+        r->d = (mp_dataset *)o->inputs->dataset;
+    } else {
+        mp_column_spec cs = o->columns;
+        cs.inequalities = mp_train_loss_is_bounded(o->loss);
+        st = mp_dataset_load(&r->d, o->data_path, &cs);
+    }
     if (st)
         return st;
     if (r->d->n_tasks == 0)
         return mp_error_set(MP_ERR_ARG, "%s: no target columns to train on", o->data_path);
+    r->y = o->inputs ? o->inputs->labels : NULL;
+    if (r->y && (o->task != MP_TASK_CLASSIFICATION || r->y->n_rows != r->d->n_rows))
+        return mp_error_set(MP_ERR_ARG, "%s: sparse labels are for a classification task of "
+                            "the dataset's rows", o->data_path);
     if ((st = choose_task(o, r->d, &r->res->task)))
         return st;
     r->classification = mp_head_is_binary((mp_model_task)r->res->task);
@@ -338,32 +487,67 @@ static mp_status load_data(train_run *r)
     return check_labels(r);
 }
 
+mp_featurize_opts mp_train_featurize_opts(const mp_train_opts *o)
+{
+    mp_featurize_opts fo = { .layout = o->layout,
+                             .scaffolds = o->split.type == MP_SPLIT_SCAFFOLD_BALANCED,
+                             .n_threads = o->threads };
+    for (int v = 0; v < MP_N_VECS; v++)
+        if (o->features & (1u << v))
+            mp_vec_request((mp_vec)v, &fo);
+    return fo;
+}
+
 /* Every row featurized once; the valid ones into valid[0..*n_valid), the
  * invalid ones reported (the first MAX_REPORTED_INVALID) and counted. */
 static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
 {
     const mp_train_opts *o = r->o;
     const mp_dataset *d = r->d;
-    mp_featurize_opts fo = { .layout = o->layout,
-                             .morgan = (o->features & (MP_FEAT_MORGAN | MP_FEAT_MORGAN_COUNT)) != 0,
-                             .descriptors = (o->features & MP_FEAT_RDKIT2D) != 0,
-                             .scaffolds = o->split.type == MP_SPLIT_SCAFFOLD_BALANCED,
-                             .n_threads = o->threads };
+    mp_featurize_opts fo = mp_train_featurize_opts(o);
     if (d->n_rows > INT32_MAX)
         return mp_error_set(MP_ERR_ARG, "%s: too many rows for one training run", o->data_path);
-    mp_status st = mp_featurize(&r->f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo);
-    if (st)
+    mp_status st;
+    if (o->features_path) {
+        char what[4200];
+        snprintf(what, sizeof what, "the data file %s", o->data_path);
+        if ((st = mp_featfile_load(&r->file, o->features_path)) ||
+            (st = mp_featfile_check_rows(&r->file, o->features_path, d->n_rows, what)))
+            return st;
+        if (r->file.n_cols > 1000000)
+            return mp_error_set(MP_ERR_FORMAT, "%s: %zu feature columns (at most 1000000)",
+                                o->features_path, r->file.n_cols);
+    }
+    if (o->inputs && o->features_path)
+        return mp_error_set(MP_ERR_ARG, "%s: a features file with molecule features given in "
+                            "memory", o->features_path);
+    if (o->inputs) {
+        r->f = (mp_features *)o->inputs->features;
+        if (r->f->g.n_mols != (int32_t)d->n_rows)
+            return mp_error_set(MP_ERR_ARG, "%s: %d featurized molecules for %zu rows",
+                                o->data_path, r->f->g.n_mols, d->n_rows);
+    } else if ((st = mp_featurize(&r->f, (const char *const *)d->smiles, (int32_t)d->n_rows,
+                                  &fo)))
         return st;
-    r->res->featurize_seconds = mp_time_now() - r->t_start;   /* the CSV counts too */
+    if (o->features_path) {
+        r->f->file_values = r->file.values;
+        r->f->file_cols = (int32_t)r->file.n_cols;
+    }
+    /* the CSV counts too; given inputs cost nothing here */
+    r->res->featurize_seconds = o->inputs ? 0.0 : mp_time_now() - r->t_start;
     size_t nv = 0, *n_invalid = &r->res->n_invalid;
     for (size_t i = 0; i < d->n_rows; i++) {
         if (r->f->g.valid[i]) {
             valid[nv++] = i;
             continue;
         }
-        if (!o->quiet && *n_invalid < MAX_REPORTED_INVALID)
-            fprintf(stderr, "%s:%zu: invalid SMILES '%s' left out: %s\n", o->data_path,
-                    d->line[i], d->smiles[i], r->f->error[i] ? r->f->error[i] : "invalid");
+        if (!o->quiet && *n_invalid < MAX_REPORTED_INVALID) {
+            const char *smi = d->smiles[i];
+            size_t len = strlen(smi);
+            fprintf(stderr, "%s:%zu: invalid SMILES '%.60s%s' left out: %s\n", o->data_path,
+                    d->line[i], smi, len > 60 ? "..." : "",
+                    r->f->error[i] ? r->f->error[i] : "invalid");
+        }
         (*n_invalid)++;
     }
     if (!o->quiet && *n_invalid > MAX_REPORTED_INVALID)
@@ -376,6 +560,10 @@ static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
         if (o->model != MP_MODEL_DMPNN)
             return mp_error_set(MP_ERR_ARG, "--atom-descriptors-path and --bond-features-path "
                                 "are for the D-MPNN (an FFN model has no atoms)");
+        /* (the columns are scaled in place: not in a caller's features) */
+        if (o->inputs)
+            return mp_error_set(MP_ERR_ARG, "user atom / bond columns with molecules "
+                                "featurized in memory (train from the data file)");
         return mp_columns_read(&r->f->g, &o->cols, (const char *const *)d->smiles);
     }
     if (o->cols.atom_mode != MP_ATOM_COLS_NONE)
@@ -390,8 +578,11 @@ static mp_status split_rows(train_run *r, const size_t *valid, size_t n_valid)
     const mp_train_opts *o = r->o;
     mp_split_opts so = o->split;
     so.seed = o->seed;   /* one --seed: the split's, and the first member's */
-    mp_status st = mp_split_make(&r->sp, valid, n_valid, (const char *const *)r->f->scaffold,
-                                 &so);
+    mp_status st = MP_OK;
+    if (o->inputs && o->inputs->split)
+        r->sp = *o->inputs->split;   /* borrowed: train_free leaves it */
+    else
+        st = mp_split_make(&r->sp, valid, n_valid, (const char *const *)r->f->scaffold, &so);
     if (st)
         return st;
     for (int s = 0; s < 3; s++) {
@@ -443,9 +634,14 @@ static mp_status build_ensemble(train_run *r)
     cfg.ffn_layers = o->ffn_layers;
     cfg.ffn_hidden = o->ffn_hidden;
     cfg.aggregation = o->aggregation;
-    r->feat_dim = mp_feature_set_dim(o->features, r->f->n_desc);
+    r->features = o->features | (o->features_path ? MP_FEAT_FILE : 0u);
+    r->scaling = o->no_features_scaling ? MP_FSCALE_OFF : (mp_feature_scaling)o->features_scaling;
+    r->feat_dim = mp_feature_set_dim(r->features, r->f->n_desc, r->f->file_cols);
     cfg.extra_dim = r->feat_dim;
-    mp_status st = mp_train_head_config(o, d, r->res->task, &cfg);
+    /* features given in memory (o->inputs) must hold every set asked for */
+    mp_status st = mp_feature_set_check(r->features, r->f, r->f->n_desc, r->f->file_cols);
+    if (st == MP_OK)
+        st = mp_train_head_config(o, d, r->res->task, &cfg);
     if (st)
         return st;
     /* the user columns: widths into the config, scalers fitted on the
@@ -472,8 +668,10 @@ static mp_status build_ensemble(train_run *r)
     e->task = r->res->task;
     e->n_tasks = d->n_tasks;
     e->layout = o->layout;
-    e->features = o->features;
+    e->features = r->features;
     e->n_desc = r->f->n_desc;
+    e->n_file = r->f->file_cols;
+    e->feature_scaling = r->scaling;
     e->task_names = mp_calloc(d->n_tasks, sizeof(char *));
     e->smiles_name = mp_strdup(d->smiles_name);
     if (!e->task_names || !e->smiles_name)
@@ -482,28 +680,15 @@ static mp_status build_ensemble(train_run *r)
         if (!(e->task_names[t] = mp_strdup(d->task_names[t])))
             return mp_error_set(MP_ERR_NOMEM, "out of memory");
     r->eval_batch = e->backend->host_memory ? EVAL_BATCH : EVAL_BATCH_GPU;
-    return MP_OK;
+    return mp_transfer_init(e, o);
 }
 
-/* The feature scaler, fitted on the training rows' molecule features. */
+/* The feature scaler, fitted on the training rows' molecule features (in
+ * double), identity on the columns left unscaled. */
 static mp_status fit_feature_scaler(train_run *r)
 {
-    size_t n = r->sp.n[0];
-    float *x = mp_malloc(sizeof(float) * n * (size_t)r->feat_dim);
-    size_t *ident = mp_malloc(sizeof(size_t) * n);
-    mp_status st = MP_OK;
-    if (!x || !ident) {
-        st = mp_error_set(MP_ERR_NOMEM, "out of memory (%zu training feature rows)", n);
-    } else {
-        mp_feature_set_fill(r->o->features, r->f, r->sets[0], (int32_t)n, x);
-        for (size_t i = 0; i < n; i++)
-            ident[i] = i;
-        st = mp_scaler_fit_f32(&r->e->feature_scaler, MP_SCALE_FEATURES, x,
-                               (size_t)r->feat_dim, ident, n);
-    }
-    mp_free(ident);
-    mp_free(x);
-    return st;
+    return mp_feature_scaler_fit(&r->e->feature_scaler, r->features, r->scaling, r->f,
+                                 r->sets[0], (int32_t)r->sp.n[0]);
 }
 
 /* Scalers, fitted on the training set only; the scaled targets. */
@@ -511,6 +696,8 @@ static mp_status fit_scalers(train_run *r)
 {
     const mp_dataset *d = r->d;
     size_t n = d->n_rows * d->n_tasks;
+    if (r->y)   /* classification, sparse: the batches read the labels as they are */
+        return r->feat_dim ? fit_feature_scaler(r) : MP_OK;
     if (!(r->tscaled = mp_malloc(sizeof(float) * (n ? n : 1))))
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
     if (mp_head_is_regression(r->e->cfg.task)) {
@@ -541,6 +728,9 @@ static mp_status train_extras(train_run *r)
     if (!r->classification)
         return mp_error_set(MP_ERR_ARG, "--class-balance is for classification tasks (this one "
                             "is %s)", mp_task_type_name(r->res->task));
+    if (r->y)
+        return mp_error_set(MP_ERR_ARG, "--class-balance with sparse labels (a bench input): "
+                            "not supported");
     return mp_train_class_lists(d, r->sets[0], (int32_t)r->sp.n[0], &r->pos, &r->n_pos,
                                 &r->neg, &r->n_neg);
 }
@@ -557,7 +747,7 @@ static mp_status train_members(train_run *r)
         return st0;
     mp_fit_ctx c = {
         .o = o, .d = r->d, .e = r->e,
-        .batches = { .f = r->f, .targets = r->tscaled, .n_tasks = r->d->n_tasks,
+        .batches = { .f = r->f, .targets = r->tscaled, .labels = r->y, .n_tasks = r->d->n_tasks,
                      .features = r->e->features, .feat_dim = r->feat_dim,
                      .feature_scaler = &r->e->feature_scaler,
                      .graphs = o->model == MP_MODEL_DMPNN, .train = r->sets[0],
@@ -570,8 +760,25 @@ static mp_status train_members(train_run *r)
         .n_neg = r->n_neg, .multiclass = r->multiclass,
     };
     long steps = (long)mp_batch_data_steps(&c.batches);
+    int k0 = 0;
+    if (r->resuming) {   /* the members the checkpoint holds as done, then its member */
+        k0 = r->ck.n_done;
+        for (int j = 0; j < k0; j++) {
+            mp_status st = mp_model_set_params(r->e->members[j],
+                                               r->ck.done_params + (size_t)j * r->ck.n_params);
+            if (st)
+                return st;
+            res->best_epoch[j] = r->ck.done_best[j];
+        }
+        c.resume = &r->ck.state;
+    }
+    if (r->id && o->checkpoint_every > 0) {
+        c.checkpoint_every = o->checkpoint_every;
+        c.checkpoint = write_checkpoint;
+        c.checkpoint_arg = r;
+    }
     double t1 = mp_time_now();
-    for (int k = 0; k < o->ensemble_size; k++) {
+    for (int k = k0; k < o->ensemble_size; k++) {
         mp_progress_begin_on(&r->prog, stderr, o->quiet ? MP_PROGRESS_QUIET : MP_PROGRESS_AUTO,
                              o->epochs, steps);
         if (o->ensemble_size > 1)
@@ -628,8 +835,8 @@ static mp_status score_set(train_run *r, int s, double *per_task, double *mean)
     else if (n > 0 &&
              !(st = mp_ensemble_predict(r->e, r->f, r->sets[s], (int32_t)n, 0, 0, r->eval_batch,
                                         pred, s == 2 ? sd : NULL)) &&
-             !(st = mp_fit_score(d, r->sets[s], (int32_t)n, pred, r->res->metric,
-                                 r->classification, per_task, why, mean, &skipped)) &&
+             !(st = mp_fit_score_labels(d, r->y, r->sets[s], (int32_t)n, pred, r->res->metric,
+                                        r->classification, per_task, why, mean, &skipped)) &&
              !r->o->quiet)
         warn_skipped(d, s == 1 ? "validation" : "test", why);
     mp_free(pred);
@@ -664,24 +871,40 @@ static mp_status save_outputs(train_run *r)
     snprintf(path, sizeof path, "%s/%s", dir, outputs[0]);
     if ((st = mp_ensemble_save(r->e, path)))
         return st;
+    r->wrote = 1;
     snprintf(path, sizeof path, "%s/%s", dir, outputs[1]);
     if ((st = write_metrics_json(r->o, r->d, r->res, path)))
         return st;
+    r->wrote = 2;
     snprintf(path, sizeof path, "%s/%s", dir, outputs[2]);
-    return write_split(&r->sp, path);
+    if ((st = write_split(&r->sp, path)))
+        return st;
+    r->wrote = 3;
+    return MP_OK;
 }
 
-/* Frees the run; after a failure, removes a save_dir this run made. */
+/* Frees the run.  After a failure: the outputs it wrote are removed (the
+ * three belong together), and a save_dir this run made too, unless a
+ * checkpoint is in it (rmdir keeps a directory that is not empty).  After
+ * success, the checkpoint is not needed. */
 static void train_free(train_run *r, int failed)
 {
-    if (failed && r->made_dir) {
+    if (!failed && r->ck_path[0])
+        (void)unlink(r->ck_path);
+    if (failed) {
         char path[4096];
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < r->wrote; i++) {
             snprintf(path, sizeof path, "%s/%s", r->o->save_dir, outputs[i]);
             (void)unlink(path);
         }
-        (void)rmdir(r->o->save_dir);
+        if (r->made_dir)
+            (void)rmdir(r->o->save_dir);
     }
+    if (r->made_dir)
+        mp_cleanup_remove(r->dir_slot);
+    mp_kv_free(r->id);
+    mp_kv_free(r->ck_kv);
+    mp_checkpoint_free(&r->ck);
     mp_free(r->tscaled);
     mp_free(r->weights);
     mp_free(r->task_w);
@@ -689,10 +912,14 @@ static void train_free(train_run *r, int failed)
     mp_free(r->neg);
     for (int s = 0; s < 3; s++)
         mp_free(r->sets[s]);
-    mp_split_free(&r->sp);
+    if (!(r->o->inputs && r->o->inputs->split))
+        mp_split_free(&r->sp);
     mp_ensemble_free(r->e);
-    mp_features_free(r->f);
-    mp_dataset_free(r->d);
+    if (!r->o->inputs) {
+        mp_features_free(r->f);
+        mp_dataset_free(r->d);
+    }
+    mp_featfile_free(&r->file);
 }
 
 mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
@@ -703,16 +930,27 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
         return st;
     if (o->threads > 0)
         mp_threads_set(o->threads);
+    /* a resumed run saves into the directory it resumes */
+    mp_train_opts oc = *o;
+    if (!oc.save_dir)
+        oc.save_dir = oc.resume;
     train_run r;
     memset(&r, 0, sizeof r);
-    r.o = o;
+    r.o = &oc;
     r.res = res;
-    if ((st = open_save_dir(&r)))
-        return st;
-    if ((st = probe_backend(o)) == MP_OK && (st = load_and_split(&r)) == MP_OK &&
+    r.dir_slot = -1;
+    if ((st = resume_open(&r)) == MP_OK && (st = open_save_dir(&r)) == MP_OK &&
+        (st = probe_backend(&oc)) == MP_OK && (st = load_and_split(&r)) == MP_OK &&
         (st = build_ensemble(&r)) == MP_OK && (st = fit_scalers(&r)) == MP_OK &&
-        (st = train_members(&r)) == MP_OK && (st = score(&r)) == MP_OK)
+        (st = resume_check_data(&r)) == MP_OK && (st = train_members(&r)) == MP_OK &&
+        (st = score(&r)) == MP_OK)
         st = save_outputs(&r);
+    if (st == MP_ERR_INTERRUPTED && (r.ck_written || r.resuming)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", mp_error_message());
+        mp_error_set(st, "%s; %s holds the run after epoch %d of member %d (train --resume %s "
+                     "continues it)", msg, r.ck_path, r.ck_epoch, r.ck_member + 1, oc.save_dir);
+    }
     train_free(&r, st != MP_OK);
     if (st)
         mp_train_result_free(res);

@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "data/dataset.h"
+#include "data/labels.h"
 #include "data/metrics.h"
 #include "data/split.h"
 #include "run/ensemble.h"
@@ -19,13 +20,40 @@
 extern "C" {
 #endif
 
+/*
+ * A run's inputs already in memory (the benchmark runner reads and
+ * featurizes a dataset once for all its models and seeds): the table, its
+ * features (every molecule vector the model asks for, and scaffolds for a
+ * scaffold split) and optionally the split.  Borrowed: they must outlive
+ * mp_train and are not changed.  The run is then the one mp_train does from
+ * data_path with the same options, bit for bit, minus the reading.
+ */
+typedef struct {
+    const mp_dataset  *dataset;
+    const mp_features *features;      /* features->g.n_mols == dataset->n_rows */
+    const mp_split    *split;         /* NULL: made from the options' split    */
+    const mp_labels   *labels;        /* the targets stored sparsely (labels.h); *
+                                       * dataset->targets is then NULL; for a   *
+                                       * classification task                    */
+} mp_train_inputs;
+
+/* Called after every epoch of every member (0-based member, 1-based epoch)
+ * with the epoch's mean training loss and the validation score (NaN
+ * without a validation set).  Runs on the training thread. */
+typedef void (*mp_train_epoch_fn)(void *arg, int member, int epoch, double loss, double val);
+
 typedef struct {
     const char     *data_path;
     mp_column_spec  columns;
     int             task;            /* -1: auto (registry, else 0/1 labels)  */
     const char     *metric;          /* NULL: rmse (regression) / auc          */
     mp_model_kind   model;
-    unsigned        features;        /* MP_FEAT_* mask                         */
+    unsigned        features;        /* MP_FEAT_* mask of named sets           */
+    int             features_scaling;    /* mp_feature_scaling: auto (default) */
+    int             no_features_scaling; /* 1: scaling off (Chemprop's flag);  *
+                                          * an error with scaling on            */
+    const char     *features_path;   /* CSV or .npy: one row of extra molecule *
+                                      * features per data row (featfile.h)     */
     mp_atom_layout  layout;
     mp_split_opts   split;           /* its seed is ignored: `seed` below      */
     int             epochs;          /* 30                                     */
@@ -53,8 +81,27 @@ typedef struct {
                                       * stderr (the batch source's part too)    */
     const char     *registry;        /* dataset registry file for the task type *
                                       * (NULL: data/datasets.tsv)               */
-    const char     *save_dir;        /* NULL: nothing written                  */
+    const char     *init_model;      /* transfer learning (transfer.c): start  *
+                                      * from this model file's weights (NULL:  *
+                                      * fresh), a fresh head when its tasks    *
+                                      * differ                                 */
+    int             freeze_encoder;  /* 1: the D-MPNN encoder is not trained   */
+    int             freeze_ffn_layers;  /* the first K head layers are not     */
+    const char     *save_dir;        /* NULL: nothing written (NULL with       *
+                                      * resume: the resumed directory)          */
     int             quiet;           /* 1: no progress output                  */
+    int             checkpoint_every; /* epochs between checkpoints (0: none): *
+                                      * save_dir/checkpoint.mpc, replaced       *
+                                      * atomically, removed when the run ends   *
+                                      * well (checkpoint.h)                     */
+    const char     *resume;          /* a save directory holding a checkpoint: *
+                                      * continue that run (every option that    *
+                                      * decides the result must be the same;    *
+                                      * checkpoint_every, threads, quiet and    *
+                                      * profile may differ)                     */
+    const mp_train_inputs *inputs;   /* NULL: read and featurize data_path     */
+    mp_train_epoch_fn on_epoch;      /* NULL: none                             */
+    void           *on_epoch_arg;
     /* issue 11: task types, losses and training options, Chemprop's (the
      * defaults keep v1's model and loop, bit for bit).  The task types
      * are mp_task_type's; the sample-weight column is columns.weight_column. */
@@ -79,6 +126,10 @@ typedef struct {
 
 mp_train_opts mp_train_opts_default(void);
 
+/* What mp_featurize must compute for a run with these options: the layout,
+ * the molecule vectors of o->features, scaffolds for a scaffold split. */
+mp_featurize_opts mp_train_featurize_opts(const mp_train_opts *o);
+
 typedef struct {
     mp_task_type task;
     mp_metric    metric;
@@ -95,8 +146,39 @@ typedef struct {
  * invalid rows, per-epoch lines or a progress bar, skipped tasks) go to
  * stderr unless opts->quiet.  Writes save_dir/model.mpm and
  * save_dir/metrics.json atomically.  Fails with a message on bad input.
+ *
+ * A stop request (mp_interrupt_request) ends it with MP_ERR_INTERRUPTED;
+ * like any other failure that leaves no temporary file and removes the
+ * save directory if this run made it, unless a checkpoint is in it: then
+ * the directory and the checkpoint stay, and the message says how to go on.
+ * With resume, the run continues from the checkpoint and ends with the
+ * model, bit for bit, of a run never interrupted; MP_ERR_ARG (naming the
+ * option) when an option or the data differ from the checkpoint's.
  */
 mp_status mp_train(const mp_train_opts *opts, mp_train_result *res);
+
+/*
+ * Transfer learning (transfer.c), on a freshly built ensemble e (its task
+ * names and type set): with o->init_model, member i starts from member
+ * i % n of that model file, every tensor copied when the tasks (names and
+ * type) are the same, all but the head's last layer (left as initialized,
+ * a fresh head) when they differ; the architecture, atom layout and
+ * molecule features must match (MP_ERR_ARG naming the difference).  Then
+ * the freezing of o->freeze_encoder / o->freeze_ffn_layers
+ * (mp_model_set_frozen; freezing without an initial model is refused).
+ */
+mp_status mp_transfer_init(mp_ensemble *e, const mp_train_opts *o);
+
+/*
+ * `molprop train --resume D` with no other option: every option that
+ * decides the result, and the data file, as the checkpoint in D records
+ * them, into *o (the rest of *o, threads, quiet, profile, checkpoint_every,
+ * stays as the caller set it), and o->resume = dir.  The strings of *o then
+ * point into *keep: free it with mp_kv_free after the run (run/modelfile.h).
+ * MP_ERR_IO when D holds no checkpoint, MP_ERR_FORMAT for a damaged one.
+ */
+struct mp_kv;
+mp_status mp_train_opts_from_checkpoint(const char *dir, mp_train_opts *o, struct mp_kv **keep);
 void      mp_train_result_free(mp_train_result *res);
 
 #ifdef __cplusplus

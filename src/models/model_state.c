@@ -1,0 +1,62 @@
+/*
+ * model_state.c - a model's training state out and back in (model_state.h),
+ * block by block through the backend's own copies.
+ */
+#include "models/model_state.h"
+
+#include "models/model_impl.h"
+
+#include <string.h>
+
+void mp_model_state_free(mp_model_state *s)
+{
+    mp_free(s->params);
+    mp_free(s->adam_m);
+    mp_free(s->adam_v);
+    memset(s, 0, sizeof *s);
+}
+
+mp_status mp_model_state_get(const mp_model *m, mp_model_state *s)
+{
+    memset(s, 0, sizeof *s);
+    size_t bytes = m->n_params * m->esize;
+    s->n_params = m->n_params;
+    s->esize = m->esize;
+    s->params = mp_malloc(bytes);
+    s->adam_m = mp_malloc(bytes);
+    s->adam_v = mp_malloc(bytes);
+    if (!s->params || !s->adam_m || !s->adam_v) {
+        mp_model_state_free(s);
+        return mp_error_set(MP_ERR_NOMEM, "out of memory saving the training state (%zu "
+                            "parameters)", m->n_params);
+    }
+    mp_backend *b = m->b;
+    mp_status st;
+    if ((st = b->sync(b)) || (st = b->download(b, s->params, m->params, bytes)) ||
+        (st = b->download(b, s->adam_m, m->adam_m, bytes)) ||
+        (st = b->download(b, s->adam_v, m->adam_v, bytes))) {
+        mp_model_state_free(s);
+        return st;
+    }
+    s->adam_t = m->adam_t;
+    s->dropout = m->drop_rng;
+    return MP_OK;
+}
+
+mp_status mp_model_state_set(mp_model *m, const mp_model_state *s)
+{
+    if (s->n_params != m->n_params || s->esize != m->esize)
+        return mp_error_set(MP_ERR_ARG, "training state of %zu parameters of %zu bytes for a "
+                            "model of %zu parameters of %zu bytes", s->n_params, s->esize,
+                            m->n_params, m->esize);
+    mp_backend *b = m->b;
+    size_t bytes = m->n_params * m->esize;
+    mp_status st;
+    if ((st = b->upload(b, m->params, s->params, bytes)) ||
+        (st = b->upload(b, m->adam_m, s->adam_m, bytes)) ||
+        (st = b->upload(b, m->adam_v, s->adam_v, bytes)) || (st = b->sync(b)))
+        return st;
+    m->adam_t = s->adam_t;
+    m->drop_rng = s->dropout;
+    return MP_OK;
+}

@@ -1,0 +1,136 @@
+/*
+ * calibrate.h - uncertainty calibrators, Chemprop v2.3.1's definitions
+ * (chemprop/uncertainty/calibrator.py): fitted on a labelled calibration set
+ * (its predictions, uncertainties and targets), then applied to new
+ * predictions.  One calibrator per task; pure functions of the numbers, so
+ * they are tested on synthetic data against numpy / scipy / scikit-learn
+ * (tests/fixtures/make_unc_fixtures.py).
+ *
+ * Regression (uncertainty = a variance):
+ *   zscaling            var * s^2, s minimizing the Gaussian NLL on the
+ *                       calibration set (closed form: s^2 = mean(e^2 / var);
+ *                       Chemprop reaches the same minimum with fmin)
+ *   zelikman            var * s^2, s the (1 - alpha) quantile ("lower") of
+ *                       |e| / sigma (CRUDE); interval pred -+ sqrt(var s^2)
+ *   mve-weighting       sum_k w_k var_k over an ensemble's member variances,
+ *                       w = softmax(theta) minimizing the NLL (Nelder-Mead
+ *                       from theta = 1, as scipy's fmin)
+ *   conformal           interval [pred - h - q, pred + h + q], h the model's
+ *                       half interval (a quantile head's; 0 otherwise), q
+ *                       the ceil((n+1)(1-alpha))/n quantile ("higher") of
+ *                       max(pred - h - y, y - pred - h)
+ *   conformal-adaptive  interval pred -+ q sigma, q that quantile of
+ *                       |e| / sigma (normalized scores: Angelopoulos & Bates
+ *                       2021, 2.3; Chemprop's "conformal-adaptive" is its
+ *                       multiclass APS score, mp_conformal_aps_scores)
+ * Binary classification (uncertainty = the probability of class 1):
+ *   platt               sigmoid(a logit(p) + b), (a, b) minimizing the NLL
+ *                       (Nelder-Mead from (1, 0))
+ *   isotonic            scikit-learn's IsotonicRegression(y_min 0, y_max 1,
+ *                       out_of_bounds clip): pool-adjacent-violators on the
+ *                       calibration set, linear interpolation between its
+ *                       points
+ */
+#ifndef MP_CALIBRATE_H
+#define MP_CALIBRATE_H
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    MP_CAL_NONE = 0,
+    MP_CAL_ZSCALING,
+    MP_CAL_ZELIKMAN,
+    MP_CAL_MVE_WEIGHTING,
+    MP_CAL_CONFORMAL,
+    MP_CAL_CONFORMAL_ADAPTIVE,
+    MP_CAL_PLATT,
+    MP_CAL_ISOTONIC,
+    MP_CAL_COUNT
+} mp_calibrator;
+
+/* "zscaling", "zelikman" ("zelikman-interval"), "mve-weighting",
+ * "conformal" ("conformal-regression"), "conformal-adaptive", "platt",
+ * "isotonic", "none"; MP_ERR_ARG listing them. */
+mp_status   mp_calibrator_parse(const char *s, mp_calibrator *out);
+const char *mp_calibrator_name(mp_calibrator c);
+/* 1 for the classification calibrators (platt, isotonic). */
+int         mp_calibrator_is_classification(mp_calibrator c);
+/* 1 for those that make intervals (zelikman, conformal, conformal-adaptive). */
+int         mp_calibrator_makes_interval(mp_calibrator c);
+
+/* One task's fitted calibrator. */
+typedef struct {
+    mp_calibrator kind;
+    double        alpha;     /* error rate of the intervals                 */
+    double        scale;     /* zscaling, zelikman: s (variance times s^2)   */
+    double        qhat;      /* conformal, conformal-adaptive               */
+    double        a, b;      /* platt                                       */
+    int           n_w;       /* mve-weighting: weights, one per member      */
+    double       *w;
+    size_t        n_iso;     /* isotonic: the fitted points, x increasing   */
+    double       *iso_x, *iso_y;
+} mp_calibration;
+
+/* What a calibrator reads, per molecule of one task (n molecules):
+ * pred (regression mean; unused by platt / isotonic), unc (variance, or the
+ * probability of class 1), half (conformal: the model's half interval, NULL
+ * = 0), member_var (mve-weighting: n_members blocks of n variances). */
+typedef struct {
+    size_t        n;
+    const double *pred, *unc, *half, *member_var;
+    int           n_members;
+} mp_cal_inputs;
+
+/*
+ * Fits calibrator `kind` at error rate alpha (in (0, 1); for zelikman the
+ * quantile is 1 - alpha) on in (with targets y).  MP_ERR_ARG naming the
+ * problem for an empty set, a non-positive variance, a label that is not
+ * 0 / 1 (platt, isotonic), missing member variances (mve-weighting);
+ * MP_ERR_NOMEM.  c owns what it allocates: mp_calibration_free.
+ */
+mp_status mp_calibration_fit(mp_calibration *c, mp_calibrator kind, double alpha,
+                             const mp_cal_inputs *in, const double *y);
+
+/* Applies c to in: unc_out (n; the calibrated variance or probability) and,
+ * for the interval calibrators, lower and upper (n each; may be NULL for
+ * the others).  unc_out may alias in->unc. */
+void      mp_calibration_apply(const mp_calibration *c, const mp_cal_inputs *in,
+                               double *unc_out, double *lower, double *upper);
+void      mp_calibration_free(mp_calibration *c);
+
+/* ===================================================================== */
+/* Building blocks (exported for the tests)                               */
+/* ===================================================================== */
+
+/* numpy's quantile of x[0..n) at q with method "lower" or "higher"
+ * (x is sorted in place). */
+double mp_quantile_lower(double *x, size_t n, double q);
+double mp_quantile_higher(double *x, size_t n, double q);
+
+/* The conformal level ceil((n + 1)(1 - alpha)) / n, 1 when alpha < 1/(n+1). */
+double mp_conformal_level(size_t n, double alpha);
+
+/*
+ * Minimizes f over R^d (d <= 16) from x (the result lands there) by the
+ * Nelder-Mead simplex with scipy.optimize.fmin's defaults (initial steps
+ * of 5% of each coordinate, 0.00025 for a zero one; xtol = ftol = 1e-4;
+ * at most 200 d iterations and 200 d evaluations, the step under way
+ * abandoned when they run out, as scipy does), so it lands where fmin
+ * lands (to rounding; tests/test_unc.c) even where fmin stops short of the
+ * minimum, as Chemprop's Platt fits can.  Returns the value at x.
+ */
+double mp_nelder_mead(double (*f)(const double *x, void *ctx), void *ctx, double *x, int d);
+
+/* Chemprop's adaptive (APS) conformal score of each class for one molecule:
+ * the sum of the probabilities of the classes at least as likely as it
+ * (p sorted descending, cumulated, put back in class order). */
+void   mp_conformal_aps_scores(const double *p, int n_classes, double *score);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_CALIBRATE_H */

@@ -1,0 +1,79 @@
+/*
+ * checkpoint.h - a training run's checkpoint: the file `molprop train
+ * --checkpoint-every N` writes into its save directory after every N-th
+ * epoch (atomically, replacing the last one), and `--resume D` continues
+ * from, ending with the model bit for bit that of the uninterrupted run.
+ *
+ * It is a model file (modelfile.h: header, tensors, CRC) of its own kind,
+ * "format = molprop-checkpoint", holding:
+ *   - the run's identity, header keys the caller makes (trainer.c): the
+ *     options that decide the result ("opt.*") and what the run made of its
+ *     data ("data.*": rows, a CRC of the SMILES and labels, task, metric,
+ *     the scalers), compared on resume key by key;
+ *   - the member in training and its state after its last finished epoch
+ *     (mp_fit_state: the order's stream, the schedule, the next epoch's
+ *     order and rates, the best epoch's parameters, score and number, the
+ *     model's parameters, Adam moments and steps, the dropout stream, the
+ *     batch source's state);
+ *   - the members trained before it: their final parameters and best epochs;
+ *   - the split (train, validation, test rows).
+ * Binary values are tensors of 32-bit words (a double or a 64-bit integer
+ * is two, low word first; parameters are the backend's raw elements), so
+ * nothing is rounded on the way.
+ */
+#ifndef MP_CHECKPOINT_H
+#define MP_CHECKPOINT_H
+
+#include "data/split.h"
+#include "run/fit.h"
+#include "run/modelfile.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MP_CHECKPOINT_FILE    "checkpoint.mpc"
+#define MP_CHECKPOINT_VERSION 1
+
+/* What a checkpoint holds besides the run's identity keys. */
+typedef struct {
+    int             n_members;   /* the ensemble's size                          */
+    int             n_done;      /* members trained before the state's member    */
+    size_t          n_params;    /* per member                                   */
+    const float    *done_params; /* n_done x n_params: their final parameters    */
+    const int      *done_best;   /* n_done: their best epochs                    */
+    mp_fit_state    state;       /* the member in training (state.k == n_done)   */
+    mp_split        split;
+} mp_checkpoint;
+
+/*
+ * Writes the checkpoint atomically to `path`: the keys of `run` (copied
+ * into its header as they are), then ck.  MP_ERR_IO naming the file
+ * (nothing is left at `path` but the previous checkpoint, if any).
+ */
+mp_status mp_checkpoint_write(const char *path, const mp_kv *run, const mp_checkpoint *ck);
+
+/*
+ * Reads and checks a checkpoint: *ck gets everything (its arrays owned by
+ * *ck: free with mp_checkpoint_free), *run the header (every key, the
+ * run's identity among them; mp_kv_free).  MP_ERR_IO when it cannot be read,
+ * MP_ERR_FORMAT / MP_ERR_CHECKSUM for a file that is not a checkpoint of
+ * this version or does not add up.
+ */
+mp_status mp_checkpoint_read(const char *path, mp_kv **run, mp_checkpoint *ck);
+void      mp_checkpoint_free(mp_checkpoint *ck);
+
+/*
+ * Compares the keys beginning with `prefix` ("opt.", "data.") of the
+ * checkpoint's header `saved` and of this run's `now`: MP_OK when both have
+ * the same keys with the same values; otherwise MP_ERR_ARG naming the first
+ * key that differs, its two values and `path`: "cannot resume from
+ * D/checkpoint.mpc: it was made with epochs = 30, this run has epochs = 40".
+ */
+mp_status mp_checkpoint_match(const mp_kv *saved, const mp_kv *now, const char *prefix,
+                              const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MP_CHECKPOINT_H */
