@@ -294,3 +294,47 @@ MP_TEST(atom_extra_resident_steps_follow_the_host_loop)
                   val[0], test[0]);
     }
 }
+
+/* Atom columns beside a molecule features file (--features-path): both
+ * reach the model, at training and at prediction. */
+MP_TEST(atom_extra_with_a_features_file)
+{
+    CHECK(write_inputs());
+    const char *feat = tmp("cols_molfeat.csv");
+    FILE *fp = fopen(feat, "w");
+    CHECK(fp);
+    fprintf(fp, "f1,f2\n");
+    for (int m = 0; m < N_MOLS; m++)
+        fprintf(fp, "%.3f,%d\n", 0.05 * m, m % 2);
+    fclose(fp);
+    char save[1024], model[1100];
+    snprintf(save, sizeof save, "%s", tmp("cols_ff"));
+    snprintf(model, sizeof model, "%s/model.mpm", save);
+    mp_train_opts o = small_run(save);
+    o.features_path = feat;
+    o.cols.atom_path = atom_path;
+    mp_train_result res;
+    memset(&res, 0, sizeof res);
+    CHECK_OK(mp_train(&o, &res));
+    mp_train_result_free(&res);
+    mp_ensemble *e = NULL;
+    CHECK_OK(mp_ensemble_load(&e, model, "cpu"));
+    CHECK(e->cfg.extra_dim == 2 && e->cfg.atom_extra_dim == 3);
+    mp_ensemble_free(e);
+    mp_predict_opts po;
+    memset(&po, 0, sizeof po);
+    po.model_path = model;
+    po.data_path = data_path;
+    po.out_path = tmp("cols_ff_pred.csv");
+    po.quiet = 1;
+    po.features_path = feat;
+    po.atom_path = atom_path;
+    mp_predict_stats ps;
+    CHECK_OK(mp_predict_file(&po, &ps));
+    double pred[N_MOLS];
+    CHECK(read_preds(po.out_path, pred, N_MOLS));
+    CHECK(isfinite(pred[0]) && isnan(pred[31]));
+    po.atom_path = NULL;
+    CHECK(mp_predict_file(&po, &ps) == MP_ERR_ARG);
+    CHECK(strstr(mp_error_message(), "--atom-descriptors-path") != NULL);
+}
