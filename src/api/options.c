@@ -152,6 +152,8 @@ static const int act_values[] = {
     MP_ACT_RELU, MP_ACT_LEAKYRELU, MP_ACT_PRELU, MP_ACT_ELU, MP_ACT_SELU, MP_ACT_TANH, MP_ACT_GELU,
 };
 static const int tristate_values[] = { -1, 1, 0 };
+static const int atom_cols_values[] = { MP_ATOM_COLS_NONE, MP_ATOM_COLS_FEATURE,
+                                        MP_ATOM_COLS_DESCRIPTOR };
 static const int bench_split_values[] = { MP_SPLIT_SCAFFOLD_BALANCED, MP_SPLIT_RANDOM };
 static const int missing_values[] = { 0, 1 };
 
@@ -232,6 +234,25 @@ static const mp_option_def train_table[] = {
     { "atom-layout", MP_OPT_CHOICE, "v1", .choices = "v1|v2|organic", .parse = parse_layout,
       .offset = AT(mp_train_opts, layout), .arg = "L",
       .help = "v1 (133 features) | v2 (72) | organic (44)" },
+    /* issue 9: user atom / bond columns (Chemprop v1.6.1's) */
+    { "atom-descriptors-path", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, cols.atom_path),
+      .arg = "F", .help = "per-atom columns (D-MPNN), Chemprop v1's file: an\n.npz of one 2-D "
+      "array per input row (atoms x\ncolumns, RDKit's atom order), or a CSV (molecule\nindex, "
+      "then the columns; a row per atom)" },
+    { "atom-descriptors", MP_OPT_CHOICE, "auto", .choices = "auto|feature|descriptor",
+      .values = atom_cols_values, .offset = AT(mp_train_opts, cols.atom_mode), .arg = "M",
+      .help = "feature: joined to the atom features; descriptor:\njoined to the atom hiddens "
+              "through one more layer\n(h+d wide); auto: feature" },
+    { "bond-features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, cols.bond_path),
+      .arg = "F", .help = "per-bond columns (bonds in RDKit's order) joined to\nthe bond "
+      "features; the formats of\n--atom-descriptors-path" },
+    { "no-atom-descriptor-scaling", MP_OPT_BOOL, "false",
+      .offset = AT(mp_train_opts, cols.no_atom_scaling),
+      .help = "leave the atom columns as given (default: scaled to\nthe training atoms' mean "
+              "and std, as Chemprop)" },
+    { "no-bond-features-scaling", MP_OPT_BOOL, "false",
+      .offset = AT(mp_train_opts, cols.no_bond_scaling),
+      .help = "leave the bond columns as given (default: scaled)" },
     { "hidden", MP_OPT_INT, "300", 1, 100000, .offset = AT(mp_train_opts, hidden), .arg = "N",
       .help = "hidden size" },
     { "depth", MP_OPT_INT, "3", 1, 100, .offset = AT(mp_train_opts, depth), .arg = "N",
@@ -349,6 +370,11 @@ static const mp_option_def predict_table[] = {
     { "features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, features_path),
       .arg = "F", .help = "the extra molecule features of --data (a model\ntrained with "
                           "--features-path needs them): one\nrow per data row" },
+    { "atom-descriptors-path", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, atom_path),
+      .arg = "F", .help = "the per-atom columns of these molecules, for a\nmodel trained with "
+      "them (the training file's format)" },
+    { "bond-features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, bond_path),
+      .arg = "F", .help = "the per-bond columns, likewise" },
     HEADING("uncertainty:"),
     { "uncertainty", MP_OPT_CHOICE, "none",
       .choices = "none|ensemble|dropout|mve|evidential|evidential-total|evidential-epistemic|"

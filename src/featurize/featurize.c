@@ -164,7 +164,7 @@ static void encode_bond(const mp_rdk_mol *m, int32_t b, int8_t *hot)
  * v2 Morgan bits lie (4-byte items first, then 2-byte, then 1-byte: all
  * naturally aligned when the record starts on 8 bytes). */
 typedef struct {
-    size_t mass, bond_a, bond_b, mcount, mcount2, atom_hot, mbit, mbit2, bond_hot, size;
+    size_t mass, bond_a, bond_b, bond_rd, mcount, mcount2, atom_hot, mbit, mbit2, bond_hot, size;
 } rec_layout;
 
 static rec_layout rec_at(int32_t na, int32_t nb, int32_t nm, int32_t nm2)
@@ -174,6 +174,7 @@ static rec_layout rec_at(int32_t na, int32_t nb, int32_t nm, int32_t nm2)
     r.mass = o;     o += (size_t)na * sizeof(float);
     r.bond_a = o;   o += (size_t)nb * sizeof(int32_t);
     r.bond_b = o;   o += (size_t)nb * sizeof(int32_t);
+    r.bond_rd = o;  o += (size_t)nb * sizeof(int32_t);
     r.mcount = o;   o += (size_t)nm * sizeof(uint32_t);
     r.mcount2 = o;  o += (size_t)nm2 * sizeof(uint32_t);
     r.atom_hot = o; o += (size_t)na * MP_ATOM_MAX_HOT * sizeof(int16_t);
@@ -266,12 +267,14 @@ static int put_record(thread_state *ts, const layout_desc *L, const mp_rdk_mol *
         encode_atom(L, m, i, ahot + (size_t)i * MP_ATOM_MAX_HOT);
     }
     int32_t *ba = (int32_t *)(p + r.bond_a), *bb = (int32_t *)(p + r.bond_b);
+    int32_t *brd = (int32_t *)(p + r.bond_rd);
     int8_t *bhot = (int8_t *)(p + r.bond_hot);
     for (int32_t k = 0; k < nb; k++) {
         int32_t b = ts->order[k].idx;
         int32_t u = m->bond_begin[b], v = m->bond_end[b];
         ba[k] = u < v ? u : v;
         bb[k] = u < v ? v : u;
+        brd[k] = b;
         encode_bond(m, b, bhot + (size_t)k * MP_BOND_MAX_HOT);
     }
     if (nm) {
@@ -536,6 +539,9 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
         f->g.valid = valid;
         if (st)
             goto fail;
+        /* RDKit's bond order, for user bond files (graph.h) */
+        if (!(f->g.bond_rdkit = mp_malloc(((size_t)te / 2 + 1) * sizeof(int32_t))))
+            goto nomem;
     }
     if (o.morgan) {
         f->morgan_start = mp_malloc(nn * sizeof(int32_t));
@@ -583,6 +589,7 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
                (size_t)nb * MP_BOND_MAX_HOT);
         mp_graphs_build_edges(&f->g, A, na, E, nb, (const int32_t *)(p + r.bond_a),
                               (const int32_t *)(p + r.bond_b));
+        memcpy(f->g.bond_rdkit + E / 2, p + r.bond_rd, (size_t)nb * sizeof(int32_t));
         if (nm) {
             memcpy(f->morgan_bit + ms[i], p + r.mbit, (size_t)nm * sizeof(uint16_t));
             memcpy(f->morgan_count + ms[i], p + r.mcount, (size_t)nm * sizeof(uint32_t));

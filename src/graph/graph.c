@@ -25,6 +25,9 @@ void mp_graphs_free(mp_graphs *g)
     mp_free(g->edge_dst);
     mp_free(g->in_start);
     mp_free(g->in_edge);
+    mp_free(g->atom_x);
+    mp_free(g->bond_x);
+    mp_free(g->bond_rdkit);
     memset(g, 0, sizeof *g);
 }
 
@@ -44,9 +47,13 @@ mp_status mp_graphs_select(mp_graphs *out, const mp_graphs *g, const int32_t *mo
     if (na > INT32_MAX || ne > INT32_MAX)
         return mp_error_set(MP_ERR_ARG, "mp_graphs_select: batch too large (%lld atoms)",
                             (long long)na);
-    if (n > out->cap_mols || na > out->cap_atoms || ne > out->cap_edges || !out->valid) {
+    if (n > out->cap_mols || na > out->cap_atoms || ne > out->cap_edges || !out->valid ||
+        out->xa_dim != g->xa_dim || out->xb_dim != g->xb_dim ||
+        (g->xa_dim && na > out->cap_xa) || (g->xb_dim && ne / 2 > out->cap_xb)) {
         mp_graphs_free(out);
         mp_status st = mp_graphs_alloc(out, n, (int32_t)na, (int32_t)ne);
+        if (st == MP_OK && (g->xa_dim || g->xb_dim))
+            st = mp_graphs_set_extra(out, g->xa_dim, g->xb_dim);
         if (st) {
             mp_graphs_free(out);
             return st;
@@ -68,6 +75,13 @@ mp_status mp_graphs_select(mp_graphs *out, const mp_graphs *g, const int32_t *mo
                g->atom_hot + (size_t)A0 * MP_ATOM_MAX_HOT,
                (size_t)a * MP_ATOM_MAX_HOT * sizeof(int16_t));
         memcpy(out->atom_mass + A, g->atom_mass + A0, (size_t)a * sizeof(float));
+        if (g->xa_dim)
+            memcpy(out->atom_x + (size_t)A * g->xa_dim, g->atom_x + (size_t)A0 * g->xa_dim,
+                   (size_t)a * g->xa_dim * sizeof(float));
+        if (g->xb_dim)
+            memcpy(out->bond_x + (size_t)(E / 2) * g->xb_dim,
+                   g->bond_x + (size_t)(E0 / 2) * g->xb_dim,
+                   (size_t)(e / 2) * g->xb_dim * sizeof(float));
         memcpy(out->bond_hot + (size_t)(E / 2) * MP_BOND_MAX_HOT,
                g->bond_hot + (size_t)(E0 / 2) * MP_BOND_MAX_HOT, (size_t)(e / 2) * MP_BOND_MAX_HOT);
         for (int32_t k = 0; k < e; k++) {
@@ -201,6 +215,41 @@ mp_status mp_graphs_alloc(mp_graphs *g, int32_t n_mols, int32_t n_atoms, int32_t
     g->cap_mols = n_mols;
     g->cap_atoms = n_atoms;
     g->cap_edges = n_edges;
+    return MP_OK;
+}
+
+mp_status mp_graphs_set_extra(mp_graphs *g, int32_t xa_dim, int32_t xb_dim)
+{
+    if (xa_dim < 0 || xb_dim < 0 || xa_dim > 1000000 || xb_dim > 1000000)
+        return mp_error_set(MP_ERR_ARG, "graph store: extra widths %d / %d", (int)xa_dim,
+                            (int)xb_dim);
+    int32_t nb = g->n_edges / 2;
+    if (xa_dim != g->xa_dim || (xa_dim && g->cap_xa < g->n_atoms)) {
+        mp_free(g->atom_x);
+        g->atom_x = NULL;
+        g->xa_dim = g->cap_xa = 0;
+        if (xa_dim > 0) {
+            g->atom_x = mp_calloc((size_t)g->n_atoms * xa_dim + 1, sizeof(float));
+            if (!g->atom_x)
+                return mp_error_set(MP_ERR_NOMEM, "out of memory for %d atom columns of %d "
+                                    "atoms", (int)xa_dim, (int)g->n_atoms);
+            g->xa_dim = xa_dim;
+            g->cap_xa = g->n_atoms;
+        }
+    }
+    if (xb_dim != g->xb_dim || (xb_dim && g->cap_xb < nb)) {
+        mp_free(g->bond_x);
+        g->bond_x = NULL;
+        g->xb_dim = g->cap_xb = 0;
+        if (xb_dim > 0) {
+            g->bond_x = mp_calloc((size_t)nb * xb_dim + 1, sizeof(float));
+            if (!g->bond_x)
+                return mp_error_set(MP_ERR_NOMEM, "out of memory for %d bond columns of %d "
+                                    "bonds", (int)xb_dim, (int)nb);
+            g->xb_dim = xb_dim;
+            g->cap_xb = nb;
+        }
+    }
     return MP_OK;
 }
 

@@ -56,9 +56,29 @@ typedef struct {
     int32_t *edge_dst;       /* n_edges: target atom                          */
     int32_t *in_start;       /* n_atoms+1: incoming edges of atom v = in_edge[in_start[v] .. in_start[v+1]) */
     int32_t *in_edge;        /* n_edges                                       */
+    /* User-supplied per-atom and per-bond columns (Chemprop v1's
+     * --atom_descriptors_path / --bond_features_path; NULL and 0 when none):
+     * atom_x [n_atoms x xa_dim] row per atom in RDKit order, bond_x
+     * [(n_edges/2) x xb_dim] row per bond of this store (both directions of
+     * a bond read it).  Whether the atom columns join the atom features or
+     * the atom hiddens is the model's business (mp_model_config). */
+    int32_t  xa_dim, xb_dim;
+    float   *atom_x, *bond_x;
+    /* RDKit's index (within its molecule) of each bond of the store
+     * ((n_edges/2) entries; NULL when unknown, e.g. read from a cache file):
+     * user bond files are in RDKit's order.  Not copied by mp_graphs_select. */
+    int32_t *bond_rdkit;
     /* Allocated sizes of the arrays above (mp_graphs_select reuses them). */
-    int32_t  cap_mols, cap_atoms, cap_edges;
+    int32_t  cap_mols, cap_atoms, cap_edges, cap_xa, cap_xb;
 } mp_graphs;
+
+/*
+ * Gives the store per-atom / per-bond user columns (graph.h above) of
+ * widths xa_dim / xb_dim (0: none).  A block whose width changes is made
+ * anew, zero-filled (or freed); a block of the same width is kept as it
+ * is.  MP_ERR_ARG for a negative width, MP_ERR_NOMEM.
+ */
+mp_status mp_graphs_set_extra(mp_graphs *g, int32_t xa_dim, int32_t xb_dim);
 
 /*
  * Copies the molecules mols[0..n) (in that order, repeats allowed) into a

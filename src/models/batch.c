@@ -125,5 +125,74 @@ mp_status mp_batch_upload(mp_backend *b, mp_dev_graph *d, const mp_graphs *g)
 }
 
 /* ===================================================================== */
+/* User atom / bond columns (model.h atom_extra_dim ...)                  */
+/* ===================================================================== */
+
+/* The batch's user columns against the model's widths (cfg atom_extra_dim
+ * ...): a model without them ignores columns a store happens to carry. */
+mp_status mp_batch_check_columns(const mp_model *m, const mp_graphs *g)
+{
+    const mp_model_config *c = &m->cfg;
+    const int xdim = c->atom_extra_dim + c->atom_desc_dim;
+    if (xdim && (g->xa_dim != xdim || (g->n_atoms && !g->atom_x)))
+        return mp_error_set(MP_ERR_ARG, "model forward: the model takes %d atom %s per atom "
+                            "but the batch has %d (--atom-descriptors-path)", xdim,
+                            c->atom_desc_dim ? "descriptors" : "features", (int)g->xa_dim);
+    if (c->bond_extra_dim && (g->xb_dim != c->bond_extra_dim || (g->n_edges && !g->bond_x)))
+        return mp_error_set(MP_ERR_ARG, "model forward: the model takes %d bond features per "
+                            "bond but the batch has %d (--bond-features-path)",
+                            c->bond_extra_dim, (int)g->xb_dim);
+    return MP_OK;
+}
+
+/* Uploads the batch's atom columns (xa) and bond columns, one row per
+ * directed edge (xb: edge e reads bond e / 2), in the element type. */
+mp_status mp_batch_upload_columns(mp_model *m, const mp_graphs *g)
+{
+    const mp_model_config *c = &m->cfg;
+    const size_t xdim = (size_t)(c->atom_extra_dim + c->atom_desc_dim);
+    const size_t db = (size_t)c->bond_extra_dim, ne = (size_t)g->n_edges;
+    mp_status st = MP_OK;
+    if (xdim && g->n_atoms) {
+        size_t n = (size_t)g->n_atoms * xdim;
+        char *t = mp_model_host(m, n * m->esize);
+        if (!t)
+            return mp_error_set(MP_ERR_NOMEM, "model: out of memory staging atom columns");
+        for (size_t i = 0; i < n; i++) {
+            if (m->esize == sizeof(double))
+                ((double *)t)[i] = g->atom_x[i];
+            else
+                ((float *)t)[i] = g->atom_x[i];
+        }
+        if ((st = m->b->upload(m->b, m->a.xa, t, n * m->esize)) != MP_OK)
+            return st;
+    }
+    if (!db || !ne)
+        return MP_OK;
+    char *t = mp_model_host(m, ne * db * m->esize);
+    if (!t)
+        return mp_error_set(MP_ERR_NOMEM, "model: out of memory staging bond columns");
+    for (size_t e = 0; e < ne; e++) {
+        const float *row = g->bond_x + (e / 2) * db;
+        for (size_t j = 0; j < db; j++) {
+            if (m->esize == sizeof(double))
+                ((double *)t)[e * db + j] = row[j];
+            else
+                ((float *)t)[e * db + j] = row[j];
+        }
+    }
+    return m->b->upload(m->b, m->a.xb, t, ne * db * m->esize);
+}
+
+/* 1 when bt carries the user columns the model takes (or it takes none). */
+int mp_batch_has_columns(const mp_model *m, const mp_dev_batch *bt)
+{
+    const mp_model_config *c = &m->cfg;
+    if ((c->atom_extra_dim || c->atom_desc_dim) && bt->n_atoms > 0 && !bt->atom_x)
+        return 0;
+    return !(c->bond_extra_dim && bt->n_edges > 0 && !bt->bond_x);
+}
+
+/* ===================================================================== */
 /* Batch bounds                                                           */
 /* ===================================================================== */

@@ -16,7 +16,9 @@ int mp_model_drop_layers(const mp_model *m)
 {
     if (!(m->cfg.dropout > 0))
         return 0;
-    return (m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth : 0) + m->n_layers;
+    /* the atom descriptor layer's dropout after the readout's (encoder.c) */
+    return (m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth + (m->cfg.atom_desc_dim > 0) : 0) +
+           m->n_layers;
 }
 
 /* 1 when this layer reads its key from the device key source. */

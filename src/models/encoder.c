@@ -16,6 +16,12 @@
  *
  *   h_v = Dropout(f(W_o [x_v ; a_v] + b_o)), then the readout (readout.c).
  *
+ * User atom / bond columns (model.h atom_extra_dim ...): as features they
+ * are more rows of x_v and b_uv, so each layer that reads x_v or b_uv adds
+ * their product with the matching dense rows of its weight (dense_rows); as
+ * descriptors they join h_v through the descriptor layer:
+ *   h_v <- Dropout(W_ad [h_v ; d_v] + b_ad)       (no activation: Chemprop v1)
+ *
  * With atom messages W_i has the atom rows only and W_h is [h + 14 x h]: the
  * message rows W_hm, then the bond rows W_hb (v1's cat(message, f_bonds)),
  * whose sum over an atom's incoming bonds is the same in every step, so it
@@ -58,6 +64,78 @@ static void act_drop_backward(mp_model *m, void *dx, void *dy, const void *x, in
                     act_param(m), 0);
 }
 
+/* y [rows x h] += x [rows x k] (row stride ldx) W [k x h]: the user
+ * columns' share of a layer's input (the dense rows of W_i, W_h or W_o). */
+static void dense_rows(mp_model *m, void *y, const void *x, int ldx, const void *w, int k,
+                       int32_t rows)
+{
+    const int h = m->h;
+    const mp_stype se = MP_ST_ELEM;
+    if (rows < 1 || k < 1)
+        return;
+    mp_gemm pr = { 0, 0, rows, h, k, 1.0, 1.0, x, w, y, ldx, h, h, se, se, se };
+    m->b->gemm(m->b, 1, &pr);
+}
+
+/* dW [k x h] += x^T dy: the gradient of dense_rows' weights. */
+static void dense_rows_backward(mp_model *m, void *dw, const void *x, int ldx, const void *dy,
+                                int k, int32_t rows)
+{
+    const int h = m->h;
+    const mp_stype se = MP_ST_ELEM;
+    if (rows < 1 || k < 1)
+        return;
+    mp_gemm gw = { 1, 0, k, h, rows, 1.0, 1.0, x, dy, dw, ldx, h, h, se, se, se };
+    m->b->gemm(m->b, 1, &gw);
+}
+
+/* The atom descriptor layer, Chemprop v1's atom_descriptors_layer:
+ * hdo = Dropout(W_ad [ho ; d] + b_ad), no activation; its dropout is layer
+ * depth, after the readout's, in forward order (dropout.c: the head's move
+ * up by one, mp_model_head_layer0; a model without it keeps its numbers). */
+static int desc_layer(const mp_model *m) { return m->cfg.depth; }
+
+void mp_atomdesc_forward(mp_model *m)
+{
+    mp_backend *b = m->b;
+    mp_acts *a = &m->a;
+    const int h = m->h, hr = m->hr, dd = m->cfg.atom_desc_dim;
+    const int32_t na = a->g.n_atoms;
+    const mp_stype se = MP_ST_ELEM;
+    if (na < 1)
+        return;
+    b->copy2d(b, a->hd, se, hr, a->ho, se, h, na, h);
+    b->copy2d(b, MP_AT(m, a->hd, h), se, hr, a->xa, se, dd, na, dd);
+    b->copy2d(b, a->hdo, se, hr, P(m->off_bad), se, 0, na, hr);
+    mp_gemm pr = { 0, 0, na, hr, hr, 1.0, 1.0, a->hd, P(m->off_wad), a->hdo, hr, hr, hr,
+                   se, se, se };
+    b->gemm(b, 1, &pr);
+    if (m->p > 0)
+        m->drop_key[desc_layer(m)] = mp_model_dropout(m, a->hdo, a->hdo, na, hr, hr, m->p,
+                                                      desc_layer(m));
+}
+
+void mp_atomdesc_backward(mp_model *m)
+{
+    mp_backend *b = m->b;
+    mp_acts *a = &m->a;
+    const int h = m->h, hr = m->hr;
+    const int32_t na = a->g.n_atoms;
+    const mp_stype se = MP_ST_ELEM;
+    if (na < 1)
+        return;
+    if (m->p > 0)
+        mp_model_dropout_backward(m, a->dhdo, a->dhdo, na, hr, hr, m->p, desc_layer(m),
+                                  m->drop_key[desc_layer(m)]);
+    b->col_sum(b, G(m->off_bad), a->dhdo, hr, na, hr);
+    mp_gemm st[2] = {
+        { 1, 0, hr, hr, na, 1.0, 1.0, a->hd, a->dhdo, G(m->off_wad), hr, hr, hr, se, se, se },
+        { 0, 1, na, hr, hr, 1.0, 0.0, a->dhdo, P(m->off_wad), a->dhd, hr, hr, hr, se, se, se },
+    };
+    b->gemm(b, 2, st);
+    b->copy2d(b, a->dho, se, h, a->dhd, se, hr, na, h);
+}
+
 void mp_encoder_forward(mp_model *m, int training)
 {
     mp_backend *b = m->b;
@@ -68,6 +146,7 @@ void mp_encoder_forward(mp_model *m, int training)
     const int32_t na = g->n_atoms, ne = g->n_edges, nu = am ? na : ne;
     const size_t es = m->esize, ub = (size_t)nu * h * es;
     const mp_stype se = MP_ST_ELEM;
+    const int da = c->atom_extra_dim, db = c->bond_extra_dim, xdim = da + c->atom_desc_dim;
     void *wi = P(m->off_wi), *wh = P(m->off_wh), *wo = P(m->off_wo), *bo = P(m->off_bo);
     (void)training;
 
@@ -75,15 +154,23 @@ void mp_encoder_forward(mp_model *m, int training)
         /* H0 = W_i x_v; R = H0 + the bond rows of W_h summed over the
          * incoming bonds (edge_embed of a zero atom part, then atom_sum) */
         b->atom_embed(b, a->h0, g->atom_hot, g->atom_mass, wi, NULL, na, h, fa - 1);
+        if (da)
+            dense_rows(m, a->h0, a->xa, xdim, P(m->off_wi_xa), da, na);
         b->zero(b, a->as, (size_t)na * h * es);
         b->edge_embed(b, a->etmp, NULL, se, g->edge_src, g->bond_hot, a->as,
                       MP_AT(m, wh, (size_t)h * h), ne, h);
+        if (db)
+            dense_rows(m, a->etmp, a->xb, db, P(m->off_wi_xb), db, ne);
         b->atom_sum(b, a->r, se, g->in_start, g->in_edge, a->etmp, se, na, h);
         b->add(b, a->r, a->h0, (size_t)na * h);
     } else {
         b->atom_embed(b, a->as, g->atom_hot, g->atom_mass, wi, NULL, na, h, fa - 1);
+        if (da)
+            dense_rows(m, a->as, a->xa, xdim, P(m->off_wi_xa), da, na);
         b->edge_embed(b, a->h0, NULL, se, g->edge_src, g->bond_hot, a->as,
                       MP_AT(m, wi, (size_t)fa * h), ne, h);
+        if (db)
+            dense_rows(m, a->h0, a->xb, db, P(m->off_wi_xb), db, ne);
     }
     b->act(b, a->m[0], a->h0, (size_t)nu * h, c->activation, act_param(m));
 
@@ -112,10 +199,14 @@ void mp_encoder_forward(mp_model *m, int training)
     else
         b->atom_sum(b, a->a, se, g->in_start, g->in_edge, a->m[depth - 1], se, na, h);
     b->atom_embed(b, a->hop, g->atom_hot, g->atom_mass, wo, bo, na, h, fa - 1);
+    if (da)
+        dense_rows(m, a->hop, a->xa, xdim, P(m->off_wo_xa), da, na);
     mp_gemm ro = { 0, 0, na, h, h, 1.0, 1.0, a->a, MP_AT(m, wo, (size_t)fa * h), a->hop, h, h,
                    h, se, se, se };
     b->gemm(b, 1, &ro);
     act_drop(m, a->ho, a->hop, na, h, depth - 1);
+    if (c->atom_desc_dim)
+        mp_atomdesc_forward(m);
     mp_readout_forward(m, training);
 }
 
@@ -129,12 +220,18 @@ void mp_encoder_backward(mp_model *m, const void *dx0)
     const int32_t na = g->n_atoms, ne = g->n_edges, nu = am ? na : ne;
     const size_t es = m->esize;
     const mp_stype se = MP_ST_ELEM;
+    const int da = c->atom_extra_dim, db = c->bond_extra_dim, xdim = da + c->atom_desc_dim;
     void *wh = P(m->off_wh), *wo = P(m->off_wo);
 
-    /* readout: dho, through the dropout and f, into dhop (in dho) */
+    /* readout: dho (through the descriptor layer, if any), through the
+     * dropout and f, into dhop (in dho) */
     mp_readout_backward(m, dx0);
+    if (c->atom_desc_dim)
+        mp_atomdesc_backward(m);
     act_drop_backward(m, a->dho, a->dho, a->hop, na, h, depth - 1);
     b->col_sum(b, G(m->off_bo), a->dho, h, na, h);
+    if (da)
+        dense_rows_backward(m, G(m->off_wo_xa), a->xa, xdim, a->dho, da, na);
     mp_gemm ro[2] = {
         { 1, 0, h, h, na, 1.0, 1.0, a->a, a->dho, MP_AT(m, G(m->off_wo), (size_t)fa * h), h, h, h,
           se, se, se },
@@ -173,6 +270,8 @@ void mp_encoder_backward(mp_model *m, const void *dx0)
     if (am) {
         /* the bond rows of W_h from dR (= dh0): edge e gets dR[dst e] */
         b->atom_sum_backward(b, a->etmp, a->etmp, se, g->edge_dst, a->dh0, NULL, se, 0.0, ne, h);
+        if (db)
+            dense_rows_backward(m, G(m->off_wi_xb), a->xb, db, a->etmp, db, ne);
         b->edge_embed_backward(b, a->as, MP_AT(m, G(m->off_wh), (size_t)h * h), g->in_start,
                                g->in_edge, g->bond_hot, a->etmp, na, ne, h);
     }
@@ -181,9 +280,15 @@ void mp_encoder_backward(mp_model *m, const void *dx0)
                     act_param(m), 1);
     if (am) {
         b->atom_embed_backward(b, G(m->off_wi), g->atom_hot, g->atom_mass, a->dh0, na, h, fa - 1);
+        if (da)
+            dense_rows_backward(m, G(m->off_wi_xa), a->xa, xdim, a->dh0, da, na);
     } else {
         b->edge_embed_backward(b, a->da, MP_AT(m, G(m->off_wi), (size_t)fa * h), g->in_start,
                                g->in_edge, g->bond_hot, a->dh0, na, ne, h);
         b->atom_embed_backward(b, G(m->off_wi), g->atom_hot, g->atom_mass, a->da, na, h, fa - 1);
+        if (db)
+            dense_rows_backward(m, G(m->off_wi_xb), a->xb, db, a->dh0, db, ne);
+        if (da)
+            dense_rows_backward(m, G(m->off_wi_xa), a->xa, xdim, a->da, da, na);
     }
 }

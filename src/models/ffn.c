@@ -40,7 +40,7 @@ void mp_ffn_forward(mp_model *m, int training)
     const void *x = a->x0;
     /* dropout layers (dropout.c): the input, then each hidden layer, after
      * the encoder's */
-    const int layer0 = m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth : 0;
+    const int layer0 = mp_model_head_layer0(m);
     if (p > 0) {
         m->key_in = mp_model_dropout(m, a->xd0, a->x0, n, m->in_dim, m->in_dim, p, layer0);
         x = a->xd0;
@@ -93,7 +93,7 @@ const void *mp_ffn_backward(mp_model *m, int want_cols)
             /* back through the ReLU + dropout before this layer (another
              * activation: the dropout, then f' at the pre-activation) */
             if (m->ffn_generic) {
-                int layer = (m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth : 0) + l;
+                int layer = mp_model_head_layer0(m) + l;
                 if (p > 0)
                     mp_model_dropout_backward(m, dx, dx, n, din, din, p, layer,
                                               m->drop_key[layer]);
@@ -115,7 +115,7 @@ const void *mp_ffn_backward(mp_model *m, int want_cols)
             b->gemm(b, 2, pr);
             if (p > 0)
                 mp_model_dropout_backward(m, dx, dx, n, want_cols, m->in_dim, p,
-                                          m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth : 0,
+                                          mp_model_head_layer0(m),
                                           m->key_in);
             return dx;
         } else {

@@ -109,6 +109,15 @@ static mp_status config_check(const mp_model_config *c)
         return CFG_BAD("dropout = %g (must be in [0, 1))", c->dropout);
     if (c->extra_dim < 0 || c->extra_dim > 10000000)
         return CFG_BAD("extra_dim = %d (must be 0 .. 10000000)", c->extra_dim);
+    if (c->atom_extra_dim < 0 || c->atom_extra_dim > 100000 || c->atom_desc_dim < 0 ||
+        c->atom_desc_dim > 100000 || c->bond_extra_dim < 0 || c->bond_extra_dim > 100000)
+        return CFG_BAD("atom / bond column widths %d, %d, %d (must be 0 .. 100000)",
+                       c->atom_extra_dim, c->atom_desc_dim, c->bond_extra_dim);
+    if (c->atom_extra_dim > 0 && c->atom_desc_dim > 0)
+        return CFG_BAD("atom columns as features (%d) and as descriptors (%d) at once: "
+                       "one mode only", c->atom_extra_dim, c->atom_desc_dim);
+    if (c->kind == MP_MODEL_FFN && (c->atom_extra_dim || c->atom_desc_dim || c->bond_extra_dim))
+        return CFG_BAD("an FFN model has no atoms or bonds for atom / bond columns");
     if (c->kind == MP_MODEL_FFN) {
         if (c->extra_dim < 1)
             return CFG_BAD("an FFN model needs input features (extra_dim = %d)", c->extra_dim);
@@ -156,7 +165,7 @@ static size_t add_view(mp_model *m, const char *name, int rows, int cols, int in
  * shapes), the readout's (attention, batch norm), the head's, the PReLU
  * slopes.  Models without the optional layers have exactly the views (and
  * the initial values) they had before those layers existed. */
-static void layout_params(mp_model *m, unsigned char *inits)
+static void layout_params(mp_model *m, unsigned char *inits, int *fans)
 {
     const mp_model_config *c = &m->cfg;
     const int am = c->atom_messages;
@@ -166,13 +175,43 @@ static void layout_params(mp_model *m, unsigned char *inits)
         m->off_wh = add_view(m, "W_h", m->h + (am ? MP_BOND_FDIM : 0), m->h, INIT_XAVIER, inits);
         m->off_wo = add_view(m, "W_o", c->atom_fdim + m->h, m->h, INIT_XAVIER, inits);
         m->off_bo = add_view(m, "b_o", 1, m->h, INIT_ZERO, inits);
+        /* The user columns' rows of W_i, W_h and W_o: views of their own
+         * (after the others, so a model without them keeps its layout), drawn
+         * with the Xavier scale of the whole matrix Chemprop builds (fan_in =
+         * every input row of it: INIT_XAVIER_FAN with fan[]) */
+        const int da = c->atom_extra_dim, db = c->bond_extra_dim, dd = c->atom_desc_dim;
+        const int wi_in = c->atom_fdim + da + (am ? 0 : MP_BOND_FDIM + db);
+        const int wh_in = m->h + (am ? MP_BOND_FDIM + db : 0), wo_in = c->atom_fdim + da + m->h;
+        if (da || db) {
+            fans[0] = wi_in;               /* W_i */
+            fans[1] = wh_in;               /* W_h */
+            fans[2] = wo_in;               /* W_o */
+        }
+        m->off_wi_xa = m->off_wi_xb = m->off_wo_xa = m->off_wad = m->off_bad = 0;
+        if (da) {
+            fans[m->n_views] = wi_in;
+            m->off_wi_xa = add_view(m, "W_i.atom_x", da, m->h, INIT_XAVIER, inits);
+        }
+        if (db) {
+            fans[m->n_views] = am ? wh_in : wi_in;
+            m->off_wi_xb = add_view(m, am ? "W_h.bond_x" : "W_i.bond_x", db, m->h, INIT_XAVIER,
+                                    inits);
+        }
+        if (da) {
+            fans[m->n_views] = wo_in;
+            m->off_wo_xa = add_view(m, "W_o.atom_x", da, m->h, INIT_XAVIER, inits);
+        }
+        if (dd) {
+            m->off_wad = add_view(m, "W_ad", m->hr, m->hr, INIT_XAVIER, inits);
+            m->off_bad = add_view(m, "b_ad", 1, m->hr, INIT_ZERO, inits);
+        }
         if (c->aggregation == MP_AGG_ATTENTIVE)
-            m->off_attn = add_view(m, "attn.w", m->h, 1, INIT_XAVIER, inits);
+            m->off_attn = add_view(m, "attn.w", m->hr, 1, INIT_XAVIER, inits);
         if (c->batch_norm) {
-            m->off_bn = add_view(m, "bn.gamma", 1, m->h, INIT_ONE, inits);
-            add_view(m, "bn.beta", 1, m->h, INIT_ZERO, inits);
-            add_view(m, "bn.running_mean", 1, m->h, INIT_ZERO, inits);
-            add_view(m, "bn.running_var", 1, m->h, INIT_ONE, inits);
+            m->off_bn = add_view(m, "bn.gamma", 1, m->hr, INIT_ONE, inits);
+            add_view(m, "bn.beta", 1, m->hr, INIT_ZERO, inits);
+            add_view(m, "bn.running_mean", 1, m->hr, INIT_ZERO, inits);
+            add_view(m, "bn.running_var", 1, m->hr, INIT_ONE, inits);
         }
     }
     for (int l = 0; l < m->n_layers; l++) {
@@ -198,7 +237,8 @@ static void set_shapes(mp_model *m, const mp_model_config *cfg)
     m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
     m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
     m->n_layers = cfg->ffn_layers;
-    m->in_dim = m->h + cfg->extra_dim;
+    m->hr = m->h + (cfg->kind == MP_MODEL_DMPNN ? cfg->atom_desc_dim : 0);
+    m->in_dim = m->hr + cfg->extra_dim;
     m->n_out = mp_model_n_outputs(cfg);
     if (m->n_layers == 1)
         m->ffn_hidden = 0;   /* no hidden layer: keep the views honest */
@@ -214,7 +254,8 @@ uint64_t mp_model_config_n_params(const mp_model_config *cfg)
     m->cfg = *cfg;
     set_shapes(m, cfg);
     unsigned char inits[MP_MAX_VIEWS];
-    layout_params(m, inits);
+    int fans[MP_MAX_VIEWS] = { 0 };
+    layout_params(m, inits, fans);
     uint64_t n = m->n_params;
     mp_free(m);
     return n;
@@ -223,14 +264,15 @@ uint64_t mp_model_config_n_params(const mp_model_config *cfg)
 /* Xavier-normal weights, the other views' constants, drawn in view order.
  * Values are made as floats (then widened for a double backend), so every
  * backend starts from the same numbers. */
-static void init_params(mp_model *m, void *host, uint64_t seed, const unsigned char *inits)
+static void init_params(mp_model *m, void *host, uint64_t seed, const unsigned char *inits,
+                        const int *fans)
 {
     mp_rng r;
     mp_rng_seed(&r, seed, MP_MODEL_STREAM_INIT);
     for (int i = 0; i < m->n_views; i++) {
         const mp_param_view *v = &m->views[i];
         size_t n = (size_t)v->rows * v->cols;
-        double std = sqrt(2.0 / (double)(v->rows + v->cols));
+        double std = sqrt(2.0 / (double)((fans[i] ? fans[i] : v->rows) + v->cols));
         for (size_t k = 0; k < n; k++) {
             float x = inits[i] == INIT_XAVIER ? (float)(mp_rng_normal(&r) * std)
                       : inits[i] == INIT_ONE  ? 1.0f
@@ -300,14 +342,16 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
      * operands as the backend asks; H0 and M_t so too, but not with dropout
      * (kept as before bf16 storage existed, so its models' bits stay) */
     m->generic = cfg->kind == MP_MODEL_DMPNN &&
-                 (cfg->activation != MP_ACT_RELU || cfg->undirected || cfg->atom_messages);
+                 (cfg->activation != MP_ACT_RELU || cfg->undirected || cfg->atom_messages ||
+                  cfg->atom_extra_dim > 0 || cfg->atom_desc_dim > 0 || cfg->bond_extra_dim > 0);
     m->ffn_generic = cfg->activation != MP_ACT_RELU;
     /* the unfused encoder keeps everything in the element type */
     m->st_op = m->generic ? MP_ST_ELEM : b->act_st;
     m->st_m = cfg->dropout > 0 ? MP_ST_ELEM : m->st_op;
     set_shapes(m, cfg);
     unsigned char inits[MP_MAX_VIEWS];
-    layout_params(m, inits);
+    int fans[MP_MAX_VIEWS] = { 0 };   /* 0: the view's own rows are its fan-in */
+    layout_params(m, inits, fans);
     mp_rng_seed(&m->drop_rng, seed, MP_MODEL_STREAM_DROPOUT);
 
     size_t bytes = m->n_params * m->esize;
@@ -322,7 +366,7 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
         mp_model_free(m);
         return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %zu parameters", np);
     }
-    init_params(m, host, seed, inits);
+    init_params(m, host, seed, inits, fans);
     st = b->upload(b, m->params, host, bytes);
     if (st != MP_OK) {
         mp_model_free(m);
@@ -374,6 +418,7 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
     memset(a->z, 0, sizeof a->z);
     a->hop = a->dz = a->etmp = a->r = NULL;
     a->xp = a->dxp = a->bn_save = a->score = a->alpha = a->dscore = NULL;
+    a->xa = a->xb = a->hd = a->hdo = a->dhd = a->dhdo = a->ro = a->dro = NULL;
     memset(a->hp, 0, sizeof a->hp);
     if (c->kind == MP_MODEL_DMPNN) {
         /* st_op / st_m storage (model_impl.h); the copies for the products
@@ -412,10 +457,21 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
             a->etmp = TAKE(E * h * es);
             a->r = c->atom_messages ? TAKE(A * h * es) : NULL;
         }
+        const size_t hr = (size_t)m->hr, xdim = (size_t)(c->atom_extra_dim + c->atom_desc_dim);
+        a->xa = xdim ? TAKE(A * xdim * es) : NULL;
+        a->xb = c->bond_extra_dim ? TAKE(E * (size_t)c->bond_extra_dim * es) : NULL;
+        if (c->atom_desc_dim) {
+            a->hd = TAKE(A * hr * es);
+            a->hdo = TAKE(A * hr * es);
+            a->dhd = TAKE(A * hr * es);
+            a->dhdo = TAKE(A * hr * es);
+        }
+        a->ro = c->atom_desc_dim ? a->hdo : a->ho;
+        a->dro = c->atom_desc_dim ? a->dhdo : a->dho;
         if (c->batch_norm) {
-            a->xp = TAKE(B * h * es);
-            a->dxp = TAKE(B * h * es);
-            a->bn_save = TAKE(2 * h * es);
+            a->xp = TAKE(B * hr * es);
+            a->dxp = TAKE(B * hr * es);
+            a->bn_save = TAKE(2 * hr * es);
         }
         if (c->aggregation == MP_AGG_ATTENTIVE) {
             a->score = TAKE(A * es);
@@ -504,7 +560,8 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
         return mp_error_set(MP_ERR_ARG, "model forward: the model takes %d molecule features "
                             "per molecule but none were given", c->extra_dim);
     if (c->kind == MP_MODEL_DMPNN) {
-        if ((st = mp_batch_check(batch, c->atom_fdim)) != MP_OK)
+        if ((st = mp_batch_check(batch, c->atom_fdim)) != MP_OK ||
+            (st = mp_batch_check_columns(m, batch)) != MP_OK)
             return st;
         if (batch->n_mols != n_mols)
             return mp_error_set(MP_ERR_ARG, "model forward: the batch holds %d molecules, "
@@ -517,7 +574,8 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
         return st;
 
     if (c->kind == MP_MODEL_DMPNN) {
-        if ((st = mp_batch_upload(b, &m->a.g, batch)) != MP_OK)
+        if ((st = mp_batch_upload(b, &m->a.g, batch)) != MP_OK ||
+            (st = mp_batch_upload_columns(m, batch)) != MP_OK)
             return st;
         if (c->extra_dim > 0 &&
             (st = upload_floats(m, m->a.extra, extra, (size_t)n_mols * c->extra_dim)) != MP_OK)
@@ -626,7 +684,7 @@ mp_status mp_model_loss_backward_ex(mp_model *m, const float *targets, const flo
     if ((st = stage_targets(m, targets, weights, ineq)) != MP_OK)
         return st;
     issue_loss(m);
-    const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->h : 0);
+    const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->hr : 0);
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_backward(m, dx0);
     freeze_grads(m);
@@ -699,6 +757,10 @@ static mp_status point_inputs(mp_model *m, const mp_dev_batch *bt)
         a->g.mol_atom = bt->mol_atom;
         if (c->extra_dim > 0)
             a->extra = bt->extra;
+        if (c->atom_extra_dim || c->atom_desc_dim)
+            a->xa = bt->atom_x;
+        if (c->bond_extra_dim)
+            a->xb = bt->bond_x;
     }
     m->n_mols = bt->n_mols;
     m->have_forward = 0;
@@ -717,6 +779,9 @@ mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
                             "step ops", m->b->name);
     if ((c->extra_dim > 0 && !bt->extra) || !bt->target || !bt->mask)
         return mp_error_set(MP_ERR_ARG, "model bind: batch buffers missing");
+    if (!mp_batch_has_columns(m, bt))
+        return mp_error_set(MP_ERR_ARG, "model bind: the model takes user atom / bond columns "
+                            "and the batch carries none");
     mp_status st = point_inputs(m, bt);
     if (st != MP_OK)
         return st;
@@ -755,6 +820,9 @@ static mp_status forward_dev(mp_model *m, const mp_dev_batch *bt, double p)
     if (c->extra_dim > 0 && !bt->extra)
         return mp_error_set(MP_ERR_ARG, "model forward (device batch): the model takes %d "
                             "molecule features per molecule but none were given", c->extra_dim);
+    if (!mp_batch_has_columns(m, bt))
+        return mp_error_set(MP_ERR_ARG, "model forward (device batch): the model takes user "
+                            "atom / bond columns and the batch carries none");
     if (c->kind == MP_MODEL_DMPNN && (!bt->mol_atom || !bt->in_start ||
         (bt->n_atoms && (!bt->atom_hot || !bt->atom_mass)) ||
         (bt->n_edges && (!bt->bond_hot || !bt->edge_src || !bt->in_edge))))
@@ -795,7 +863,7 @@ void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *
         mp_dmpnn_forward(m, 1);
     mp_ffn_forward(m, 1);
     issue_loss(m);
-    const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->h : 0);
+    const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->hr : 0);
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_backward(m, dx0);
     freeze_grads(m);

@@ -81,6 +81,18 @@ typedef struct {
     int            atom_messages; /* 0; 1: v1's --atom_messages (dmpnn)           */
     int            undirected;  /* 0; 1: v1's --undirected (dmpnn, bond messages) */
     int            batch_norm;  /* 0; 1: v2's BatchNorm1d on the readout (dmpnn)  */
+    /* User-supplied atom and bond columns (dmpnn; the batch's graph store
+     * holds them: graph.h atom_x / bond_x).  Chemprop v1.6.1's
+     * --atom_descriptors feature: atom_extra_dim columns appended to every
+     * atom vector x_v (so to W_i's and W_o's inputs); --atom_descriptors
+     * descriptor: atom_desc_dim columns d_v appended to the atom hiddens,
+     * h_v <- Dropout(W_ad [h_v ; d_v] + b_ad), W_ad (h+d) x (h+d), so the
+     * readout is h + d wide; --bond_features_path: bond_extra_dim columns
+     * appended to every bond vector b_uv.  At most one of the two atom
+     * modes.  0: none (the model is exactly the one without them). */
+    int            atom_extra_dim;
+    int            atom_desc_dim;
+    int            bond_extra_dim;
 } mp_model_config;
 
 /* Chemprop v1's defaults: D-MPNN, regression (mse), 1 task, atom_fdim 133,
@@ -209,6 +221,11 @@ typedef struct {
     uint8_t *mask;
     void    *weight;   /* [n_mols] sample weights (element type), or NULL     */
     uint8_t *ineq;     /* [n_mols x n_tasks] MP_INEQ_* flags, or NULL          */
+    /* the user columns (model element type; required when the model takes
+     * them, model.h atom_extra_dim ...): atom_x [n_atoms x (atom_extra_dim +
+     * atom_desc_dim)], bond_x [n_edges x bond_extra_dim], the bond's row on
+     * both of its edges */
+    void    *atom_x, *bond_x;
 } mp_dev_batch;
 
 /* Points the model's inputs at `bt` (reserving activations for its sizes

@@ -11,8 +11,8 @@
 
 #define MP_MAX_DEPTH      32
 #define MP_MAX_FFN_LAYERS 16
-#define MP_MAX_VIEWS      (12 + 2 * MP_MAX_FFN_LAYERS)
-#define MP_MAX_DROP       (MP_MAX_DEPTH + MP_MAX_FFN_LAYERS)
+#define MP_MAX_VIEWS      (17 + 2 * MP_MAX_FFN_LAYERS)
+#define MP_MAX_DROP       (MP_MAX_DEPTH + MP_MAX_FFN_LAYERS + 1)
 
 /* A graph batch on the device (pointers into the model's arena). */
 typedef struct {
@@ -54,6 +54,13 @@ typedef struct {
      * their gradient, the batch statistics [2 x h]; attentive: the score,
      * the weights and the score's gradient per atom [A] */
     void *xp, *dxp, *bn_save, *score, *alpha, *dscore;
+    /* the user atom / bond columns (graph.h; element type): xa [A x da]
+     * (either mode), xb [E x db] (the bond's row on both its edges);
+     * descriptor mode: hd = [h_v ; d_v] and hdo = its W_ad output after
+     * dropout [A x hr], their gradients dhd, dhdo.  ro / dro: the atom
+     * matrix the readout pools (ho, or hdo) and its gradient (dho, dhdo),
+     * hr columns wide */
+    void *xa, *xb, *hd, *hdo, *dhd, *dhdo, *ro, *dro;
     /* head, molecules */
     void *hp[MP_MAX_FFN_LAYERS];    /* [B x F] hidden pre-activations (not ReLU) */
     void *x0;                       /* [B x I] readout ++ extra features   */
@@ -83,6 +90,7 @@ struct mp_model {
      * bits did not move) */
     mp_stype st_op, st_m;
     int    h, ffn_hidden, in_dim, n_layers;
+    int    hr;                      /* readout width: h + atom_desc_dim     */
     int    n_out;                   /* raw outputs per molecule (heads.h)  */
     /* 1: the encoder runs its unfused form (encoder.c: an activation other
      * than ReLU, undirected or atom messages; fp32 storage), the head its
@@ -100,6 +108,11 @@ struct mp_model {
      * beta, running mean and variance [1 x h] each (consecutive), the PReLU
      * slopes of the encoder and the head (1 x 1) */
     size_t off_attn, off_bn, off_prelu_enc, off_prelu_ffn;
+    /* the user columns' weights (cfg atom_extra_dim ...; 0 when absent):
+     * W_i's extra atom rows [da x h] and extra bond rows [db x h] (with atom
+     * messages the bond rows are W_h's), W_o's extra atom rows [da x h],
+     * the descriptor layer W_ad [hr x hr] and b_ad [1 x hr] */
+    size_t off_wi_xa, off_wi_xb, off_wo_xa, off_wad, off_bad;
     void  *params, *grads, *adam_m, *adam_v;
     long   adam_t;
     /* Frozen parameters (mp_model_set_frozen): element ranges [lo, hi) of
@@ -147,6 +160,13 @@ struct mp_model {
 /* batch.c */
 mp_status mp_batch_check(const mp_graphs *g, int atom_fdim);
 mp_status mp_batch_upload(mp_backend *b, mp_dev_graph *d, const mp_graphs *g);
+/* The user columns of a host batch: its widths against the model's
+ * (MP_ERR_ARG naming the option), and their upload into m->a.xa / xb in
+ * the element type (xb: a row per directed edge); whether a device batch
+ * carries the columns the model takes (1 also when it takes none). */
+mp_status mp_batch_check_columns(const mp_model *m, const mp_graphs *g);
+mp_status mp_batch_upload_columns(mp_model *m, const mp_graphs *g);
+int       mp_batch_has_columns(const mp_model *m, const mp_dev_batch *bt);
 
 /* dmpnn.c: encoder over the uploaded batch m->a.g, writing m->a.x0[:, 0:h]
  * (row stride in_dim); backward from the head's gradient g (row stride
@@ -161,6 +181,10 @@ void mp_encoder_backward(mp_model *m, const void *dx0);
  * attention, batch norm, the extra features), and back: the gradient of
  * ho into m->a.dho from dx0 (row stride in_dim). */
 void mp_readout_forward(mp_model *m, int training);
+/* encoder.c: the atom descriptor layer (cfg atom_desc_dim > 0) from ho and
+ * the batch's atom columns into hdo, and back from dhdo into dho. */
+void mp_atomdesc_forward(mp_model *m);
+void mp_atomdesc_backward(mp_model *m);
 void mp_readout_backward(mp_model *m, const void *dx0);
 
 /* ffn.c: the head over m->a.x0 (n_mols rows) into m->a.out; backward from
@@ -171,13 +195,21 @@ void        mp_ffn_forward(mp_model *m, int training);
 const void *mp_ffn_backward(mp_model *m, int want_cols);
 
 /* dropout.c: the model's dropout layers, numbered in forward order (D-MPNN:
- * message steps 0 .. depth-2, readout depth-1; then the head: its input,
+ * message steps 0 .. depth-2, readout depth-1, the atom descriptor layer
+ * depth when the model has one; then the head: its input,
  * then each hidden layer).  Eager (host-loop) steps draw each layer's key
  * from drop_rng as it is issued; a bound step with a device key source
  * (drop_keys) passes the ops device keys instead (ops.h mp_key), which the
  * host drew in the same order beforehand.  p == 0: a plain ReLU / nothing,
  * no draw.  x and y of storage st. */
 int      mp_model_drop_layers(const mp_model *m);      /* keys per step (0: no dropout) */
+/* The number of the head's input dropout: after the encoder's layers (the
+ * message steps, the readout, the atom descriptor layer when there is one,
+ * layer depth). */
+static inline int mp_model_head_layer0(const mp_model *m)
+{
+    return m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth + (m->cfg.atom_desc_dim > 0) : 0;
+}
 void     mp_model_relu_dropout(mp_model *m, void *y, const void *x, mp_stype st, size_t n,
                                double p, int layer);
 /* Returns the key drawn (eager; 0 when keyed), for mp_model_dropout_backward. */

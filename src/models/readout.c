@@ -13,6 +13,9 @@
  *               the running ones in inference (PyTorch's defaults)
  *   x0 = [mol ; extra]
  *
+ * The atom matrix pooled is a->ro, m->hr columns: the atom hiddens, or
+ * with atom descriptors the descriptor layer's output (encoder.c).
+ *
  * The running statistics are views of the parameter block (no gradient ever
  * reaches them, so Adam leaves them as they are), so a model file carries
  * them with the weights.
@@ -31,17 +34,17 @@ void mp_readout_forward(mp_model *m, int training)
     mp_acts *a = &m->a;
     mp_dev_graph *g = &a->g;
     const mp_model_config *c = &m->cfg;
-    const int h = m->h, bn = c->batch_norm;
+    const int h = m->hr, bn = c->batch_norm;   /* hr: h + atom descriptors */
     /* the molecule vectors: into x0's first columns, or xp before batch norm */
     void *dst = bn ? a->xp : a->x0;
     int ld = bn ? h : m->in_dim;
     if (c->aggregation == MP_AGG_ATTENTIVE) {
-        mp_gemm sc = { 0, 0, g->n_atoms, 1, h, 1.0, 0.0, a->ho, P(m->off_attn), a->score, h, 1, 1,
+        mp_gemm sc = { 0, 0, g->n_atoms, 1, h, 1.0, 0.0, a->ro, P(m->off_attn), a->score, h, 1, 1,
                        MP_ST_ELEM, MP_ST_ELEM, MP_ST_ELEM };
         b->gemm(b, 1, &sc);
-        b->attn_pool(b, dst, ld, a->alpha, g->mol_atom, a->ho, a->score, g->n_mols, h);
+        b->attn_pool(b, dst, ld, a->alpha, g->mol_atom, a->ro, a->score, g->n_mols, h);
     } else {
-        b->pool(b, dst, ld, g->mol_atom, a->ho, g->n_mols, h, c->aggregation, c->agg_norm);
+        b->pool(b, dst, ld, g->mol_atom, a->ro, g->n_mols, h, c->aggregation, c->agg_norm);
     }
     if (bn) {
         size_t o = m->off_bn, hh = (size_t)h;
@@ -62,7 +65,7 @@ void mp_readout_backward(mp_model *m, const void *dx0)
     mp_acts *a = &m->a;
     mp_dev_graph *g = &a->g;
     const mp_model_config *c = &m->cfg;
-    const int h = m->h;
+    const int h = m->hr;
     const void *src = dx0;
     int ld = m->in_dim;
     if (c->batch_norm) {
@@ -73,13 +76,13 @@ void mp_readout_backward(mp_model *m, const void *dx0)
         ld = h;
     }
     if (c->aggregation == MP_AGG_ATTENTIVE) {
-        b->attn_pool_backward(b, a->dho, a->dscore, g->mol_atom, a->ho, a->alpha, P(m->off_attn),
+        b->attn_pool_backward(b, a->dro, a->dscore, g->mol_atom, a->ro, a->alpha, P(m->off_attn),
                               src, ld, g->n_mols, h);
-        mp_gemm dw = { 1, 0, h, 1, g->n_atoms, 1.0, 1.0, a->ho, a->dscore, G(m->off_attn), h, 1,
+        mp_gemm dw = { 1, 0, h, 1, g->n_atoms, 1.0, 1.0, a->ro, a->dscore, G(m->off_attn), h, 1,
                        1, MP_ST_ELEM, MP_ST_ELEM, MP_ST_ELEM };
         b->gemm(b, 1, &dw);
     } else {
-        b->pool_backward(b, a->dho, g->mol_atom, src, ld, g->n_mols, h, c->aggregation,
+        b->pool_backward(b, a->dro, g->mol_atom, src, ld, g->n_mols, h, c->aggregation,
                          c->agg_norm);
     }
 }

@@ -356,6 +356,7 @@ void mp_ensemble_free(mp_ensemble *e)
     mp_free(e->smiles_name);
     mp_scaler_free(&e->target_scaler);
     mp_scaler_free(&e->feature_scaler);
+    mp_columns_free(&e->cols);
     if (e->backend)
         mp_backend_close(e->backend);
     mp_free(e);

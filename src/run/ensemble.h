@@ -15,6 +15,7 @@
 #include "data/scaler.h"
 #include "featurize/featurize.h"
 #include "models/model.h"
+#include "run/columns.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -118,6 +119,8 @@ typedef struct {
     mp_feature_scaling feature_scaling;   /* how feature_scaler was made      */
     mp_scaler       target_scaler;   /* regression only (n_cols == n_tasks)    */
     mp_scaler       feature_scaler;  /* when features != 0                     */
+    mp_columns      cols;         /* user atom / bond columns: widths, mode,
+                                   * scalers (columns.h; empty: none)        */
     void           *stream_bufs;  /* the streamed prediction's batch buffers,
                                    * kept between calls (owned)               */
     /* Monte Carlo dropout at prediction (mp_ensemble_set_mc_dropout; off

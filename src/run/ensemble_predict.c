@@ -170,6 +170,7 @@ typedef struct {
     float   *xf, *of;       /* a double backend: features before widening,   *
                              * outputs after narrowing (else NULL)           */
     int32_t *sel;           /* the batch's valid molecules                   */
+    void    *hx_atom, *hx_bond; /* in host: the user columns (element type)   */
     mp_dev_batch bt;        /* device pointers into dev                      */
     int32_t  b0, span, nb;
     int      busy;          /* issued, not yet collected                     */
@@ -222,12 +223,22 @@ static mp_status s_sync(mp_backend *b, int f)
     return b->fence_sync ? b->fence_sync(b, f) : b->sync(b);
 }
 
+/* The widths of the model's user atom / bond columns (model.h). */
+static int cols_atom(const mp_ensemble *e)
+{
+    return e->cfg.kind == MP_MODEL_DMPNN ? e->cfg.atom_extra_dim + e->cfg.atom_desc_dim : 0;
+}
+static int cols_bond(const mp_ensemble *e)
+{
+    return e->cfg.kind == MP_MODEL_DMPNN ? e->cfg.bond_extra_dim : 0;
+}
+
 /* Bytes of the packed block for nb molecules, na atoms, ne edges and dim
  * features of es bytes each; with s->host set also points bt (device, at
  * dev) and the host views at the same offsets.  Every array starts on a
  * 16-byte boundary. */
 static size_t pack_layout(pslot *s, int32_t nb, int32_t na, int32_t ne, int dim, size_t es,
-                          int graphs, mp_graphs *hv)
+                          int graphs, mp_graphs *hv, int xa, int xb)
 {
     size_t at = 0;
     char *h = s->host, *d = s->dev;
@@ -247,6 +258,18 @@ static size_t pack_layout(pslot *s, int32_t nb, int32_t na, int32_t ne, int dim,
         PLACE(atom_mass, float, na);
         PLACE(atom_hot, int16_t, (size_t)na * MP_ATOM_MAX_HOT);
         PLACE(bond_hot, int8_t, (size_t)(ne / 2) * MP_BOND_MAX_HOT);
+        /* the user columns (model.h atom_extra_dim ...): xa per atom, xb per
+         * directed edge, in the element type */
+        if (h) {
+            s->bt.atom_x = xa ? (void *)(d + at) : NULL;
+            s->hx_atom = xa ? (void *)(h + at) : NULL;
+        }
+        at = ALIGN16(at + (size_t)na * (size_t)xa * es);
+        if (h) {
+            s->bt.bond_x = xb ? (void *)(d + at) : NULL;
+            s->hx_bond = xb ? (void *)(h + at) : NULL;
+        }
+        at = ALIGN16(at + (size_t)ne * (size_t)xb * es);
     }
 #undef PLACE
     if (h)
@@ -347,7 +370,7 @@ static mp_status stream_bufs_get(mp_ensemble *e, int32_t batch_size, int32_t max
     pslot probe;
     memset(&probe, 0, sizeof probe);
     size_t need = pack_layout(&probe, batch_size, max_atoms, max_edges, dim, e->backend->esize,
-                              graphs, NULL);
+                              graphs, NULL, cols_atom(e), cols_bond(e));
     stream_bufs *sb = e->stream_bufs;
     if (sb && (sb->sl[0].pack_cap < need || sb->out_bytes < out_bytes ||
                sb->cap_mols < batch_size || sb->cap_edges < max_edges)) {
@@ -378,6 +401,40 @@ static mp_status stream_bufs_get(mp_ensemble *e, int32_t batch_size, int32_t max
 /* Packing, issuing, collecting                                           */
 /* ===================================================================== */
 
+/* The user columns of slot s's molecules (the store's, already scaled) into
+ * its host block in the element type: a row per atom, the bond's row on
+ * both of its edges. */
+static mp_status pack_columns(const mp_ensemble *e, const mp_graphs *g, pslot *s,
+                              const mp_graphs *hv)
+{
+    const int xa = cols_atom(e), xb = cols_bond(e), dbl = e->backend->esize == sizeof(double);
+    if (g->xa_dim != xa || g->xb_dim != xb)
+        return mp_error_set(MP_ERR_ARG, "predict: the model takes %d atom and %d bond columns, "
+                            "the molecules carry %d and %d (--atom-descriptors-path, "
+                            "--bond-features-path)", xa, xb, (int)g->xa_dim, (int)g->xb_dim);
+    for (int32_t i = 0; i < s->nb; i++) {
+        int32_t m = s->sel[i], A = hv->mol_atom[i], E = hv->mol_edge[i];
+        int32_t A0 = g->mol_atom[m], na = g->mol_atom[m + 1] - A0;
+        int32_t E0 = g->mol_edge[m], ne = g->mol_edge[m + 1] - E0;
+        for (size_t k = 0; xa && k < (size_t)na * xa; k++) {
+            float v = g->atom_x[(size_t)A0 * xa + k];
+            if (dbl)
+                ((double *)s->hx_atom)[(size_t)A * xa + k] = v;
+            else
+                ((float *)s->hx_atom)[(size_t)A * xa + k] = v;
+        }
+        for (int32_t q = 0; xb && q < ne; q++)
+            for (int j = 0; j < xb; j++) {
+                float v = g->bond_x[((size_t)(E0 + q) / 2) * xb + j];
+                if (dbl)
+                    ((double *)s->hx_bond)[(size_t)(E + q) * xb + j] = v;
+                else
+                    ((float *)s->hx_bond)[(size_t)(E + q) * xb + j] = v;
+            }
+    }
+    return MP_OK;
+}
+
 /* The graph arrays of slot s's nb selected molecules into the host views,
  * checked as mp_model_forward checks a batch. */
 static mp_status pack_graph_views(const mp_ensemble *e, const mp_graphs *g, pslot *s,
@@ -402,7 +459,10 @@ static mp_status pack_graph_views(const mp_ensemble *e, const mp_graphs *g, pslo
     }
     hv->in_start[A] = E;
     pack_graphs(g, s->sel, nb, hv);
-    return mp_batch_check(hv, e->cfg.atom_fdim);
+    mp_status st = mp_batch_check(hv, e->cfg.atom_fdim);
+    if (st == MP_OK && (cols_atom(e) || cols_bond(e)))
+        st = pack_columns(e, g, s, hv);
+    return st;
 }
 
 /* The molecule features of slot s, scaled, in the backend's element type
@@ -443,7 +503,7 @@ static mp_status pack(const mp_ensemble *e, const mp_features *f, const int32_t 
     mp_graphs hv;
     memset(&hv, 0, sizeof hv);
     size_t bytes = pack_layout(s, nb, (int32_t)na, (int32_t)ne, dim, e->backend->esize, graphs,
-                               &hv);
+                               &hv, cols_atom(e), cols_bond(e));
     if (na > INT32_MAX || ne > INT32_MAX || bytes > s->pack_cap)
         return mp_error_set(MP_ERR_INTERNAL, "predict: batch of %d molecules (%lld atoms, "
                             "%lld edges) exceeds its reserved %zu bytes", (int)nb,

@@ -161,7 +161,7 @@ static mp_status header_put(const mp_ensemble *e, mp_kv *kv)
         (st = mp_kv_set_double(kv, "aggregation_norm", c->agg_norm)) ||
         (st = mp_kv_set_int(kv, "ensemble_size", e->n_members)) ||
         (st = mp_kv_set_int(kv, "n_params", (long long)mp_model_n_params(e->members[0]))) ||
-        (st = header_put_v2(c, kv)))
+        (st = header_put_v2(c, kv)) || (st = mp_columns_put(&e->cols, kv)))
         return st;
     if (mp_head_is_regression(c->task) &&
         (st = mp_kv_set_scaler(kv, "target_scaler", &e->target_scaler)))
@@ -237,6 +237,7 @@ typedef struct {
     mp_feature_scaling scaling;
     char          **tasks;        /* one allocation (mp_kv_get_strs) */
     size_t          n_task_names;
+    mp_columns      cols;         /* the user atom / bond columns (owned) */
 } header_info;
 
 static mp_status header_model_kind(const mp_kv *kv, const char *path, mp_model_kind *kind)
@@ -338,11 +339,22 @@ static mp_status header_get(const mp_kv *kv, const char *path, uint32_t version,
         return mp_error_set(MP_ERR_FORMAT, "%s: task type %s in a model file of format version "
                             "%u", path, mp_task_type_name(h->task), version);
     c->task = (mp_model_task)h->task;
-    return header_get_v2(kv, path, version, c);
+    if ((st = header_get_v2(kv, path, version, c)))
+        return st;
+    /* the user columns' keys came with version 2 */
+    if (version < 2 && (mp_kv_get(kv, "atom_descriptors") || mp_kv_get(kv, "bond_features_dim")))
+        return mp_error_set(MP_ERR_FORMAT, "%s: user column keys in a model file of format "
+                            "version %u (they came with version 2)", path, version);
+    if ((st = mp_columns_get(&h->cols, kv, path)))
+        return st;
+    if ((h->cols.atom_dim || h->cols.bond_dim) && c->kind != MP_MODEL_DMPNN)
+        return mp_error_set(MP_ERR_FORMAT, "%s: user atom / bond columns in an FFN model", path);
+    mp_columns_config(&h->cols, c);
+    return MP_OK;
 }
 
 /* The ensemble's own copies of the header's names, featurizer and scalers. */
-static mp_status header_apply(mp_ensemble *e, const mp_kv *kv, const header_info *h)
+static mp_status header_apply(mp_ensemble *e, const mp_kv *kv, header_info *h)
 {
     const char *s;
     mp_status st;
@@ -372,6 +384,8 @@ static mp_status header_apply(mp_ensemble *e, const mp_kv *kv, const header_info
          (st = mp_feature_scaler_check(&e->feature_scaler, e->features, e->feature_scaling,
                                        e->n_desc, e->n_file))))
         return st;
+    e->cols = h->cols;   /* moved: the ensemble owns the scalers now */
+    memset(&h->cols, 0, sizeof h->cols);
     return MP_OK;
 }
 
@@ -462,6 +476,7 @@ mp_status mp_ensemble_load(mp_ensemble **out, const char *path, const char *back
     e = NULL;
 done:
     mp_free(h.tasks);
+    mp_columns_free(&h.cols);
     mp_ensemble_free(e);
     mp_modelfile_free(mf);
     return st;

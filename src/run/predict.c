@@ -7,6 +7,7 @@
 
 #include "data/csv.h"
 #include "data/featfile.h"
+#include "featurize/atomcols.h"
 
 #include <math.h>
 #include <string.h>
@@ -39,17 +40,45 @@ static void chunk_free(chunk *c)
     mp_free(c->line);
 }
 
+/* The user atom / bond column files of a prediction (read once; each chunk
+ * takes its rows), or none. */
+typedef struct {
+    mp_colfile file[2];   /* atoms, bonds */
+    int        has[2];
+    const char *model_path;
+} pred_cols;
+
+/* Chunk c's rows of the column files into f's store (first: the chunk's
+ * first input row), checked against the model and scaled as at training. */
+static mp_status chunk_columns(const mp_ensemble *e, const pred_cols *pc, const chunk *c,
+                               int32_t first, mp_features *f)
+{
+    mp_status st;
+    for (int k = 0; k < 2; k++)
+        if (pc->has[k] && (st = mp_colfile_apply(&pc->file[k], &f->g, k, first,
+                                                 (const char *const *)c->smiles)))
+            return st;
+    if ((st = mp_columns_check(&e->cols, &f->g, pc->model_path)))
+        return st;
+    mp_columns_apply(&e->cols, &f->g);
+    return MP_OK;
+}
+
 /* The chunk featurized into *f (the caller frees it: the invalid rows'
  * reasons are in it) and predicted with its uncertainties (predict_unc.c);
  * row0: the chunk's first row in the input; file: the features file (NULL:
- * none). */
+ * none); pc: the user atom / bond column files. */
 static mp_status predict_chunk(mp_unc_run *u, const chunk *c, const mp_featurize_opts *fo,
-                               const mp_featfile *file, int64_t row0, int32_t *idx,
-                               double *mean, double *unc, double *lower, double *upper,
-                               double *vals, mp_features **f)
+                               const mp_featfile *file, const pred_cols *pc, int64_t row0,
+                               int32_t *idx, double *mean, double *unc, double *lower,
+                               double *upper, double *vals, mp_features **f)
 {
     mp_status st = mp_featurize(f, (const char *const *)c->smiles, c->n, fo);
     if (st)
+        return st;
+    const mp_ensemble *e = u->e;
+    if ((pc->has[0] || pc->has[1] || e->cols.atom_dim || e->cols.bond_dim) &&
+        (st = chunk_columns(e, pc, c, (int32_t)row0, *f)))
         return st;
     if (file) {
         (*f)->file_values = file->values + row0 * file->n_cols;
@@ -112,6 +141,7 @@ typedef struct {
     double                *lower, *upper; /* cap x n_tasks        */
     double                *vals;          /* cap x n_tasks x values (heads.h) */
     int32_t               *idx;           /* cap                  */
+    pred_cols              cols;          /* user atom / bond columns */
 } predict_run;
 
 /* The output's header: the SMILES column's name, the tasks, their _unc,
@@ -171,6 +201,23 @@ static mp_status predict_open(predict_run *p)
                                 "trained on %d", o->features_path, p->file.n_cols,
                                 o->model_path, p->e->n_file);
     }
+    /* the user columns: the files the model needs, read once */
+    const char *paths[2] = { o->atom_path, o->bond_path };
+    const int dims[2] = { p->e->cols.atom_dim, p->e->cols.bond_dim };
+    const char *opt[2] = { "--atom-descriptors-path", "--bond-features-path" };
+    p->cols.model_path = o->model_path;
+    for (int k = 0; k < 2; k++) {
+        if (dims[k] && !paths[k])
+            return mp_error_set(MP_ERR_ARG, "%s: the model was trained with %d %s columns: "
+                                "give them with %s", o->model_path, dims[k],
+                                k ? "bond" : "atom", opt[k]);
+        if (!dims[k] && paths[k])
+            return mp_error_set(MP_ERR_ARG, "%s: the model takes no %s columns: leave out %s",
+                                o->model_path, k ? "bond" : "atom", opt[k]);
+        if (paths[k] && (st = mp_colfile_read(&p->cols.file[k], paths[k], -1)))
+            return st;
+        p->cols.has[k] = paths[k] != NULL;
+    }
     if (cap <= 0)
         cap = p->e->backend->host_memory ? DEFAULT_CHUNK : DEFAULT_CHUNK_GPU;
     char **fields;
@@ -218,8 +265,8 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
                             "features per input row)", o->features_path, file->n_rows,
                             o->data_path);
     mp_features *f = NULL;
-    mp_status st = predict_chunk(&p->u, &p->c, fo, file, (int64_t)p->stats->n_rows, p->idx,
-                                 p->mean, p->std, p->lower, p->upper, p->vals, &f);
+    mp_status st = predict_chunk(&p->u, &p->c, fo, file, &p->cols, (int64_t)p->stats->n_rows,
+                                 p->idx, p->mean, p->std, p->lower, p->upper, p->vals, &f);
     if (st) {
         mp_features_free(f);
         return st;
@@ -290,11 +337,21 @@ static mp_status predict_rows(predict_run *p)
         }
         if ((p->c.n == p->c.cap || (eof && p->c.n > 0)) && (st = predict_flush(p, &fo)))
             return st;
-        if (eof && o->features_path)
-            return mp_featfile_check_rows(&p->file, o->features_path, p->stats->n_rows,
-                                          o->data_path);
-        if (eof)
+        if (eof) {
+            /* every column file covers the input, no more and no less */
+            for (int k = 0; k < 2; k++) {
+                const mp_colfile *cf = &p->cols.file[k];
+                if (p->cols.has[k] && (cf->line ? cf->n_mols > (int32_t)p->stats->n_rows
+                                                : cf->n_mols != (int32_t)p->stats->n_rows))
+                    return mp_error_set(MP_ERR_FORMAT, "%s: %d molecules for the %zu input "
+                                        "rows of %s", cf->path, (int)cf->n_mols,
+                                        p->stats->n_rows, o->data_path);
+            }
+            if (o->features_path)
+                return mp_featfile_check_rows(&p->file, o->features_path, p->stats->n_rows,
+                                              o->data_path);
             return MP_OK;
+        }
     }
 }
 
@@ -332,6 +389,8 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     if (p.u_open)
         mp_unc_run_free(&p.u);
     mp_csv_close(p.r);
+    mp_colfile_free(&p.cols.file[0]);
+    mp_colfile_free(&p.cols.file[1]);
     mp_ensemble_free(p.e);
     return st;
 }

@@ -34,6 +34,9 @@ typedef struct {
     int            threads;       /* 0: default                                   */
     int32_t        chunk_rows;    /* 0: 8192 (a device backend: 65536)            */
     int            quiet;
+    const char    *atom_path;     /* user atom / bond columns for a model trained  *
+                                   * with them (columns.h; NULL: none)             */
+    const char    *bond_path;
 } mp_predict_opts;
 
 typedef struct {

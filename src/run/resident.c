@@ -15,6 +15,7 @@
 /* Byte offsets of the arrays inside one slot. */
 typedef struct {
     size_t hot, mass, bond, src, dst, in_start, in_edge, mol_atom, mol_edge, target, mask, extra;
+    size_t xa, xb;   /* the user atom / bond columns (model.h atom_extra_dim ...) */
     size_t bytes;
 } slot_layout;
 
@@ -36,6 +37,7 @@ struct mp_resident {
     mp_resident_opts o;
     int         dmpnn;
     int         n_tasks, extra_dim;
+    int         xa_dim, xb_dim;      /* user atom / bond columns per row      */
     size_t      es;
     int         n_cls;               /* classes, smallest first; the last is  */
     slot_class  cls[MP_RESIDENT_MAX_CLASSES]; /* the opts' capacities          */
@@ -88,6 +90,8 @@ static void make_layout(const mp_resident *r, slot_class *k)
     PUT(target, B * (size_t)r->n_tasks * r->es);
     PUT(mask, B * (size_t)r->n_tasks);
     PUT(extra, B * (size_t)r->extra_dim * r->es);
+    PUT(xa, A * (size_t)r->xa_dim * r->es);   /* a row per atom         */
+    PUT(xb, E * (size_t)r->xb_dim * r->es);   /* a row per directed edge */
 #undef PUT
     L->bytes = align_up(at, 256);
 }
@@ -111,6 +115,8 @@ static void point_batch(const mp_resident *r, slot_class *k, char *base)
     t->target = base + L->target;
     t->mask = (uint8_t *)(base + L->mask);
     t->extra = r->extra_dim > 0 ? base + L->extra : NULL;
+    t->atom_x = r->xa_dim > 0 ? base + L->xa : NULL;
+    t->bond_x = r->xb_dim > 0 ? base + L->xb : NULL;
 }
 
 /* A class holding fit_atoms real atoms and fit_edges real edges: room for
@@ -236,6 +242,8 @@ mp_status mp_resident_create(mp_resident **out, mp_model *m, const mp_resident_o
     r->dmpnn = c->kind == MP_MODEL_DMPNN;
     r->n_tasks = c->n_tasks;
     r->extra_dim = c->extra_dim;
+    r->xa_dim = r->dmpnn ? c->atom_extra_dim + c->atom_desc_dim : 0;
+    r->xb_dim = r->dmpnn ? c->bond_extra_dim : 0;
     r->es = b->esize;
     r->bound_cls = -1;
     r->n_cls = 1;
@@ -624,6 +632,41 @@ static mp_status pack_graph(const slot_class *c, char *s, const mp_graphs *g,
     return MP_OK;
 }
 
+/* The user columns of the slot's molecules in the element type (atom rows,
+ * then the bond's row on both of its edges), zero for the padding. */
+static mp_status pack_columns(const mp_resident *r, const slot_class *c, char *s,
+                              const mp_graphs *g, const int32_t *mols, int32_t n)
+{
+    const int xa = r->xa_dim, xb = r->xb_dim;
+    if (!xa && !xb)
+        return MP_OK;
+    if (g->xa_dim != xa || g->xb_dim != xb)
+        return mp_error_set(MP_ERR_ARG, "resident pack: the model takes %d atom and %d bond "
+                            "columns, the molecules carry %d and %d", xa, xb, (int)g->xa_dim,
+                            (int)g->xb_dim);
+    const slot_layout *L = &c->L;
+    char *pa = s + L->xa, *pb = s + L->xb;
+    size_t na = 0, ne = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t k = mols[i];
+        int32_t a0 = g->mol_atom[k], a1 = g->mol_atom[k + 1];
+        int32_t e0 = g->mol_edge[k], e1 = g->mol_edge[k + 1];
+        for (size_t q = 0; xa && q < (size_t)(a1 - a0) * xa; q++)
+            put_el(r, pa, na * xa + q, g->atom_x[(size_t)a0 * xa + q]);
+        for (int32_t e = e0; xb && e < e1; e++)
+            for (int j = 0; j < xb; j++)
+                put_el(r, pb, (ne + (size_t)(e - e0)) * xb + j,
+                       g->bond_x[(size_t)(e / 2) * xb + j]);
+        na += (size_t)(a1 - a0);
+        ne += (size_t)(e1 - e0);
+    }
+    if (xa)
+        memset(pa + na * xa * r->es, 0, ((size_t)c->ca - na) * xa * r->es);
+    if (xb)
+        memset(pb + ne * xb * r->es, 0, ((size_t)c->ce - ne) * xb * r->es);
+    return MP_OK;
+}
+
 mp_status mp_resident_slot_view(mp_resident *r, int32_t slot, mp_graphs *v,
                                 const void **target, const uint8_t **mask)
 {
@@ -678,7 +721,8 @@ mp_status mp_resident_pack(mp_resident *r, int32_t slot, const mp_graphs *g,
             return mp_error_set(MP_ERR_FORMAT, "resident pack: atom vectors have %d slots but "
                                 "the model was built for %d", g->atom_fdim,
                                 mp_model_get_config(r->m)->atom_fdim);
-        if ((st = pack_graph(c, s, g, mols, n)) != MP_OK)
+        if ((st = pack_graph(c, s, g, mols, n)) != MP_OK ||
+            (st = pack_columns(r, c, s, g, mols, n)) != MP_OK)
             return st;
         mp_graphs v;
         mp_resident_slot_view(r, slot, &v, NULL, NULL);

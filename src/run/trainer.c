@@ -555,6 +555,20 @@ static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
     *n_valid = nv;
     if (nv == 0)
         return mp_error_set(MP_ERR_FORMAT, "%s: no valid molecule to train on", o->data_path);
+    /* the user atom / bond columns, one file row group per input row */
+    if (o->cols.atom_path || o->cols.bond_path) {
+        if (o->model != MP_MODEL_DMPNN)
+            return mp_error_set(MP_ERR_ARG, "--atom-descriptors-path and --bond-features-path "
+                                "are for the D-MPNN (an FFN model has no atoms)");
+        /* (the columns are scaled in place: not in a caller's features) */
+        if (o->inputs)
+            return mp_error_set(MP_ERR_ARG, "user atom / bond columns with molecules "
+                                "featurized in memory (train from the data file)");
+        return mp_columns_read(&r->f->g, &o->cols, (const char *const *)d->smiles);
+    }
+    if (o->cols.atom_mode != MP_ATOM_COLS_NONE)
+        return mp_error_set(MP_ERR_ARG, "--atom-descriptors %s without --atom-descriptors-path",
+                            mp_atom_cols_name(o->cols.atom_mode));
     return MP_OK;
 }
 
@@ -630,9 +644,20 @@ static mp_status build_ensemble(train_run *r)
         st = mp_train_head_config(o, d, r->res->task, &cfg);
     if (st)
         return st;
-    r->multiclass = mp_head_is_multiclass(cfg.task) ? cfg.n_classes : 0;
-    if ((st = mp_ensemble_create(&r->e, &cfg, o->ensemble_size, o->seed, o->backend)))
+    /* the user columns: widths into the config, scalers fitted on the
+     * training molecules' rows and applied to every row (Chemprop's
+     * atom_descriptor_scaler / bond_feature_scaler) */
+    mp_columns cols;
+    if ((st = mp_columns_fit(&cols, &o->cols, &r->f->g, r->sets[0], (int32_t)r->sp.n[0])))
         return st;
+    mp_columns_apply(&cols, &r->f->g);
+    mp_columns_config(&cols, &cfg);
+    if ((st = mp_ensemble_create(&r->e, &cfg, o->ensemble_size, o->seed, o->backend))) {
+        mp_columns_free(&cols);
+        return st;
+    }
+    r->e->cols = cols;
+    r->multiclass = mp_head_is_multiclass(cfg.task) ? cfg.n_classes : 0;
     mp_ensemble *e = r->e;
     if ((st = mp_train_task_weights(o, d, &r->task_w)))
         return st;

@@ -118,6 +118,10 @@ typedef struct {
     const char     *task_weights;    /* "w1,w2,.." one per task, or NULL        */
     mp_act_kind     activation;      /* MP_ACT_RELU                            */
     int             batch_norm, atom_messages, undirected;   /* 0 (D-MPNN)     */
+    /* issue 9: user atom / bond columns (Chemprop v1.6.1's
+     * --atom_descriptors_path, --atom_descriptors, --bond_features_path and
+     * their scaling switches; columns.h) */
+    mp_columns_opts cols;
 } mp_train_opts;
 
 mp_train_opts mp_train_opts_default(void);
