@@ -212,6 +212,10 @@ static const mp_option_def train_table[] = {
       .offset = AT(mp_train_opts, aggregation), .arg = "A", .help = "mean | sum | norm" },
     { "ensemble-size", MP_OPT_INT, "1", 1, 256, .offset = AT(mp_train_opts, ensemble_size),
       .arg = "N", .help = "models that differ only in their seeds" },
+    { "member-jobs", MP_OPT_INT, "auto", 1, 256, .offset = AT(mp_train_opts, member_jobs),
+      .arg = "K", .help = "ensemble members trained side by side, each bit\nfor bit the model "
+              "it is alone; auto: all on a\nGPU, min(N, --threads) on the cpu",
+      .flags = MP_OPTF_AUTO },
     HEADING("transfer learning:"),
     { "init-model", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, init_model), .arg = "M",
       .help = "start from the weights of model file M (same\narchitecture; a fresh head "

@@ -10,6 +10,7 @@
 #include "data/registry.h"
 #include "run/checkpoint.h"
 #include "run/fit.h"
+#include "run/members.h"
 #include "run/resident.h"
 #include "run/resume.h"
 
@@ -282,7 +283,13 @@ typedef struct {
     mp_checkpoint        ck;           /*   and the rest of it               */
     int                  resuming;
     int                  ck_written;   /* this run wrote a checkpoint        */
-    int                  ck_member, ck_epoch;   /* the last one, written or resumed */
+    /* what the next checkpoint holds, per member (the members may train
+     * side by side, each checkpointing after its own epochs) */
+    int                 *ck_status;    /* 0 not started, 1 ck_live, 2 done   */
+    mp_fit_state        *ck_live;      /* its last checkpointed state        */
+    float               *ck_final;     /* n_members x n_params, when done    */
+    int                  member_jobs;  /* members side by side               */
+    long                 steps;        /* training steps per epoch           */
 } train_run;
 
 /* The save directory is made first (an unwritable place fails before any
@@ -337,8 +344,6 @@ static mp_status resume_open(train_run *r)
     if (st)
         return st;
     r->resuming = 1;
-    r->ck_member = r->ck.state.k;
-    r->ck_epoch = r->ck.state.epoch;
     return mp_checkpoint_match(r->ck_kv, r->id, "opt.", r->ck_path);
 }
 
@@ -365,29 +370,88 @@ static mp_status resume_check_data(train_run *r)
     return MP_OK;
 }
 
-/* The fit loop's checkpoint hook: the members done so far, the one in
- * training, the split, under the run's identity, into save_dir. */
+/* The table of what the next checkpoint holds (when the run checkpoints
+ * or resumes), filled from the resumed checkpoint. */
+static mp_status ck_table_open(train_run *r)
+{
+    int n = r->e->n_members;
+    size_t np = mp_model_n_params(r->e->members[0]);
+    if (!r->id)
+        return MP_OK;
+    r->ck_status = mp_calloc((size_t)n, sizeof(int));
+    r->ck_live = mp_calloc((size_t)n, sizeof(mp_fit_state));
+    r->ck_final = mp_malloc(sizeof(float) * np * (size_t)n);
+    if (!r->ck_status || !r->ck_live || !r->ck_final)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    if (!r->resuming)
+        return MP_OK;
+    mp_status st = MP_OK;
+    for (int j = 0; st == MP_OK && j < r->ck.n_done; j++) {
+        int k = r->ck.done_members[j];
+        memcpy(r->ck_final + (size_t)k * np, r->ck.done_params + (size_t)j * np,
+               sizeof(float) * np);
+        r->ck_status[k] = 2;
+    }
+    for (int i = 0; st == MP_OK && i < r->ck.n_states; i++) {
+        int k = r->ck.states[i].k;
+        st = mp_fit_state_copy(&r->ck_live[k], &r->ck.states[i]);
+        r->ck_status[k] = st == MP_OK;
+    }
+    return st;
+}
+
+static void ck_table_free(train_run *r)
+{
+    for (int k = 0; r->ck_live && k < r->o->ensemble_size; k++)
+        if (r->ck_status[k] == 1)
+            mp_fit_state_free(&r->ck_live[k]);
+    mp_free(r->ck_status);
+    mp_free(r->ck_live);
+    mp_free(r->ck_final);
+}
+
+/* The fit loop's checkpoint hook (called by one member at a time): member
+ * s->k's state joins the table, and the table is written: the members done
+ * so far, each member in training, the split, under the run's identity,
+ * into save_dir. */
 static mp_status write_checkpoint(void *arg, const mp_fit_state *s)
 {
     train_run *r = arg;
+    int n = r->e->n_members, nd = 0, ns = 0;
     size_t np = mp_model_n_params(r->e->members[0]);
-    float *done = mp_malloc(sizeof(float) * np * (size_t)(s->k > 0 ? s->k : 1));
-    if (!done)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", r->ck_path);
-    mp_status st = MP_OK;
-    for (int j = 0; st == MP_OK && j < s->k; j++)
-        st = mp_model_get_params(r->e->members[j], done + (size_t)j * np);
-    mp_checkpoint ck = { .n_members = r->e->n_members, .n_done = s->k, .n_params = np,
-                         .done_params = done, .done_best = r->res->best_epoch, .state = *s,
-                         .split = r->sp };
-    if (st == MP_OK)
-        st = mp_checkpoint_write(r->ck_path, r->id, &ck);
-    mp_free(done);
-    if (st == MP_OK) {
-        r->ck_written = 1;
-        r->ck_member = s->k;
-        r->ck_epoch = s->epoch;
+    mp_fit_state copy;
+    mp_status st = mp_fit_state_copy(&copy, s);
+    if (st)
+        return st;
+    if (r->ck_status[s->k] == 1)
+        mp_fit_state_free(&r->ck_live[s->k]);
+    r->ck_live[s->k] = copy;
+    r->ck_status[s->k] = 1;
+    int *done = mp_malloc(sizeof(int) * 2 * (size_t)n);
+    float *final = mp_malloc(sizeof(float) * np * (size_t)n);
+    mp_fit_state *live = mp_malloc(sizeof(mp_fit_state) * (size_t)n);
+    if (!done || !final || !live) {
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", r->ck_path);
+        goto out;
     }
+    for (int k = 0; k < n; k++) {
+        if (r->ck_status[k] == 2) {
+            memcpy(final + (size_t)nd * np, r->ck_final + (size_t)k * np, sizeof(float) * np);
+            done[n + nd] = r->res->best_epoch[k];
+            done[nd++] = k;
+        } else if (r->ck_status[k] == 1) {
+            live[ns++] = r->ck_live[k];
+        }
+    }
+    mp_checkpoint ck = { .n_members = n, .n_params = np, .n_done = nd, .done_members = done,
+                         .done_params = final, .done_best = done + n, .n_states = ns,
+                         .states = live, .split = r->sp };
+    if ((st = mp_checkpoint_write(r->ck_path, r->id, &ck)) == MP_OK)
+        r->ck_written = 1;
+out:
+    mp_free(done);
+    mp_free(final);
+    mp_free(live);
     return st;
 }
 
@@ -660,7 +724,39 @@ static mp_status fit_scalers(train_run *r)
     return r->feat_dim ? fit_feature_scaler(r) : MP_OK;
 }
 
-/* Each member in turn (fit.c). */
+/* Member hooks of mp_fit_members: one after another, the progress of
+ * each member; the final parameters of a member done join the checkpoint
+ * table. */
+static void member_begin(void *arg, int k)
+{
+    train_run *r = arg;
+    const mp_train_opts *o = r->o;
+    if (r->member_jobs > 1)
+        return;
+    mp_progress_begin_on(&r->prog, stderr, o->quiet ? MP_PROGRESS_QUIET : MP_PROGRESS_AUTO,
+                         o->epochs, r->steps);
+    if (o->ensemble_size > 1)
+        mp_progress_message(&r->prog, "ensemble member %d of %d (seed %llu)", k + 1,
+                            o->ensemble_size, (unsigned long long)(o->seed + (uint64_t)k));
+}
+
+static mp_status member_end(void *arg, int k, mp_status st)
+{
+    train_run *r = arg;
+    if (r->member_jobs <= 1)
+        mp_progress_end(&r->prog);
+    if (st || !r->ck_status)
+        return MP_OK;
+    size_t np = mp_model_n_params(r->e->members[k]);
+    if ((st = mp_model_get_params(r->e->members[k], r->ck_final + (size_t)k * np)))
+        return st;
+    if (r->ck_status[k] == 1)
+        mp_fit_state_free(&r->ck_live[k]);
+    r->ck_status[k] = 2;
+    return MP_OK;
+}
+
+/* Every member (fit.c), one after another or side by side (members.c). */
 static mp_status train_members(train_run *r)
 {
     const mp_train_opts *o = r->o;
@@ -678,36 +774,45 @@ static mp_status train_members(train_run *r)
         .classification = r->classification, .eval_batch = r->eval_batch,
         .progress = &r->prog,
     };
-    long steps = (long)mp_batch_data_steps(&c.batches);
-    int k0 = 0;
-    if (r->resuming) {   /* the members the checkpoint holds as done, then its member */
-        k0 = r->ck.n_done;
-        for (int j = 0; j < k0; j++) {
-            mp_status st = mp_model_set_params(r->e->members[j],
-                                               r->ck.done_params + (size_t)j * r->ck.n_params);
-            if (st)
+    r->steps = (long)mp_batch_data_steps(&c.batches);
+    mp_status st = ck_table_open(r);
+    if (st)
+        return st;
+    int n = o->ensemble_size, n_todo = 0;
+    int *todo = mp_malloc(sizeof(int) * (size_t)n);
+    if (!todo)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < n; k++) {
+        if (r->ck_status && r->ck_status[k] == 2) {   /* done before the stop */
+            size_t np = mp_model_n_params(r->e->members[k]);
+            if ((st = mp_model_set_params(r->e->members[k], r->ck_final + (size_t)k * np))) {
+                mp_free(todo);
                 return st;
-            res->best_epoch[j] = r->ck.done_best[j];
+            }
+            for (int j = 0; j < r->ck.n_done; j++)
+                if (r->ck.done_members[j] == k)
+                    res->best_epoch[k] = r->ck.done_best[j];
+        } else {
+            todo[n_todo++] = k;
         }
-        c.resume = &r->ck.state;
     }
     if (r->id && o->checkpoint_every > 0) {
         c.checkpoint_every = o->checkpoint_every;
         c.checkpoint = write_checkpoint;
         c.checkpoint_arg = r;
     }
+    int threads = o->threads > 0 ? o->threads : mp_threads_get();
+    r->member_jobs = mp_members_jobs(o->member_jobs, n_todo, r->e->backend, threads);
+    mp_members_opts mo = { .c = &c, .members = todo, .n = n_todo, .jobs = r->member_jobs,
+                           .threads = threads, .states = r->ck.states,
+                           .n_states = r->resuming ? r->ck.n_states : 0,
+                           .best_epoch = res->best_epoch, .begin = member_begin,
+                           .end = member_end, .arg = r };
     double t1 = mp_time_now();
-    for (int k = k0; k < o->ensemble_size; k++) {
-        mp_progress_begin_on(&r->prog, stderr, o->quiet ? MP_PROGRESS_QUIET : MP_PROGRESS_AUTO,
-                             o->epochs, steps);
-        if (o->ensemble_size > 1)
-            mp_progress_message(&r->prog, "ensemble member %d of %d (seed %llu)", k + 1,
-                                o->ensemble_size, (unsigned long long)(o->seed + (uint64_t)k));
-        mp_status st = mp_fit_member(&c, k, NULL, &res->best_epoch[k]);
-        mp_progress_end(&r->prog);
-        if (st)
-            return st;
-    }
+    st = mp_fit_members(&mo);
+    mp_free(todo);
+    if (st)
+        return st;
     res->train_seconds = mp_time_now() - t1;
     res->train_mols_per_second = (double)res->n_train * o->epochs * o->ensemble_size /
                                  (res->train_seconds > 0 ? res->train_seconds : 1e-9);
@@ -801,6 +906,7 @@ static void train_free(train_run *r, int failed)
         mp_cleanup_remove(r->dir_slot);
     mp_kv_free(r->id);
     mp_kv_free(r->ck_kv);
+    ck_table_free(r);
     mp_checkpoint_free(&r->ck);
     mp_free(r->tscaled);
     for (int s = 0; s < 3; s++)
@@ -813,6 +919,27 @@ static void train_free(train_run *r, int failed)
         mp_dataset_free(r->d);
     }
     mp_featfile_free(&r->file);
+}
+
+/* A stopped run's message: where its checkpoint holds it, how to go on. */
+static void interrupted_message(train_run *r)
+{
+    char msg[1024], where[1024];
+    int n = 0, ns = 0, nd = 0;
+    snprintf(msg, sizeof msg, "%s", mp_error_message());
+    where[0] = '\0';
+    for (int k = 0; r->ck_status && k < r->o->ensemble_size; k++) {
+        nd += r->ck_status[k] == 2;
+        if (r->ck_status[k] != 1 || (size_t)n >= sizeof where - 64)
+            continue;
+        int w = snprintf(where + n, sizeof where - (size_t)n, "%sepoch %d of member %d",
+                         ns++ ? ", " : "", r->ck_live[k].epoch, k + 1);
+        n += w > 0 ? w : 0;
+    }
+    if (ns == 0)
+        snprintf(where, sizeof where, "%d members done", nd);
+    mp_error_set(MP_ERR_INTERRUPTED, "%s; %s holds the run after %s (train --resume %s "
+                 "continues it)", msg, r->ck_path, where, r->o->save_dir);
 }
 
 mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
@@ -838,12 +965,8 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
         (st = resume_check_data(&r)) == MP_OK && (st = train_members(&r)) == MP_OK &&
         (st = score(&r)) == MP_OK)
         st = save_outputs(&r);
-    if (st == MP_ERR_INTERRUPTED && (r.ck_written || r.resuming)) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", mp_error_message());
-        mp_error_set(st, "%s; %s holds the run after epoch %d of member %d (train --resume %s "
-                     "continues it)", msg, r.ck_path, r.ck_epoch, r.ck_member + 1, oc.save_dir);
-    }
+    if (st == MP_ERR_INTERRUPTED && (r.ck_written || r.resuming))
+        interrupted_message(&r);
     train_free(&r, st != MP_OK);
     if (st)
         mp_train_result_free(res);
