@@ -33,6 +33,7 @@ mp_train_opts mp_test_robust_opts(const char *backend, int epochs, const char *d
     o.quiet = 1;
     o.backend = backend;
     o.save_dir = dir;
+    o.member_jobs = 1;   /* one after another: the stop lands in a known member */
     return o;
 }
 

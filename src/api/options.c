@@ -452,7 +452,8 @@ static const mp_option_def bench_table[] = {
     HEADING("running:"),
     { "jobs", MP_OPT_INT, "auto", 1, 64, .offset = AT(mp_bench_args, jobs), .arg = "N",
       .help = "runs trained at once, each with its own backend\n(its own stream on the GPU); "
-              "auto: 4 on the GPU, 1\non the CPU", .flags = MP_OPTF_AUTO },
+              "auto: the seeds\nside by side (at least 4 on the GPU; at most\n--threads on "
+              "the CPU)", .flags = MP_OPTF_AUTO },
     THREADS(mp_bench_args, threads),
     DEVICE,
     PRECISION,
