@@ -57,7 +57,7 @@ run() {
         "$(echo "$t1 - $t0" | bc -l)" | tee -a "$OUT/times.tsv"
 }
 ratio() {   # ratio A B: train seconds of A over B
-    echo "scale=2; $(train_s "$OUT/$1") / $(train_s "$OUT/$2")" | bc -l
+    printf "%.2f" "$(echo "$(train_s "$OUT/$1") / $(train_s "$OUT/$2")" | bc -l)"
 }
 same() {    # same A B: the two model files byte for byte
     if cmp -s "$OUT/$1/model.mpm" "$OUT/$2/model.mpm"; then
