@@ -591,6 +591,114 @@ mp_status mp_checkpoint_read(const char *path, mp_kv **run, mp_checkpoint *ck)
 }
 
 /* ===================================================================== */
+/* The table of a run's members                                           */
+/* ===================================================================== */
+
+mp_status mp_ck_table_open(mp_ck_table *t, int n_members, size_t n_params,
+                           const mp_checkpoint *resumed)
+{
+    memset(t, 0, sizeof *t);
+    t->n_members = n_members;
+    t->n_params = n_params;
+    t->status = mp_calloc((size_t)n_members, sizeof(int));
+    t->live = mp_calloc((size_t)n_members, sizeof(mp_fit_state));
+    t->final = mp_malloc(sizeof(float) * n_params * (size_t)n_members);
+    t->best = mp_calloc((size_t)n_members, sizeof(int));
+    if (!t->status || !t->live || !t->final || !t->best)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    mp_status st = MP_OK;
+    for (int j = 0; resumed && j < resumed->n_done; j++)
+        mp_ck_table_set_done(t, resumed->done_members[j], resumed->done_params + (size_t)j * n_params,
+                             resumed->done_best[j]);
+    for (int i = 0; st == MP_OK && resumed && i < resumed->n_states; i++)
+        st = mp_ck_table_set_state(t, &resumed->states[i]);
+    return st;
+}
+
+void mp_ck_table_free(mp_ck_table *t)
+{
+    for (int k = 0; t->status && k < t->n_members; k++)
+        if (t->status[k] == 1)
+            mp_fit_state_free(&t->live[k]);
+    mp_free(t->status);
+    mp_free(t->live);
+    mp_free(t->final);
+    mp_free(t->best);
+    memset(t, 0, sizeof *t);
+}
+
+mp_status mp_ck_table_set_state(mp_ck_table *t, const mp_fit_state *s)
+{
+    mp_fit_state copy;
+    mp_status st = mp_fit_state_copy(&copy, s);
+    if (st)
+        return st;
+    if (t->status[s->k] == 1)
+        mp_fit_state_free(&t->live[s->k]);
+    t->live[s->k] = copy;
+    t->status[s->k] = 1;
+    return MP_OK;
+}
+
+void mp_ck_table_set_done(mp_ck_table *t, int k, const float *params, int best_epoch)
+{
+    memcpy(t->final + (size_t)k * t->n_params, params, sizeof(float) * t->n_params);
+    if (t->status[k] == 1)
+        mp_fit_state_free(&t->live[k]);
+    t->status[k] = 2;
+    t->best[k] = best_epoch;
+}
+
+mp_status mp_ck_table_write(const mp_ck_table *t, const char *path, const mp_kv *run,
+                            const mp_split *split)
+{
+    int n = t->n_members, nd = 0, ns = 0;
+    size_t np = t->n_params;
+    int *done = mp_malloc(sizeof(int) * 2 * (size_t)n);
+    float *final = mp_malloc(sizeof(float) * np * (size_t)n);
+    mp_fit_state *live = mp_malloc(sizeof(mp_fit_state) * (size_t)n);
+    mp_status st;
+    if (!done || !final || !live) {
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", path);
+    } else {
+        for (int k = 0; k < n; k++) {
+            if (t->status[k] == 2) {
+                memcpy(final + (size_t)nd * np, t->final + (size_t)k * np, sizeof(float) * np);
+                done[n + nd] = t->best[k];
+                done[nd++] = k;
+            } else if (t->status[k] == 1) {
+                live[ns++] = t->live[k];
+            }
+        }
+        mp_checkpoint ck = { .n_members = n, .n_params = np, .n_done = nd, .done_members = done,
+                             .done_params = final, .done_best = done + n, .n_states = ns,
+                             .states = live, .split = *split };
+        st = mp_checkpoint_write(path, run, &ck);
+    }
+    mp_free(done);
+    mp_free(final);
+    mp_free(live);
+    return st;
+}
+
+void mp_ck_table_where(const mp_ck_table *t, char *buf, size_t n)
+{
+    size_t at = 0;
+    int ns = 0, nd = 0;
+    buf[0] = '\0';
+    for (int k = 0; t->status && k < t->n_members; k++) {
+        nd += t->status[k] == 2;
+        if (t->status[k] != 1 || at + 48 >= n)
+            continue;
+        int w = snprintf(buf + at, n - at, "%sepoch %d of member %d", ns++ ? ", " : "",
+                         t->live[k].epoch, k + 1);
+        at += w > 0 ? (size_t)w : 0;
+    }
+    if (ns == 0)
+        snprintf(buf, n, "%d members done", nd);
+}
+
+/* ===================================================================== */
 /* Matching                                                               */
 /* ===================================================================== */
 

@@ -58,6 +58,38 @@ typedef struct {
 mp_status mp_fit_state_copy(mp_fit_state *out, const mp_fit_state *s);
 
 /*
+ * What a run's next checkpoint holds, member by member (trainer.c keeps one
+ * while it checkpoints or resumes): each member not started, in training
+ * (its last checkpointed state, a deep copy) or done (its final parameters
+ * and best epoch).  The members may train side by side, each checkpointing
+ * after its own epochs: the caller serializes the calls.
+ */
+typedef struct {
+    int           n_members;
+    size_t        n_params;
+    int          *status;     /* per member: 0 not started, 1 live, 2 done   */
+    mp_fit_state *live;       /* status 1: the state                         */
+    float        *final;      /* status 2: n_params each                     */
+    int          *best;       /* status 2: the best epoch                    */
+} mp_ck_table;
+
+/* An empty table, or (resumed not NULL) the members of that checkpoint.
+ * MP_ERR_NOMEM; free with mp_ck_table_free either way. */
+mp_status mp_ck_table_open(mp_ck_table *t, int n_members, size_t n_params,
+                           const mp_checkpoint *resumed);
+void      mp_ck_table_free(mp_ck_table *t);
+/* Member s->k in training: a copy of s replaces what the table held. */
+mp_status mp_ck_table_set_state(mp_ck_table *t, const mp_fit_state *s);
+/* Member k done: its final parameters (copied) and best epoch. */
+void      mp_ck_table_set_done(mp_ck_table *t, int k, const float *params, int best_epoch);
+/* The table as a checkpoint, written atomically (mp_checkpoint_write). */
+mp_status mp_ck_table_write(const mp_ck_table *t, const char *path, const mp_kv *run,
+                            const mp_split *split);
+/* Where the table holds the run, for a message: "epoch 3 of member 1,
+ * epoch 2 of member 2", or "2 members done". */
+void      mp_ck_table_where(const mp_ck_table *t, char *buf, size_t n);
+
+/*
  * Writes the checkpoint atomically to `path`: the keys of `run` (copied
  * into its header as they are), then ck.  MP_ERR_IO naming the file
  * (nothing is left at `path` but the previous checkpoint, if any).

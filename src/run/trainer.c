@@ -295,9 +295,7 @@ typedef struct {
     int                  ck_written;   /* this run wrote a checkpoint        */
     /* what the next checkpoint holds, per member (the members may train
      * side by side, each checkpointing after its own epochs) */
-    int                 *ck_status;    /* 0 not started, 1 ck_live, 2 done   */
-    mp_fit_state        *ck_live;      /* its last checkpointed state        */
-    float               *ck_final;     /* n_members x n_params, when done    */
+    mp_ck_table          table;        /* the members for the next one       */
     int                  member_jobs;  /* members side by side               */
     long                 steps;        /* training steps per epoch           */
 } train_run;
@@ -380,46 +378,6 @@ static mp_status resume_check_data(train_run *r)
     return MP_OK;
 }
 
-/* The table of what the next checkpoint holds (when the run checkpoints
- * or resumes), filled from the resumed checkpoint. */
-static mp_status ck_table_open(train_run *r)
-{
-    int n = r->e->n_members;
-    size_t np = mp_model_n_params(r->e->members[0]);
-    if (!r->id)
-        return MP_OK;
-    r->ck_status = mp_calloc((size_t)n, sizeof(int));
-    r->ck_live = mp_calloc((size_t)n, sizeof(mp_fit_state));
-    r->ck_final = mp_malloc(sizeof(float) * np * (size_t)n);
-    if (!r->ck_status || !r->ck_live || !r->ck_final)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory");
-    if (!r->resuming)
-        return MP_OK;
-    mp_status st = MP_OK;
-    for (int j = 0; st == MP_OK && j < r->ck.n_done; j++) {
-        int k = r->ck.done_members[j];
-        memcpy(r->ck_final + (size_t)k * np, r->ck.done_params + (size_t)j * np,
-               sizeof(float) * np);
-        r->ck_status[k] = 2;
-    }
-    for (int i = 0; st == MP_OK && i < r->ck.n_states; i++) {
-        int k = r->ck.states[i].k;
-        st = mp_fit_state_copy(&r->ck_live[k], &r->ck.states[i]);
-        r->ck_status[k] = st == MP_OK;
-    }
-    return st;
-}
-
-static void ck_table_free(train_run *r)
-{
-    for (int k = 0; r->ck_live && k < r->o->ensemble_size; k++)
-        if (r->ck_status[k] == 1)
-            mp_fit_state_free(&r->ck_live[k]);
-    mp_free(r->ck_status);
-    mp_free(r->ck_live);
-    mp_free(r->ck_final);
-}
-
 /* The fit loop's checkpoint hook (called by one member at a time): member
  * s->k's state joins the table, and the table is written: the members done
  * so far, each member in training, the split, under the run's identity,
@@ -427,41 +385,11 @@ static void ck_table_free(train_run *r)
 static mp_status write_checkpoint(void *arg, const mp_fit_state *s)
 {
     train_run *r = arg;
-    int n = r->e->n_members, nd = 0, ns = 0;
-    size_t np = mp_model_n_params(r->e->members[0]);
-    mp_fit_state copy;
-    mp_status st = mp_fit_state_copy(&copy, s);
-    if (st)
-        return st;
-    if (r->ck_status[s->k] == 1)
-        mp_fit_state_free(&r->ck_live[s->k]);
-    r->ck_live[s->k] = copy;
-    r->ck_status[s->k] = 1;
-    int *done = mp_malloc(sizeof(int) * 2 * (size_t)n);
-    float *final = mp_malloc(sizeof(float) * np * (size_t)n);
-    mp_fit_state *live = mp_malloc(sizeof(mp_fit_state) * (size_t)n);
-    if (!done || !final || !live) {
-        st = mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", r->ck_path);
-        goto out;
-    }
-    for (int k = 0; k < n; k++) {
-        if (r->ck_status[k] == 2) {
-            memcpy(final + (size_t)nd * np, r->ck_final + (size_t)k * np, sizeof(float) * np);
-            done[n + nd] = r->res->best_epoch[k];
-            done[nd++] = k;
-        } else if (r->ck_status[k] == 1) {
-            live[ns++] = r->ck_live[k];
-        }
-    }
-    mp_checkpoint ck = { .n_members = n, .n_params = np, .n_done = nd, .done_members = done,
-                         .done_params = final, .done_best = done + n, .n_states = ns,
-                         .states = live, .split = r->sp };
-    if ((st = mp_checkpoint_write(r->ck_path, r->id, &ck)) == MP_OK)
+    mp_status st = mp_ck_table_set_state(&r->table, s);
+    if (st == MP_OK)
+        st = mp_ck_table_write(&r->table, r->ck_path, r->id, &r->sp);
+    if (st == MP_OK)
         r->ck_written = 1;
-out:
-    mp_free(done);
-    mp_free(final);
-    mp_free(live);
     return st;
 }
 
@@ -796,15 +724,16 @@ static mp_status member_end(void *arg, int k, mp_status st)
     train_run *r = arg;
     if (r->member_jobs <= 1)
         mp_progress_end(&r->prog);
-    if (st || !r->ck_status)
+    if (st || !r->table.status)
         return MP_OK;
     size_t np = mp_model_n_params(r->e->members[k]);
-    if ((st = mp_model_get_params(r->e->members[k], r->ck_final + (size_t)k * np)))
-        return st;
-    if (r->ck_status[k] == 1)
-        mp_fit_state_free(&r->ck_live[k]);
-    r->ck_status[k] = 2;
-    return MP_OK;
+    float *final = mp_malloc(sizeof(float) * np);
+    if (!final)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    if ((st = mp_model_get_params(r->e->members[k], final)) == MP_OK)
+        mp_ck_table_set_done(&r->table, k, final, r->res->best_epoch[k]);
+    mp_free(final);
+    return st;
 }
 
 /* Every member (fit.c), one after another or side by side (members.c). */
@@ -832,7 +761,10 @@ static mp_status train_members(train_run *r)
         .n_neg = r->n_neg, .multiclass = r->multiclass,
     };
     r->steps = (long)mp_batch_data_steps(&c.batches);
-    mp_status st = ck_table_open(r);
+    mp_status st = r->id ? mp_ck_table_open(&r->table, o->ensemble_size,
+                                            mp_model_n_params(r->e->members[0]),
+                                            r->resuming ? &r->ck : NULL)
+                         : MP_OK;
     if (st)
         return st;
     int n = o->ensemble_size, n_todo = 0;
@@ -840,15 +772,13 @@ static mp_status train_members(train_run *r)
     if (!todo)
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
     for (int k = 0; k < n; k++) {
-        if (r->ck_status && r->ck_status[k] == 2) {   /* done before the stop */
-            size_t np = mp_model_n_params(r->e->members[k]);
-            if ((st = mp_model_set_params(r->e->members[k], r->ck_final + (size_t)k * np))) {
+        if (r->table.status && r->table.status[k] == 2) {   /* done before the stop */
+            size_t np = r->table.n_params;
+            if ((st = mp_model_set_params(r->e->members[k], r->table.final + (size_t)k * np))) {
                 mp_free(todo);
                 return st;
             }
-            for (int j = 0; j < r->ck.n_done; j++)
-                if (r->ck.done_members[j] == k)
-                    res->best_epoch[k] = r->ck.done_best[j];
+            res->best_epoch[k] = r->table.best[k];
         } else {
             todo[n_todo++] = k;
         }
@@ -985,7 +915,7 @@ static void train_free(train_run *r, int failed)
         mp_cleanup_remove(r->dir_slot);
     mp_kv_free(r->id);
     mp_kv_free(r->ck_kv);
-    ck_table_free(r);
+    mp_ck_table_free(&r->table);
     mp_checkpoint_free(&r->ck);
     mp_free(r->tscaled);
     mp_free(r->weights);
@@ -1008,19 +938,8 @@ static void train_free(train_run *r, int failed)
 static void interrupted_message(train_run *r)
 {
     char msg[1024], where[1024];
-    int n = 0, ns = 0, nd = 0;
     snprintf(msg, sizeof msg, "%s", mp_error_message());
-    where[0] = '\0';
-    for (int k = 0; r->ck_status && k < r->o->ensemble_size; k++) {
-        nd += r->ck_status[k] == 2;
-        if (r->ck_status[k] != 1 || (size_t)n >= sizeof where - 64)
-            continue;
-        int w = snprintf(where + n, sizeof where - (size_t)n, "%sepoch %d of member %d",
-                         ns++ ? ", " : "", r->ck_live[k].epoch, k + 1);
-        n += w > 0 ? w : 0;
-    }
-    if (ns == 0)
-        snprintf(where, sizeof where, "%d members done", nd);
+    mp_ck_table_where(&r->table, where, sizeof where);
     mp_error_set(MP_ERR_INTERRUPTED, "%s; %s holds the run after %s (train --resume %s "
                  "continues it)", msg, r->ck_path, where, r->o->save_dir);
 }
