@@ -10,7 +10,8 @@
 #include "run/trainer.h"
 
 /* Small ESOL training options: `epochs` epochs, hidden 32, one thread,
- * quiet, on `backend`, saving into dir (under the test's temp dir). */
+ * quiet, on `backend`, saving into dir (under the test's temp dir); the
+ * members one after another (test_members.c trains them side by side). */
 mp_train_opts mp_test_robust_opts(const char *backend, int epochs, const char *dir);
 
 /*

@@ -33,6 +33,7 @@ mp_train_opts mp_test_robust_opts(const char *backend, int epochs, const char *d
     o.quiet = 1;
     o.backend = backend;
     o.save_dir = dir;
+    o.member_jobs = 1;   /* one after another: the stop lands in a known member */
     return o;
 }
 
@@ -123,7 +124,8 @@ int mp_test_robust_resume(const mp_train_opts *o, int every, int stop_member, in
         snprintf(path, sizeof path, "%s/%s", cut, MP_CHECKPOINT_FILE);
         st = mp_checkpoint_read(path, &kv, &ck);
         RCHECK(st == MP_OK, "%s", mp_error_message());
-        int km = ck.state.k, ke = ck.state.epoch;
+        int km = ck.n_states ? ck.states[ck.n_states - 1].k : -1,
+            ke = ck.n_states ? ck.states[ck.n_states - 1].epoch : -1;
         mp_checkpoint_free(&ck);
         mp_kv_free(kv);
         RCHECK(km == ck_member && ke == ck_epoch, "the checkpoint is of member %d epoch %d, "

@@ -268,6 +268,10 @@ static const mp_option_def train_table[] = {
       .help = "mean | sum | norm | attentive (a learned softmax\nweight per atom, Chemprop v2)" },
     { "ensemble-size", MP_OPT_INT, "1", 1, 256, .offset = AT(mp_train_opts, ensemble_size),
       .arg = "N", .help = "models that differ only in their seeds" },
+    { "member-jobs", MP_OPT_INT, "auto", 1, 256, .offset = AT(mp_train_opts, member_jobs),
+      .arg = "K", .help = "ensemble members trained side by side, each bit\nfor bit the model "
+              "it is alone; auto: all on a\nGPU, min(N, --threads) on the cpu",
+      .flags = MP_OPTF_AUTO },
     HEADING("transfer learning:"),
     { "init-model", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, init_model), .arg = "M",
       .help = "start from the weights of model file M (same\narchitecture; a fresh head "
@@ -549,7 +553,8 @@ static const mp_option_def bench_table[] = {
     HEADING("running:"),
     { "jobs", MP_OPT_INT, "auto", 1, 64, .offset = AT(mp_bench_args, jobs), .arg = "N",
       .help = "runs trained at once, each with its own backend\n(its own stream on the GPU); "
-              "auto: 4 on the GPU, 1\non the CPU", .flags = MP_OPTF_AUTO },
+              "auto: the seeds\nside by side (at least 4 on the GPU; at most\n--threads on "
+              "the CPU)", .flags = MP_OPTF_AUTO },
     THREADS(mp_bench_args, threads),
     DEVICE,
     PRECISION,

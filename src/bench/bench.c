@@ -543,7 +543,17 @@ mp_status mp_run_bench(const mp_options *o, FILE *table, mp_summary **summary)
     for (int i = 0; i < g->n_skipped; i++)
         say(P, "note: %s skipped: its file is not in %s (molprop data fetch %s)\n",
             g->skipped[i], g->a.data_dir, g->skipped[i]);
-    int jobs = g->a.jobs > 0 ? g->a.jobs : host_backend(g->backend) ? 1 : 4;
+    /* auto: the seeds of one (dataset, model) side by side, as an ensemble's
+     * members train (members.h): each seed has a split of its own, so each
+     * is a run of its own (its own backend, stream and scalers), sharing
+     * the prepared dataset read-only; on the GPU at least 4 at a time (runs
+     * of different models fill it too), on the cpu min(seeds, threads) */
+    int host_threads = g->a.threads > 0 ? g->a.threads : threads_before;
+    int jobs = g->a.jobs > 0 ? g->a.jobs
+             : host_backend(g->backend) ? (g->n_seeds < host_threads ? g->n_seeds : host_threads)
+             : (g->n_seeds > 4 ? g->n_seeds : 4);
+    if (jobs < 1)
+        jobs = 1;
     if (jobs > P->n_pending)
         jobs = P->n_pending > 0 ? P->n_pending : 1;
     if (!g->a.quiet)
@@ -556,7 +566,7 @@ mp_status mp_run_bench(const mp_options *o, FILE *table, mp_summary **summary)
     /* host threads: shared by the runs side by side (the cpu kernels and
      * the resident source's packing give the same results for any thread
      * count) */
-    int threads = g->a.threads > 0 ? g->a.threads : threads_before;
+    int threads = host_threads;
     g->prep_threads = threads;   /* featurizing takes them all: it overlaps little */
     if (jobs > 1)
         threads = threads / jobs > 0 ? threads / jobs : 1;

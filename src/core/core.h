@@ -107,6 +107,10 @@ double mp_time_now(void);
 /* Number of threads molprop uses: set by mp_threads_set (0 = OpenMP default). */
 void mp_threads_set(int n);
 int  mp_threads_get(void);
+/* The calling thread's own count, ahead of mp_threads_set's (0: none): a
+ * worker thread that runs on a share of the cores (the cpu backend's
+ * parallel regions ask mp_threads_get; results never depend on it). */
+void mp_threads_set_local(int n);
 
 /* ===================================================================== */
 /* Output: atomic files and the I/O fault hook (io.c)                     */

@@ -27,6 +27,9 @@ double mp_time_now(void)
 /* ===================================================================== */
 
 static int n_threads_set;
+/* A thread's own count (mp_threads_set_local): the concurrent ensemble
+ * members each run on a share of --threads (run/members.c). */
+static _Thread_local int n_threads_local;
 
 void mp_threads_set(int n)
 {
@@ -37,8 +40,12 @@ void mp_threads_set(int n)
 #endif
 }
 
+void mp_threads_set_local(int n) { n_threads_local = n > 0 ? n : 0; }
+
 int mp_threads_get(void)
 {
+    if (n_threads_local > 0)
+        return n_threads_local;
     if (n_threads_set > 0)
         return n_threads_set;
 #ifdef _OPENMP

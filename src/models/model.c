@@ -395,6 +395,16 @@ void mp_model_free(mp_model *m)
     mp_free(m);
 }
 
+mp_status mp_model_rebind(mp_model *m, mp_backend *b)
+{
+    if (!b || strcmp(b->name, m->b->name) != 0 || b->esize != m->esize ||
+        b->act_st != m->b->act_st)
+        return mp_error_set(MP_ERR_ARG, "model: cannot move from backend %s to %s", m->b->name,
+                            b ? b->name : "(none)");
+    m->b = b;
+    return MP_OK;
+}
+
 /* ===================================================================== */
 /* Activation arena                                                       */
 /* ===================================================================== */

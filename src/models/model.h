@@ -133,6 +133,16 @@ typedef struct {
 mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend *b,
                           uint64_t seed);
 void      mp_model_free(mp_model *m);
+/*
+ * Moves model m onto backend b, another instance of the one it was built on
+ * (the same name: the same device, element and storage types), so that
+ * threads each with their own backend (stream, handles) can train the
+ * members of one ensemble side by side.  Its buffers stay where they are
+ * (device memory of one process belongs to no instance); the caller syncs
+ * the old backend first, so nothing queued there is pending.  MP_ERR_ARG
+ * for a backend of another name.
+ */
+mp_status mp_model_rebind(mp_model *m, mp_backend *b);
 
 /*
  * Sizes the activation buffers (one allocation) for batches of up to

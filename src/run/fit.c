@@ -399,6 +399,13 @@ static void profile_line(const member *mb, int epoch, double t0, const double *t
     mb->src->ops->profile(mb->src, epoch, stderr);
 }
 
+static mp_status cancelled(const mp_fit_ctx *c)
+{
+    if (c->cancel && __atomic_load_n(c->cancel, __ATOMIC_ACQUIRE))
+        return mp_error_set(MP_ERR_INTERRUPTED, "stopped: another ensemble member failed");
+    return MP_OK;
+}
+
 mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *best_epoch)
 {
     const mp_train_opts *o = c->o;
@@ -414,7 +421,8 @@ mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *b
         st = rs ? member_resume(&mb, rs) : member_start(&mb);
     for (int epoch = rs ? rs->epoch + 1 : 1; st == MP_OK && epoch <= o->epochs; epoch++) {
         double loss, val_mean, t[3], t0 = mp_time_now();
-        if ((st = mp_interrupt_poll()) || (st = run_epoch(&mb, epoch, &loss, t)) ||
+        if ((st = mp_interrupt_poll()) || (st = cancelled(c)) ||
+            (st = run_epoch(&mb, epoch, &loss, t)) ||
             (st = validate(&mb, &val_mean)))
             break;
         if (o->profile)

@@ -79,6 +79,10 @@ typedef struct {
     /* Resuming: member resume->k continues from this state instead of
      * starting (the member's model and the source are given its state). */
     const mp_fit_state  *resume;
+    /* Members side by side (members.h): when *cancel is set (another
+     * member failed), this one stops before its next epoch with
+     * MP_ERR_INTERRUPTED.  NULL: never. */
+    const int           *cancel;
     /* issue 11: Chemprop's class-balanced epochs (batches.n_epoch = 2 x the
      * smaller list): each epoch shuffles both lists with the member's stream
      * and interleaves them, positive first */

@@ -11,6 +11,7 @@
 #include "models/heads.h"
 #include "run/checkpoint.h"
 #include "run/fit.h"
+#include "run/members.h"
 #include "run/resident.h"
 #include "run/resume.h"
 #include "run/train_head.h"
@@ -292,7 +293,11 @@ typedef struct {
     mp_checkpoint        ck;           /*   and the rest of it               */
     int                  resuming;
     int                  ck_written;   /* this run wrote a checkpoint        */
-    int                  ck_member, ck_epoch;   /* the last one, written or resumed */
+    /* what the next checkpoint holds, per member (the members may train
+     * side by side, each checkpointing after its own epochs) */
+    mp_ck_table          table;        /* the members for the next one       */
+    int                  member_jobs;  /* members side by side               */
+    long                 steps;        /* training steps per epoch           */
 } train_run;
 
 /* The save directory is made first (an unwritable place fails before any
@@ -347,8 +352,6 @@ static mp_status resume_open(train_run *r)
     if (st)
         return st;
     r->resuming = 1;
-    r->ck_member = r->ck.state.k;
-    r->ck_epoch = r->ck.state.epoch;
     return mp_checkpoint_match(r->ck_kv, r->id, "opt.", r->ck_path);
 }
 
@@ -375,29 +378,18 @@ static mp_status resume_check_data(train_run *r)
     return MP_OK;
 }
 
-/* The fit loop's checkpoint hook: the members done so far, the one in
- * training, the split, under the run's identity, into save_dir. */
+/* The fit loop's checkpoint hook (called by one member at a time): member
+ * s->k's state joins the table, and the table is written: the members done
+ * so far, each member in training, the split, under the run's identity,
+ * into save_dir. */
 static mp_status write_checkpoint(void *arg, const mp_fit_state *s)
 {
     train_run *r = arg;
-    size_t np = mp_model_n_params(r->e->members[0]);
-    float *done = mp_malloc(sizeof(float) * np * (size_t)(s->k > 0 ? s->k : 1));
-    if (!done)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory writing %s", r->ck_path);
-    mp_status st = MP_OK;
-    for (int j = 0; st == MP_OK && j < s->k; j++)
-        st = mp_model_get_params(r->e->members[j], done + (size_t)j * np);
-    mp_checkpoint ck = { .n_members = r->e->n_members, .n_done = s->k, .n_params = np,
-                         .done_params = done, .done_best = r->res->best_epoch, .state = *s,
-                         .split = r->sp };
+    mp_status st = mp_ck_table_set_state(&r->table, s);
     if (st == MP_OK)
-        st = mp_checkpoint_write(r->ck_path, r->id, &ck);
-    mp_free(done);
-    if (st == MP_OK) {
+        st = mp_ck_table_write(&r->table, r->ck_path, r->id, &r->sp);
+    if (st == MP_OK)
         r->ck_written = 1;
-        r->ck_member = s->k;
-        r->ck_epoch = s->epoch;
-    }
     return st;
 }
 
@@ -735,7 +727,41 @@ static mp_status train_extras(train_run *r)
                                 &r->neg, &r->n_neg);
 }
 
-/* Each member in turn (fit.c). */
+
+/* Member hooks of mp_fit_members: one after another, the progress of
+ * each member; the final parameters of a member done join the checkpoint
+ * table. */
+static void member_begin(void *arg, int k)
+{
+    train_run *r = arg;
+    const mp_train_opts *o = r->o;
+    if (r->member_jobs > 1)
+        return;
+    mp_progress_begin_on(&r->prog, stderr, o->quiet ? MP_PROGRESS_QUIET : MP_PROGRESS_AUTO,
+                         o->epochs, r->steps);
+    if (o->ensemble_size > 1)
+        mp_progress_message(&r->prog, "ensemble member %d of %d (seed %llu)", k + 1,
+                            o->ensemble_size, (unsigned long long)(o->seed + (uint64_t)k));
+}
+
+static mp_status member_end(void *arg, int k, mp_status st)
+{
+    train_run *r = arg;
+    if (r->member_jobs <= 1)
+        mp_progress_end(&r->prog);
+    if (st || !r->table.status)
+        return MP_OK;
+    size_t np = mp_model_n_params(r->e->members[k]);
+    float *final = mp_malloc(sizeof(float) * np);
+    if (!final)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    if ((st = mp_model_get_params(r->e->members[k], final)) == MP_OK)
+        mp_ck_table_set_done(&r->table, k, final, r->res->best_epoch[k]);
+    mp_free(final);
+    return st;
+}
+
+/* Every member (fit.c), one after another or side by side (members.c). */
 static mp_status train_members(train_run *r)
 {
     const mp_train_opts *o = r->o;
@@ -759,36 +785,46 @@ static mp_status train_members(train_run *r)
         .progress = &r->prog, .pos = r->pos, .neg = r->neg, .n_pos = r->n_pos,
         .n_neg = r->n_neg, .multiclass = r->multiclass,
     };
-    long steps = (long)mp_batch_data_steps(&c.batches);
-    int k0 = 0;
-    if (r->resuming) {   /* the members the checkpoint holds as done, then its member */
-        k0 = r->ck.n_done;
-        for (int j = 0; j < k0; j++) {
-            mp_status st = mp_model_set_params(r->e->members[j],
-                                               r->ck.done_params + (size_t)j * r->ck.n_params);
-            if (st)
+    r->steps = (long)mp_batch_data_steps(&c.batches);
+    mp_status st = r->id ? mp_ck_table_open(&r->table, o->ensemble_size,
+                                            mp_model_n_params(r->e->members[0]),
+                                            r->resuming ? &r->ck : NULL)
+                         : MP_OK;
+    if (st)
+        return st;
+    int n = o->ensemble_size, n_todo = 0;
+    int *todo = mp_malloc(sizeof(int) * (size_t)n);
+    if (!todo)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < n; k++) {
+        if (r->table.status && r->table.status[k] == 2) {   /* done before the stop */
+            size_t np = r->table.n_params;
+            if ((st = mp_model_set_params(r->e->members[k], r->table.final + (size_t)k * np))) {
+                mp_free(todo);
                 return st;
-            res->best_epoch[j] = r->ck.done_best[j];
+            }
+            res->best_epoch[k] = r->table.best[k];
+        } else {
+            todo[n_todo++] = k;
         }
-        c.resume = &r->ck.state;
     }
     if (r->id && o->checkpoint_every > 0) {
         c.checkpoint_every = o->checkpoint_every;
         c.checkpoint = write_checkpoint;
         c.checkpoint_arg = r;
     }
+    int threads = o->threads > 0 ? o->threads : mp_threads_get();
+    r->member_jobs = mp_members_jobs(o->member_jobs, n_todo, r->e->backend, threads);
+    mp_members_opts mo = { .c = &c, .members = todo, .n = n_todo, .jobs = r->member_jobs,
+                           .threads = threads, .states = r->ck.states,
+                           .n_states = r->resuming ? r->ck.n_states : 0,
+                           .best_epoch = res->best_epoch, .begin = member_begin,
+                           .end = member_end, .arg = r };
     double t1 = mp_time_now();
-    for (int k = k0; k < o->ensemble_size; k++) {
-        mp_progress_begin_on(&r->prog, stderr, o->quiet ? MP_PROGRESS_QUIET : MP_PROGRESS_AUTO,
-                             o->epochs, steps);
-        if (o->ensemble_size > 1)
-            mp_progress_message(&r->prog, "ensemble member %d of %d (seed %llu)", k + 1,
-                                o->ensemble_size, (unsigned long long)(o->seed + (uint64_t)k));
-        mp_status st = mp_fit_member(&c, k, NULL, &res->best_epoch[k]);
-        mp_progress_end(&r->prog);
-        if (st)
-            return st;
-    }
+    st = mp_fit_members(&mo);
+    mp_free(todo);
+    if (st)
+        return st;
     res->train_seconds = mp_time_now() - t1;
     res->train_mols_per_second = (double)res->n_train * o->epochs * o->ensemble_size /
                                  (res->train_seconds > 0 ? res->train_seconds : 1e-9);
@@ -904,6 +940,7 @@ static void train_free(train_run *r, int failed)
         mp_cleanup_remove(r->dir_slot);
     mp_kv_free(r->id);
     mp_kv_free(r->ck_kv);
+    mp_ck_table_free(&r->table);
     mp_checkpoint_free(&r->ck);
     mp_free(r->tscaled);
     mp_free(r->weights);
@@ -920,6 +957,16 @@ static void train_free(train_run *r, int failed)
         mp_dataset_free(r->d);
     }
     mp_featfile_free(&r->file);
+}
+
+/* A stopped run's message: where its checkpoint holds it, how to go on. */
+static void interrupted_message(train_run *r)
+{
+    char msg[1024], where[1024];
+    snprintf(msg, sizeof msg, "%s", mp_error_message());
+    mp_ck_table_where(&r->table, where, sizeof where);
+    mp_error_set(MP_ERR_INTERRUPTED, "%s; %s holds the run after %s (train --resume %s "
+                 "continues it)", msg, r->ck_path, where, r->o->save_dir);
 }
 
 mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
@@ -945,12 +992,8 @@ mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
         (st = resume_check_data(&r)) == MP_OK && (st = train_members(&r)) == MP_OK &&
         (st = score(&r)) == MP_OK)
         st = save_outputs(&r);
-    if (st == MP_ERR_INTERRUPTED && (r.ck_written || r.resuming)) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", mp_error_message());
-        mp_error_set(st, "%s; %s holds the run after epoch %d of member %d (train --resume %s "
-                     "continues it)", msg, r.ck_path, r.ck_epoch, r.ck_member + 1, oc.save_dir);
-    }
+    if (st == MP_ERR_INTERRUPTED && (r.ck_written || r.resuming))
+        interrupted_message(&r);
     train_free(&r, st != MP_OK);
     if (st)
         mp_train_result_free(res);

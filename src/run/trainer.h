@@ -64,6 +64,11 @@ typedef struct {
     double          dropout;
     mp_aggregation  aggregation;
     int             ensemble_size;   /* 1                                      */
+    int             member_jobs;     /* members trained side by side (0: auto: *
+                                      * all of them on a device backend,        *
+                                      * min(ensemble_size, threads) on the cpu; *
+                                      * members.h); each is the model it is     *
+                                      * alone, bit for bit                      */
     uint64_t        seed;            /* split seed; member i is seeded seed+i  */
     int             threads;         /* 0: default                             */
     const char     *backend;         /* "cpu" (default), "cuda[:fp32|tf32|bf16]" */
@@ -97,8 +102,8 @@ typedef struct {
     const char     *resume;          /* a save directory holding a checkpoint: *
                                       * continue that run (every option that    *
                                       * decides the result must be the same;    *
-                                      * checkpoint_every, threads, quiet and    *
-                                      * profile may differ)                     */
+                                      * checkpoint_every, threads, member_jobs, *
+                                      * quiet and profile may differ)           */
     const mp_train_inputs *inputs;   /* NULL: read and featurize data_path     */
     mp_train_epoch_fn on_epoch;      /* NULL: none                             */
     void           *on_epoch_arg;
