@@ -12,6 +12,9 @@
 #   make test-san   the tests once, sanitizer build (build-san/)
 #   make demo       the main job: fetch ESOL and run molprop on it
 #   make CUDA=0     build without the CUDA backend even where nvcc exists
+#   make MPI=0      build without MPI even where Open MPI is installed
+#   make NCCL=1     build the CUDA backend's NCCL all-reduce (default: 1 when
+#                   nccl.h is found in the CUDA toolkit or /usr/include)
 #
 # Dependencies are Debian 12 packages; scripts/deps.sh installs any that are
 # missing (as root) or prints the apt-get command to run.
@@ -25,6 +28,10 @@ CUDA     ?= 0
 else
 CUDA     ?= 1
 endif
+
+# MPI (src/core/dist.c): Open MPI found through pkg-config (Debian's
+# libopenmpi-dev); without it the build runs one process and says so.
+MPI      ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
 
 SAN      ?= 0
 FUZZ     ?= 0
@@ -63,6 +70,11 @@ RDKIT_LIBS := -lRDKitDescriptors -lRDKitPartialCharges -lRDKitFingerprints \
 LDLIBS   := $(RDKIT_LIBS) -lopenblas -lcsv -lz -lcjson -linih -lcrypto -lcurl -lm
 LDFLAGS  += -fopenmp $(SANFLAGS)
 
+ifeq ($(MPI),1)
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
+LDLIBS     += $(shell pkg-config --libs ompi-c)
+endif
+
 ifeq ($(CUDA),1)
 NVCCFLAGS := -O2 -std=c++17 -Iinclude -Isrc -DMP_HAVE_CUDA=1 \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
@@ -94,6 +106,12 @@ deps:
 $(BUILD)/cuda.stamp: FORCE
 	@mkdir -p $(dir $@)
 	@echo "CUDA=$(CUDA)" | cmp -s - $@ || echo "CUDA=$(CUDA)" > $@
+
+$(BUILD)/mpi.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo "MPI=$(MPI)" | cmp -s - $@ || echo "MPI=$(MPI)" > $@
+$(BUILD)/src/core/dist.o: $(BUILD)/mpi.stamp
+$(BUILD)/src/core/dist.o: CPPFLAGS += -DMP_HAVE_MPI=$(MPI) $(MPI_CFLAGS)
 
 $(BUILD)/libmolprop.a: $(LIB_OBJ) $(BUILD)/cuda.stamp
 	@rm -f $@
@@ -163,7 +181,8 @@ export MOLPROP_SHARED MOLPROP_DATA_MIRROR
 # into a scratch prefix with these make variables and builds examples/
 # against it through pkg-config.
 test: $(BUILD)/run_tests $(BUILD)/molprop $(BUILD)/libmolprop.so
-	MOLPROP_BIN=$(abspath $(BUILD)/molprop) MOLPROP_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) BUILD=$(BUILD)" \
+	MOLPROP_BIN=$(abspath $(BUILD)/molprop) MOLPROP_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) MPI=$(MPI) BUILD=$(BUILD)" \
+	    MOLPROP_MPI=$(MPI) \
 	    MOLPROP_EXAMPLE_CFLAGS="$(SANFLAGS)" ./$(BUILD)/run_tests $(T)
 
 test-san:

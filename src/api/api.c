@@ -15,7 +15,9 @@
 #include "run/ensemble.h"
 #include "run/fingerprint.h"
 #include "run/modelfile.h"
+#include "core/dist.h"
 #include "run/predict.h"
+#include "run/shard.h"
 #include "run/trainer.h"
 
 #include <cjson/cJSON.h>
@@ -411,15 +413,47 @@ mp_status mp_run_predict(const mp_options *o, mp_summary **out)
         return st;
     p.backend = backend;
     mp_predict_stats stats;
-    if ((st = mp_predict_file(&p, &stats)))
+    if ((st = mp_predict_run(&p, &stats)))   /* shard.c: one process, a shard or MPI ranks */
         return st;
+    char part[4300];
+    if (p.shard.count)
+        mp_shard_part_path(part, sizeof part, p.out_path, p.shard.index, p.shard.count);
     mp_summary *s = NULL;
     if (!(st = mp_summary_new(&s)))
         (void)((st = mp_summary_put_number(s, "n_rows", (double)stats.n_rows)) ||
                (st = mp_summary_put_number(s, "n_invalid", (double)stats.n_invalid)) ||
                (st = mp_summary_put_number(s, "seconds", stats.seconds)) ||
                (st = mp_summary_put_number(s, "mols_per_second", stats.mols_per_second)) ||
-               (st = mp_summary_put_text(s, "out", p.out_path)));
+               (st = mp_summary_put_number(s, "rank", (double)mp_dist_rank())) ||
+               (st = mp_summary_put_text(s, "out", p.shard.count ? part : p.out_path)));
+    if (st) {
+        mp_summary_free(s);
+        return st;
+    }
+    mp_summary_hand_over(s, out);
+    return MP_OK;
+}
+
+mp_status mp_run_predict_merge(const mp_options *o, mp_summary **out)
+{
+    if (out)
+        *out = NULL;
+    mp_status st = mp_run_check(o, "predict-merge");
+    if (st)
+        return st;
+    mp_predict_merge_args a;
+    memset(&a, 0, sizeof a);
+    if ((st = mp_options_apply(o, &a)))
+        return st;
+    mp_predict_stats stats;
+    if ((st = mp_predict_merge(a.out_path, a.remove_parts, &stats)))
+        return st;
+    mp_summary *s = NULL;
+    if (!(st = mp_summary_new(&s)))
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)stats.n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", (double)stats.n_invalid)) ||
+               (st = mp_summary_put_number(s, "seconds", stats.seconds)) ||
+               (st = mp_summary_put_text(s, "out", a.out_path)));
     if (st) {
         mp_summary_free(s);
         return st;

@@ -16,6 +16,12 @@
 extern "C" {
 #endif
 
+/* --shard I/N: this process predicts the I-th of N byte ranges of the
+ * input (run/shard.h); count 0: the whole input. */
+typedef struct {
+    int index, count;
+} mp_shard_spec;
+
 typedef struct {
     const char    *model_path;
     const char    *data_path;
@@ -34,6 +40,7 @@ typedef struct {
     int            threads;       /* 0: default                                   */
     int32_t        chunk_rows;    /* 0: 8192 (a device backend: 65536)            */
     int            quiet;
+    mp_shard_spec  shard;         /* writes the part <out>.shard-I-of-N (shard.h) */
 } mp_predict_opts;
 
 typedef struct {
