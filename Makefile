@@ -180,7 +180,12 @@ export MOLPROP_SHARED MOLPROP_DATA_MIRROR
 # tests/install_example.sh (run by tests/test_install.c) installs this build
 # into a scratch prefix with these make variables and builds examples/
 # against it through pkg-config.
-test: $(BUILD)/run_tests $(BUILD)/molprop $(BUILD)/libmolprop.so
+# tests/test_dist.c launches this one alone and under mpirun.
+$(BUILD)/dist_train: $(BUILD)/tests/workers/dist_train.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
+
+test: $(BUILD)/run_tests $(BUILD)/molprop $(BUILD)/libmolprop.so $(BUILD)/dist_train
+	MOLPROP_DIST_TRAIN=$(abspath $(BUILD)/dist_train) \
 	MOLPROP_BIN=$(abspath $(BUILD)/molprop) MOLPROP_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) MPI=$(MPI) BUILD=$(BUILD)" \
 	    MOLPROP_MPI=$(MPI) \
 	    MOLPROP_EXAMPLE_CFLAGS="$(SANFLAGS)" ./$(BUILD)/run_tests $(T)

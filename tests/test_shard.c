@@ -390,7 +390,7 @@ MP_TEST(shard_mpirun_ranks_match_one_process)
         MP_SKIP("no mpirun (Debian: openmpi-bin)");
     char *msgs1 = NULL, *want = one_process(model, data, "one_mpi.csv", &msgs1);
     CHECK(want);
-    char summary[128], predicted[160];
+    char summary[128], predicted[200];
     CHECK(summary_of(msgs1, summary, sizeof summary));
     mp_free(msgs1);
     snprintf(predicted, sizeof predicted, "predicted %s", summary);

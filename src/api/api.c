@@ -353,6 +353,23 @@ mp_status mp_run_train(const mp_options *o, mp_summary **out)
     return run_train(o, out);
 }
 
+/* Under K > 1 MPI ranks (fit.c trains data-parallel): rank 0 writes the
+ * model and the metrics, the others nothing and quietly. */
+static mp_status dist_train_opts(mp_train_opts *t)
+{
+    if (mp_dist_size() == 1)
+        return MP_OK;
+    if (t->checkpoint_every > 0 || t->resume)
+        return mp_error_set(MP_ERR_ARG, "--checkpoint-every and --resume do not run over MPI "
+                            "ranks yet (%d ranks): train in one process to use them",
+                            mp_dist_size());
+    if (mp_dist_rank() != 0) {
+        t->save_dir = NULL;
+        t->quiet = 1;
+    }
+    return MP_OK;
+}
+
 static mp_status run_train(const mp_options *o, mp_summary **out)
 {
     mp_status st = mp_run_check(o, "train");
@@ -363,6 +380,8 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
     if ((st = mp_options_apply(o, &t)) || (st = mp_options_backend(o, backend, sizeof backend)))
         return st;
     t.backend = backend;
+    if ((st = mp_dist_init()) || (st = dist_train_opts(&t)))
+        return st;
     mp_train_result r;
     if ((st = mp_train(&t, &r)))
         return st;
@@ -375,6 +394,7 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
         (void)((st = mp_summary_put_text(s, "metric", mp_metric_name(r.metric))) ||
                (st = mp_summary_put_text(s, "task", mp_task_type_name(r.task))) ||
                (st = mp_summary_put_text(s, "save_dir", t.save_dir)) ||
+               (st = mp_summary_put_number(s, "rank", (double)mp_dist_rank())) ||
                (st = mp_summary_put_number(s, "test", r.test_mean)) ||
                (st = mp_summary_put_number(s, "val", r.val_mean)) ||
                (st = mp_summary_put_number(s, "n_tasks", (double)r.n_tasks)) ||

@@ -5,6 +5,7 @@
  */
 #include "run/fit.h"
 
+#include "core/dist.h"
 #include "models/schedule.h"
 
 #include <math.h>
@@ -77,6 +78,12 @@ mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out)
     mp_backend *dev = c->e->backend;
     mp_model *m = c->e->members[k];
     int resident = o->resident < 0 ? !dev->host_memory : o->resident;
+    if (mp_dist_size() > 1) {   /* MPI ranks: each a slice of every batch */
+        if (!dev->host_memory || resident > 0)
+            return mp_error_set(MP_ERR_ARG, "training over %d MPI ranks runs on the cpu "
+                                "backend with host batches (--device cpu)", mp_dist_size());
+        return mp_batch_source_dist(out, m, &c->batches);
+    }
     if (!resident)
         return mp_batch_source_host(out, m, &c->batches);
     /* replayed from a capture where the backend can record one (dropout
