@@ -75,11 +75,19 @@ MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
 LDLIBS     += $(shell pkg-config --libs ompi-c)
 endif
 
+# NCCL (src/gpu/nccl_cuda.cu): the data-parallel gradient sum on the GPUs;
+# found in the CUDA toolkit (or /usr/include).  Without it the sum goes
+# through the host and MPI.
+NCCL     ?= $(if $(filter 1,$(CUDA)),$(if $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),1,0),0)
+
 ifeq ($(CUDA),1)
 NVCCFLAGS := -O2 -std=c++17 -Iinclude -Isrc -DMP_HAVE_CUDA=1 \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC -MMD -MP
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+ifeq ($(NCCL),1)
+LDLIBS    += -lnccl
+endif
 endif
 
 MODULES  := core data graph featurize backend models run api bench hpopt
@@ -111,6 +119,11 @@ $(BUILD)/mpi.stamp: FORCE
 	@mkdir -p $(dir $@)
 	@echo "MPI=$(MPI)" | cmp -s - $@ || echo "MPI=$(MPI)" > $@
 $(BUILD)/src/core/dist.o: $(BUILD)/mpi.stamp
+$(BUILD)/nccl.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo "NCCL=$(NCCL)" | cmp -s - $@ || echo "NCCL=$(NCCL)" > $@
+$(BUILD)/src/gpu/nccl_cuda.o: $(BUILD)/nccl.stamp
+$(BUILD)/src/gpu/nccl_cuda.o: NVCCFLAGS += -DMP_HAVE_NCCL=$(NCCL)
 $(BUILD)/src/core/dist.o: CPPFLAGS += -DMP_HAVE_MPI=$(MPI) $(MPI_CFLAGS)
 
 $(BUILD)/libmolprop.a: $(LIB_OBJ) $(BUILD)/cuda.stamp
@@ -186,7 +199,7 @@ $(BUILD)/dist_train: $(BUILD)/tests/workers/dist_train.o $(BUILD)/libmolprop.a
 
 test: $(BUILD)/run_tests $(BUILD)/molprop $(BUILD)/libmolprop.so $(BUILD)/dist_train
 	MOLPROP_DIST_TRAIN=$(abspath $(BUILD)/dist_train) \
-	MOLPROP_BIN=$(abspath $(BUILD)/molprop) MOLPROP_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) MPI=$(MPI) BUILD=$(BUILD)" \
+	MOLPROP_BIN=$(abspath $(BUILD)/molprop) MOLPROP_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) MPI=$(MPI) NCCL=$(NCCL) BUILD=$(BUILD)" \
 	    MOLPROP_MPI=$(MPI) \
 	    MOLPROP_EXAMPLE_CFLAGS="$(SANFLAGS)" ./$(BUILD)/run_tests $(T)
 

@@ -56,8 +56,11 @@ MP_TEST(dist_one_process_collectives_are_identities)
     CHECK_EQ_INT(mp_dist_size(), 1);
     CHECK_EQ_INT(mp_dist_rank(), 0);
     float v[3] = { 1.5f, -2.0f, 3.25f };
-    CHECK_OK(mp_dist_sum_float(v, 3, NULL));
+    CHECK_OK(mp_dist_sum_float(v, 3, NULL, NULL));
     CHECK(v[0] == 1.5f && v[1] == -2.0f && v[2] == 3.25f);
+    const float w = 0.5f;
+    CHECK_OK(mp_dist_sum_float(v, 3, &w, NULL));
+    CHECK(v[0] == 0.75f && v[1] == -1.0f && v[2] == 1.625f);
     uint64_t u[2] = { 7, 9 };
     CHECK_OK(mp_dist_sum_u64(u, 2));
     CHECK(u[0] == 7 && u[1] == 9);

@@ -296,7 +296,7 @@ MP_TEST(shard_parts_merge_to_one_process_output)
         CHECK_MSG(lines.len == lines1.len && !memcmp(lines.data, lines1.data, lines.len),
                   "%d shards report other invalid lines", n);
         CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --merge --out '%s'", p), 0);
-        char merged[128];
+        char merged[200];
         snprintf(merged, sizeof merged, "merged %s", summary);
         CHECK_MSG(strstr(out, merged), "%s", out);
         size_t len;

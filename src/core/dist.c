@@ -21,7 +21,7 @@
 #include <mpi.h>
 #endif
 
-static int g_init, g_rank, g_size = 1;
+static int g_init, g_rank, g_size = 1, g_local;
 
 int mp_dist_built_with_mpi(void) { return MP_HAVE_MPI; }
 
@@ -43,6 +43,7 @@ int mp_dist_launched_size(void)
 
 int mp_dist_rank(void) { return g_rank; }
 int mp_dist_size(void) { return g_size; }
+int mp_dist_local_rank(void) { return g_local; }
 
 #if MP_HAVE_MPI
 
@@ -83,6 +84,13 @@ mp_status mp_dist_init(void)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    /* the ranks sharing this node's memory, in rank order: the local index */
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL,
+                            &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &g_local);
+        MPI_Comm_free(&node);
+    }
     return MP_OK;
 }
 
@@ -215,9 +223,9 @@ mp_status mp_dist_barrier(void) { return MP_OK; }
 
 #endif /* MP_HAVE_MPI */
 
-mp_status mp_dist_sum_float(float *v, size_t n, float *scratch)
+mp_status mp_dist_sum_float(float *v, size_t n, const float *w, float *scratch)
 {
-    if (g_size == 1)
+    if (g_size == 1 && !w)
         return MP_OK;
     float *all = scratch ? scratch : mp_malloc(sizeof *all * n * (size_t)g_size);
     if (!all)
@@ -225,9 +233,13 @@ mp_status mp_dist_sum_float(float *v, size_t n, float *scratch)
     mp_status st = mp_dist_allgather_float(v, all, n);
     if (!st)
         for (size_t i = 0; i < n; i++) {
-            float s = all[i];   /* rank 0 first, then 1, ...: the same bits on every rank */
-            for (int r = 1; r < g_size; r++)
-                s += all[(size_t)r * n + i];
+            /* rank 0 first, then 1, ...: the same bits on every rank
+             * (volatile: each product rounded, never fused into an FMA) */
+            volatile float s = w ? w[0] * all[i] : all[i];
+            for (int r = 1; r < g_size; r++) {
+                volatile float p = w ? w[r] * all[(size_t)r * n + i] : all[(size_t)r * n + i];
+                s = s + p;
+            }
             v[i] = s;
         }
     if (!scratch)

@@ -45,9 +45,14 @@ mp_status mp_dist_sum_double(double *v, int n);
 mp_status mp_dist_max_double(double *v);
 /* all[r * n ... ] = rank r's mine[0 .. n), on every rank. */
 mp_status mp_dist_allgather_float(const float *mine, float *all, size_t n);
-/* Sum over the ranks of v[0 .. n) in rank order into v, on every rank;
- * scratch: n * mp_dist_size() floats (NULL: allocated here). */
-mp_status mp_dist_sum_float(float *v, size_t n, float *scratch);
+/* v[i] := sum over the ranks r, in rank order, of w[r] * (rank r's v[i]),
+ * on every rank (w NULL: every weight 1); each product rounded once, then
+ * added (no fused multiply-add: the cuda backend's twin gives the same
+ * bits).  scratch: n * mp_dist_size() floats (NULL: allocated here). */
+mp_status mp_dist_sum_float(float *v, size_t n, const float *w, float *scratch);
+/* This rank's index among the ranks of its node (0 without MPI): which GPU
+ * of the node it takes. */
+int       mp_dist_local_rank(void);
 mp_status mp_dist_bcast(void *buf, size_t bytes, int root);
 mp_status mp_dist_barrier(void);
 

@@ -10,7 +10,9 @@
  * (S_r its sum of losses, C_r its labels present), so the batch's gradient
  * is sum_r (C_r / C) * rank r's, C = sum_r C_r, and its loss likewise.
  * Every rank counts every slice's labels itself (all hold the targets), so
- * a step costs two collectives: the gradients and the loss.
+ * a step costs two collectives: the gradients and the loss.  The gradients
+ * stay on the device where the backend sums over ranks itself (cuda built
+ * with NCCL: ops.h rank_sum), else they go through the host and MPI.
  *
  * Against one process on the same global batch: the same numbers but for
  * rounding (sums split in K pieces and re-weighted; the BLAS blocking of
@@ -37,6 +39,7 @@ typedef struct {
     float               *extra;    /*   x feat_dim (NULL: none)          */
     float               *grads;    /* n_params                           */
     float               *scratch;  /* n_params x size (the gather)       */
+    float               *w;        /* size: each rank's share of the labels */
     double              *losses;   /* the launched epoch's, n_steps      */
     mp_graphs            batch;    /* this rank's slice (D-MPNN)         */
 } dist_source;
@@ -82,15 +85,19 @@ static mp_status dist_step(dist_source *h, int32_t s, double *loss)
             return st;
         part = l * (double)mine;
     }
-    if ((st = mp_model_get_grads(m, h->grads)))
+    /* every rank's weight C_r / C, counted here from the batch's targets */
+    for (int r = 0; r < h->size; r++) {
+        int32_t a = (int32_t)((int64_t)n * r / h->size), z = (int32_t)((int64_t)n * (r + 1) / h->size);
+        h->w[r] = all ? (float)((double)labels_in(h->tgt, t, a, z) / (double)all) : 0.0f;
+    }
+    int on_device = 0;
+    if ((st = mp_model_rank_sum_grads(m, h->w, &on_device)))   /* NCCL (cuda) */
         return st;
-    float w = all ? (float)((double)mine / (double)all) : 0.0f;
-    for (size_t i = 0; i < np; i++)
-        h->grads[i] *= w;
-    if ((st = mp_dist_sum_float(h->grads, np, h->scratch)) ||
-        (st = mp_dist_sum_double(&part, 1)) ||
-        (st = mp_model_set_grads(m, h->grads)) ||
-        (st = mp_model_adam_step(m, h->lrs[s])))
+    if (!on_device && ((st = mp_model_get_grads(m, h->grads)) ||
+                       (st = mp_dist_sum_float(h->grads, np, h->w, h->scratch)) ||
+                       (st = mp_model_set_grads(m, h->grads))))
+        return st;
+    if ((st = mp_dist_sum_double(&part, 1)) || (st = mp_model_adam_step(m, h->lrs[s])))
         return st;
     *loss = all ? part / (double)all : 0.0;
     return MP_OK;
@@ -136,6 +143,7 @@ static void dist_free(mp_batch_source *s)
     mp_free(h->extra);
     mp_free(h->grads);
     mp_free(h->scratch);
+    mp_free(h->w);
     mp_free(h->losses);
     mp_free(h);
 }
@@ -162,9 +170,10 @@ mp_status mp_batch_source_dist(mp_batch_source **out, mp_model *m, const mp_batc
     h->extra = d->feat_dim ? mp_malloc(sizeof(float) * bs * (size_t)d->feat_dim) : NULL;
     h->grads = mp_malloc(sizeof(float) * (np ? np : 1));
     h->scratch = mp_malloc(sizeof(float) * (np ? np : 1) * (size_t)h->size);
+    h->w = mp_malloc(sizeof(float) * (size_t)h->size);
     h->losses = mp_malloc(sizeof(double) * ((size_t)h->base.n_steps + 1));
     if (!h->mols || !h->tgt || (d->feat_dim && !h->extra) || !h->grads || !h->scratch ||
-        !h->losses) {
+        !h->w || !h->losses) {
         dist_free(&h->base);
         return mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
     }

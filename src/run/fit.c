@@ -78,10 +78,13 @@ mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out)
     mp_backend *dev = c->e->backend;
     mp_model *m = c->e->members[k];
     int resident = o->resident < 0 ? !dev->host_memory : o->resident;
-    if (mp_dist_size() > 1) {   /* MPI ranks: each a slice of every batch */
-        if (!dev->host_memory || resident > 0)
-            return mp_error_set(MP_ERR_ARG, "training over %d MPI ranks runs on the cpu "
-                                "backend with host batches (--device cpu)", mp_dist_size());
+    /* MPI ranks: each a slice of every batch, with host batches on any
+     * backend (the gradients summed on the GPUs with NCCL where built) */
+    if (mp_dist_size() > 1) {
+        if (o->resident > 0)
+            return mp_error_set(MP_ERR_ARG, "training over %d MPI ranks runs host batches: "
+                                "the device-resident source does not run over ranks yet "
+                                "(leave --resident at auto)", mp_dist_size());
         return mp_batch_source_dist(out, m, &c->batches);
     }
     if (!resident)
