@@ -72,15 +72,6 @@ static mp_status parse_features(const char *s, void *field)
     return st;
 }
 
-static mp_status parse_shard(const char *s, void *field)
-{
-    mp_shard_spec spec = { 0, 0 };
-    mp_status st = strcmp(s, "none") ? mp_shard_parse(s, &spec) : MP_OK;
-    if (!st && field)
-        *(mp_shard_spec *)field = spec;
-    return st;
-}
-
 static mp_status parse_layout(const char *s, void *field)
 {
     mp_atom_layout l;
@@ -315,7 +306,7 @@ static const mp_option_def predict_table[] = {
     PRECISION,
     { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_predict_opts, quiet),
       .help = "no summary line" },
-    { "shard", MP_OPT_TEXT, "none", .parse = parse_shard, .offset = AT(mp_predict_opts, shard),
+    { "shard", MP_OPT_TEXT, "none", .parse = mp_shard_parse_option, .offset = AT(mp_predict_opts, shard),
       .arg = "I/N", .help = "predict the I-th of N byte ranges of --data (0 <=\nI < N) into "
                             "P.shard-I-of-N; join them with\n--merge (under mpirun the ranks "
                             "are the shards);\nnone: all of it" },

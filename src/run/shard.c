@@ -44,6 +44,15 @@ mp_status mp_shard_parse(const char *text, mp_shard_spec *spec)
     return MP_OK;
 }
 
+mp_status mp_shard_parse_option(const char *text, void *field)
+{
+    mp_shard_spec spec = { 0, 0 };
+    mp_status st = strcmp(text, "none") ? mp_shard_parse(text, &spec) : MP_OK;
+    if (!st && field)
+        *(mp_shard_spec *)field = spec;
+    return st;
+}
+
 void mp_shard_part_path(char *buf, size_t cap, const char *out_path, int index, int count)
 {
     snprintf(buf, cap, "%s.shard-%d-of-%d", out_path, index, count);

@@ -31,6 +31,9 @@ extern "C" {
 
 /* "I/N" with 0 <= I < N <= 100000 into *spec; MP_ERR_ARG saying what is wrong. */
 mp_status mp_shard_parse(const char *text, mp_shard_spec *spec);
+/* The option's converter (options.c): "none" (no shards, count 0) or I/N
+ * into the mp_shard_spec at field (NULL: only checks). */
+mp_status mp_shard_parse_option(const char *text, void *field);
 
 /* One shard of an input file. */
 typedef struct {
