@@ -315,6 +315,6 @@ $(BUILD)/bench/desc_rate: bench/desc_rate.c $(BUILD)/libmolprop.a
 clean:
 	rm -rf build build-san build-nocuda build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d $(BUILD)/bench/gpu_predict.d
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/tests/workers/dist_train.d $(BUILD)/bench/gpu_ops.d $(BUILD)/bench/gpu_predict.d
 
 FORCE:

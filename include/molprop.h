@@ -384,9 +384,17 @@ mp_status mp_predictor_predict(mp_predictor *p, const char *const *smiles, size_
 /* Benchmark datasets (data/datasets.tsv)                                 */
 /* ===================================================================== */
 
-typedef enum { MP_TASK_REGRESSION, MP_TASK_CLASSIFICATION } mp_task_type;
+/* Chemprop v2.3.1's task types.  The benchmark registry's datasets are
+ * regression or classification; training takes any (the "task" option). */
+typedef enum {
+    MP_TASK_REGRESSION, MP_TASK_CLASSIFICATION, MP_TASK_REGRESSION_MVE,
+    MP_TASK_REGRESSION_EVIDENTIAL, MP_TASK_REGRESSION_QUANTILE,
+    MP_TASK_CLASSIFICATION_DIRICHLET, MP_TASK_MULTICLASS, MP_TASK_MULTICLASS_DIRICHLET
+} mp_task_type;
 
-/* "regression" / "classification". */
+/* Chemprop's name: "regression", "classification", "regression-mve",
+ * "regression-evidential", "regression-quantile", "classification-dirichlet",
+ * "multiclass", "multiclass-dirichlet"; "?" when out of range. */
 const char *mp_task_type_name(mp_task_type t);
 
 /* One dataset of the registry (read-only; owned by the registry). */

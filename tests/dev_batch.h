@@ -66,7 +66,7 @@ static mp_status dev_batch_make(dev_batch *d, mp_backend *b, const mp_graphs *g,
     }
     void **p = d->buf;
     d->bt = (mp_dev_batch){ g->n_mols, g->n_atoms, g->n_edges, p[0], p[1], p[2], p[3], p[4], p[5],
-                            p[6], p[7], NULL, p[9], p[8] };
+                            p[6], p[7], NULL, p[9], p[8], NULL, NULL };
     return MP_OK;
 }
 

@@ -5,7 +5,8 @@
  * loss curve bit for bit, two runs of K ranks the same model file bit for
  * bit, and each epoch's loss within 1e-5 relative of one process's; the
  * command under mpirun writes its files once (rank 0) and prints one
- * summary.  A build without MPI refuses to run as K ranks, saying why.
+ * summary; sample weights split too, batch norm and the rmse loss are
+ * refused.  A build without MPI refuses to run as K ranks, saying why.
  */
 #include "test.h"
 
@@ -93,7 +94,8 @@ static int read_log(const char *path, double *loss, double *val, char **text)
     return n;
 }
 
-static void train_ranks_match(mp_test_result *mp__r, const char *model, int k)
+static void train_ranks_match(mp_test_result *mp__r, const char *model, int k,
+                              const char *extra)
 {
     const char *bin = getenv("MOLPROP_DIST_TRAIN"), *data = data300();
     CHECK_MSG(bin, "MOLPROP_DIST_TRAIN is not set (run the tests through make test)");
@@ -104,14 +106,22 @@ static void train_ranks_match(mp_test_result *mp__r, const char *model, int k)
     snprintf(one, sizeof one, "%s", tmp("one"));
     snprintf(a, sizeof a, "%s_%s%d", tmp("a"), model, k);
     snprintf(b, sizeof b, "%s_%s%d", tmp("b"), model, k);
-    CHECK_MSG(shell("'%s' '%s' '%s' %s 3 50", bin, data, one, model) == 0, "%s", out);
+    if (*extra)   /* the weighted file: a sample weight column w */
+        CHECK_EQ_INT(shell("awk -F, 'NR == 1 {print $0 \",w\"} NR > 1 {print $0 \",\" "
+                           "(NR %% 5) * 0.5}' '%s' > '%s.w'", data, data), 0);
+    char dpath[1300];
+    snprintf(dpath, sizeof dpath, "%s%s", data, *extra ? ".w" : "");
+    data = dpath;
+    CHECK_MSG(shell("'%s' '%s' '%s' %s 3 50 %s", bin, data, one, model, extra) == 0, "%s", out);
     if (!mp_dist_built_with_mpi()) {
-        CHECK(shell(MPIRUN " %d '%s' '%s' '%s' %s 3 50", k, bin, data, a, model) != 0);
+        CHECK(shell(MPIRUN " %d '%s' '%s' '%s' %s 3 50 %s", k, bin, data, a, model, extra) != 0);
         CHECK_MSG(strstr(out, "built without MPI"), "%s", out);
         return;
     }
-    CHECK_MSG(shell(MPIRUN " %d '%s' '%s' '%s' %s 3 50", k, bin, data, a, model) == 0, "%s", out);
-    CHECK_MSG(shell(MPIRUN " %d '%s' '%s' '%s' %s 3 50", k, bin, data, b, model) == 0, "%s", out);
+    CHECK_MSG(shell(MPIRUN " %d '%s' '%s' '%s' %s 3 50 %s", k, bin, data, a, model, extra) == 0,
+              "%s", out);
+    CHECK_MSG(shell(MPIRUN " %d '%s' '%s' '%s' %s 3 50 %s", k, bin, data, b, model, extra) == 0,
+              "%s", out);
     double l1[64], v1[64], la[64], va[64];
     char *t1, *ta;
     snprintf(path, sizeof path, "%s.rank0", one);
@@ -159,17 +169,23 @@ static void train_ranks_match(mp_test_result *mp__r, const char *model, int k)
 
 MP_TEST(dist_train_dmpnn_2_ranks_match_one_process)
 {
-    train_ranks_match(mp__r, "dmpnn", 2);
+    train_ranks_match(mp__r, "dmpnn", 2, "");
 }
 
 MP_TEST(dist_train_dmpnn_3_ranks_match_one_process)
 {
-    train_ranks_match(mp__r, "dmpnn", 3);
+    train_ranks_match(mp__r, "dmpnn", 3, "");
+}
+
+/* sample weights (issue 11) and another loss split over the ranks too */
+MP_TEST(dist_train_weighted_mae_2_ranks_match_one_process)
+{
+    train_ranks_match(mp__r, "dmpnn", 2, "mae w");
 }
 
 MP_TEST(dist_train_ffn_2_ranks_match_one_process)
 {
-    train_ranks_match(mp__r, "ffn", 2);
+    train_ranks_match(mp__r, "ffn", 2, "");
 }
 
 MP_TEST(dist_train_cli_rank0_writes_alone)
@@ -200,4 +216,14 @@ MP_TEST(dist_train_cli_rank0_writes_alone)
                "--checkpoint-every 1", bin, data, tmp("ck"));
     CHECK(rc != 0);
     CHECK_MSG(strstr(out, "do not run over MPI ranks"), "%s", out);
+    /* batch norm's statistics and the rmse loss are over the whole batch */
+    rc = shell(MPIRUN " 2 '%s' train --data '%s' --epochs 1 --save-dir '%s' --batch-norm", bin,
+               data, tmp("bn"));
+    CHECK(rc != 0);
+    CHECK_MSG(strstr(out, "batch norm is taken over the whole batch"), "%s", out);
+    CHECK(access(tmp("bn"), F_OK) != 0);
+    rc = shell(MPIRUN " 2 '%s' train --data '%s' --epochs 1 --save-dir '%s' --loss rmse", bin,
+               data, tmp("rmse"));
+    CHECK(rc != 0);
+    CHECK_MSG(strstr(out, "does not split"), "%s", out);
 }

@@ -217,7 +217,7 @@ MP_TEST(modelfile_round_trip)
     size_t n;
     unsigned char *b = read_all(path, &n);
     CHECK(b);
-    int ok = memcmp(b, "\x89MPM\r\n\x1a\n", 8) == 0 && b[8] == 1 && b[9] == 0 && b[12] == 5 &&
+    int ok = memcmp(b, "\x89MPM\r\n\x1a\n", 8) == 0 && b[8] == 2 && b[9] == 0 && b[12] == 5 &&
              b[16] == (unsigned char)n && b[17] == (unsigned char)(n >> 8);
     free(b);
     CHECK(ok);
@@ -358,9 +358,13 @@ MP_TEST(modelfile_refuses_damage)
     CHECK(load_bytes(bad, c, n) == MP_ERR_FORMAT);
     CHECK(strstr(mp_error_message(), "not a molprop model file"));
     memcpy(c, b, n);
-    put32(c + 8, 2);
+    put32(c + 8, 3);
     CHECK(load_bytes(bad, c, n) == MP_ERR_FORMAT);
-    CHECK(strstr(mp_error_message(), "version 2"));
+    CHECK(strstr(mp_error_message(), "version 3"));
+    memcpy(c, b, n);
+    put32(c + 8, 0);
+    CHECK(load_bytes(bad, c, n) == MP_ERR_FORMAT);
+    CHECK(strstr(mp_error_message(), "version 0"));
     CHECK(load_bytes(bad, b, n - 1) == MP_ERR_FORMAT);
     CHECK(strstr(mp_error_message(), "truncated"));
     memcpy(c, b, n);

@@ -194,7 +194,7 @@ MP_TEST(options_set_checks_every_type)
     CHECK(mp_options_set(o, "model", "gcn") == MP_ERR_ARG);
     CHECK_EQ_STR(mp_error_message(), "--model expects dmpnn or ffn, got 'gcn'");
     CHECK(mp_options_set(o, "aggregation", "max") == MP_ERR_ARG);
-    CHECK_EQ_STR(mp_error_message(), "--aggregation expects mean, sum or norm, got 'max'");
+    CHECK_EQ_STR(mp_error_message(), "--aggregation expects mean, sum, norm or attentive, got 'max'");
     CHECK(mp_options_set(o, "resident", "maybe") == MP_ERR_ARG);
     CHECK(mp_options_set(o, "task", "ranking") == MP_ERR_ARG);
     /* converters: their own message, behind the option's name */

@@ -259,10 +259,13 @@ MP_TEST(robust_model_file_claiming_huge_model)
     CHECK_MSG(strstr(mp_error_message(), "huge.mpm: the header describes a model of") &&
               strstr(mp_error_message(), "parameters per member"), "%s", mp_error_message());
     CHECK(mp_time_now() - t0 < 5 && mp_alloc_live() == live);
-    /* extra_dim and n_tasks at their header maxima: 2^40-odd parameters */
+    /* an FFN width past the model's range (10^12-odd parameters): refused
+     * by the configuration check before anything is counted or allocated */
     CHECK_OK(doctored_model(src, bad, "ffn_hidden", "1000000", 0));
     CHECK_EQ_INT(mp_ensemble_load(&e, bad, "cpu"), MP_ERR_FORMAT);
-    CHECK(strstr(mp_error_message(), "parameters per member") != NULL);
+    CHECK_MSG(strstr(mp_error_message(), "huge.mpm: ") &&
+              strstr(mp_error_message(), "ffn_hidden = 1000000 (must be 0 .. 65536"), "%s",
+              mp_error_message());   /* out of the model's range: refused before counting */
     /* 100,000 members, each of which but the first holds one value */
     CHECK_OK(doctored_model(src, bad, "ensemble_size", "100000", 99999));
     t0 = mp_time_now();

@@ -138,7 +138,7 @@ MP_TEST(unc_cli_misuse_is_refused)
     CHECK_MSG(model, "training the lipo model failed: %s", out);
     static const struct { const char *args, *says; } cases[] = {
         { "--uncertainty ensemble", "needs an ensemble" },
-        { "--uncertainty mve", "needs a model trained with its head" },
+        { "--uncertainty mve", "needs a model trained with --task regression-mve" },
         { "--calibrate conformal", "needs --calibration-data" },
         { "--calibrate platt --calibration-data '%s/val.csv'", "does not fit" },
         { "--calibrate zscaling --calibration-data '%s/val.csv'", "calibrates a variance" },

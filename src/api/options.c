@@ -10,6 +10,7 @@
 #include "backend/ops.h"
 #include "data/metrics.h"
 #include "data/registry.h"
+#include "models/heads.h"
 #include "run/calibrate.h"
 #include "run/ensemble.h"
 #include "run/fingerprint.h"
@@ -43,6 +44,28 @@ static mp_status parse_metric(const char *s, void *field)
     if (field)
         *(const char **)field = v;
     return MP_OK;
+}
+
+/* A loss name any task type takes (the trainer checks it against the task). */
+static mp_status parse_loss(const char *s, void *field)
+{
+    if (strcmp(s, "auto") == 0) {
+        if (field)
+            *(const char **)field = NULL;
+        return MP_OK;
+    }
+    for (int t = 0; t < MP_MODEL_TASK_COUNT; t++) {
+        mp_loss_kind k;
+        if (mp_loss_parse(s, (mp_model_task)t, &k) == MP_OK) {
+            mp_error_clear();
+            if (field)
+                *(const char **)field = s;
+            return MP_OK;
+        }
+    }
+    return mp_error_set(MP_ERR_ARG, "unknown loss '%s' (mse, mae, rmse, bounded-mse, "
+                        "bounded-mae, bounded-rmse, mve, evidential, quantile, bce, binary-mcc, "
+                        "ce, multiclass-mcc or dirichlet)", s);
 }
 
 static mp_status parse_split_type(const char *s, void *field)
@@ -119,9 +142,16 @@ static mp_status parse_calibrator(const char *s, void *field)
 /* The table                                                              */
 /* ===================================================================== */
 
-static const int task_values[] = { -1, MP_TASK_REGRESSION, MP_TASK_CLASSIFICATION };
+static const int task_values[] = {
+    -1, MP_TASK_REGRESSION, MP_TASK_CLASSIFICATION, MP_TASK_REGRESSION_MVE,
+    MP_TASK_REGRESSION_EVIDENTIAL, MP_TASK_REGRESSION_QUANTILE, MP_TASK_CLASSIFICATION_DIRICHLET,
+    MP_TASK_MULTICLASS, MP_TASK_MULTICLASS_DIRICHLET,
+};
 static const int model_values[] = { MP_MODEL_DMPNN, MP_MODEL_FFN };
-static const int agg_values[] = { MP_AGG_MEAN, MP_AGG_SUM, MP_AGG_NORM };
+static const int agg_values[] = { MP_AGG_MEAN, MP_AGG_SUM, MP_AGG_NORM, MP_AGG_ATTENTIVE };
+static const int act_values[] = {
+    MP_ACT_RELU, MP_ACT_LEAKYRELU, MP_ACT_PRELU, MP_ACT_ELU, MP_ACT_SELU, MP_ACT_TANH, MP_ACT_GELU,
+};
 static const int tristate_values[] = { -1, 1, 0 };
 static const int bench_split_values[] = { MP_SPLIT_SCAFFOLD_BALANCED, MP_SPLIT_RANDOM };
 static const int missing_values[] = { 0, 1 };
@@ -155,9 +185,13 @@ static const mp_option_def train_table[] = {
       .arg = "a,b", .help = "default: every other column" },
     { "ignore-columns", MP_OPT_LIST, NULL, .offset = AT(mp_train_opts, columns.ignore_columns),
       .arg = "a,b", .help = "columns left out of the default targets" },
-    { "task", MP_OPT_CHOICE, "auto", .choices = "auto|regression|classification",
+    { "task", MP_OPT_CHOICE, "auto",
+      .choices = "auto|regression|classification|regression-mve|regression-evidential|"
+                 "regression-quantile|classification-dirichlet|multiclass|multiclass-dirichlet",
       .values = task_values, .offset = AT(mp_train_opts, task), .arg = "T",
-      .help = "regression | classification; auto: from the dataset\nregistry, else "
+      .help = "regression | classification | regression-mve |\nregression-evidential | "
+              "regression-quantile |\nclassification-dirichlet | multiclass |\n"
+              "multiclass-dirichlet; auto: from the dataset\nregistry, else "
               "classification if every label is 0 or 1" },
     { "metric", MP_OPT_CHOICE, "auto", .choices = "auto|rmse|mae|mse|r2|auc|prc-auc|accuracy",
       .parse = parse_metric, .offset = AT(mp_train_opts, metric), .arg = "M",
@@ -209,8 +243,9 @@ static const mp_option_def train_table[] = {
       .arg = "N", .help = "layers of the FFN head" },
     { "ffn-hidden", MP_OPT_INT, "auto", 1, 100000, .offset = AT(mp_train_opts, ffn_hidden),
       .arg = "N", .help = "hidden size of the FFN head; auto: --hidden", .flags = MP_OPTF_AUTO },
-    { "aggregation", MP_OPT_CHOICE, "mean", .choices = "mean|sum|norm", .values = agg_values,
-      .offset = AT(mp_train_opts, aggregation), .arg = "A", .help = "mean | sum | norm" },
+    { "aggregation", MP_OPT_CHOICE, "mean", .choices = "mean|sum|norm|attentive",
+      .values = agg_values, .offset = AT(mp_train_opts, aggregation), .arg = "A",
+      .help = "mean | sum | norm | attentive (a learned softmax\nweight per atom, Chemprop v2)" },
     { "ensemble-size", MP_OPT_INT, "1", 1, 256, .offset = AT(mp_train_opts, ensemble_size),
       .arg = "N", .help = "models that differ only in their seeds" },
     HEADING("transfer learning:"),
@@ -250,6 +285,46 @@ static const mp_option_def train_table[] = {
               "largest batch" },
     { "profile", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, profile),
       .help = "where each epoch's time goes: a 'profile epoch' line per epoch on stderr" },
+    /* issue 11: losses and Chemprop's training options (one block) */
+    HEADING("loss and training options (Chemprop's; defaults: v1's model):"),
+    { "loss", MP_OPT_TEXT, "auto", .parse = parse_loss, .offset = AT(mp_train_opts, loss),
+      .arg = "L", .help = "mse | mae | rmse | bounded-mse | bounded-mae |\nbounded-rmse (regression); "
+      "mve | evidential | quantile\n(their task types); bce | binary-mcc\n(classification); "
+      "ce | multiclass-mcc (multiclass);\ndirichlet (the dirichlet types); default: the\n"
+      "task's (auto: mse, bce, ce, mve, ...).  bounded-*:\ntarget cells may be \"<x\" or \">x\"" },
+    { "multiclass-num-classes", MP_OPT_INT, "auto", 2, MP_LOSS_MAX_CLASSES,
+      .offset = AT(mp_train_opts, n_classes), .arg = "K", .flags = MP_OPTF_AUTO,
+      .help = "classes per task of a multiclass task; auto: the\nlargest label + 1" },
+    { "evidential-regularization", MP_OPT_REAL, "0", 0, 1e6,
+      .offset = AT(mp_train_opts, loss_lambda), .arg = "X",
+      .help = "lambda of the evidential and dirichlet losses\n(Chemprop's --v-kl; 0.2 is "
+              "Soleimany et al.'s)" },
+    { "evidential-eps", MP_OPT_REAL, "1e-8", 0, 1, .offset = AT(mp_train_opts, loss_eps),
+      .arg = "X", .help = "the evidential loss's eps" },
+    { "quantile-alpha", MP_OPT_REAL, "0.1", 1e-6, 0.999999,
+      .offset = AT(mp_train_opts, quantile_alpha), .arg = "A",
+      .help = "regression-quantile: the interval of quantiles A/2\nand 1 - A/2" },
+    { "patience", MP_OPT_INT, "0", 0, 100000, .offset = AT(mp_train_opts, patience),
+      .arg = "N", .help = "stop after N epochs without a better validation\nscore; 0: off" },
+    { "grad-clip", MP_OPT_REAL, "0", 0, 1e30, .offset = AT(mp_train_opts, grad_clip),
+      .arg = "X", .help = "clip the gradient's global norm to X; 0: off" },
+    { "class-balance", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, class_balance),
+      .help = "classification: epochs of as many molecules with a\nlabel 1 as without, "
+              "interleaved" },
+    { "task-weights", MP_OPT_LIST, NULL, .offset = AT(mp_train_opts, task_weights),
+      .arg = "w1,w2", .help = "a weight per task in the loss (default: all 1)" },
+    { "weight-column", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, columns.weight_column),
+      .arg = "C", .help = "a column of sample weights (>= 0) in the loss; not\na target" },
+    { "activation", MP_OPT_CHOICE, "relu",
+      .choices = "relu|leakyrelu|prelu|elu|selu|tanh|gelu", .values = act_values,
+      .offset = AT(mp_train_opts, activation), .arg = "F",
+      .help = "relu | leakyrelu | prelu | elu | selu | tanh | gelu" },
+    { "batch-norm", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, batch_norm),
+      .help = "batch normalization of the readout (D-MPNN)" },
+    { "atom-messages", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, atom_messages),
+      .help = "messages on atoms, not bonds (Chemprop v1's)" },
+    { "undirected", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, undirected),
+      .help = "bond messages averaged over both directions" },
     HEADING("output:"),
     { "save-dir", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, save_dir), .arg = "D",
       .help = "where model.mpm and metrics.json go", .flags = MP_OPTF_REQUIRED },

@@ -16,6 +16,7 @@
  * (looked up with dlsym, so a build without them simply keeps its choice).
  */
 #include "backend/cpu_impl.h"
+#include "backend/host_ops.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -446,13 +447,22 @@ static void cpu_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a,
 /* Loss and optimizer                                                     */
 /* ===================================================================== */
 
+/* mse and bce in float, as before the loss op took weights (a weight of 1
+ * multiplies exactly, so unweighted runs keep their bits); every other kind
+ * in double through loss_host.c. */
 static void cpu_loss(mp_backend *b, void *lossv, void *dyv, const void *yv,
-                     const void *targetv, const uint8_t *mask, int32_t n, int n_tasks,
-                     mp_loss_kind kind)
+                     const void *targetv, const uint8_t *mask, int32_t n,
+                     const mp_loss_spec *spec)
 {
+    if (spec->kind != MP_LOSS_MSE && spec->kind != MP_LOSS_BCE) {
+        mp_loss_host(b, lossv, dyv, yv, targetv, mask, n, spec);
+        return;
+    }
     float *loss = lossv, *dy = dyv;
     const float *y = yv, *t = targetv;
-    size_t total = (size_t)n * n_tasks, count = 0;
+    const float *sw = spec->sample_weight, *tw = spec->task_weight;
+    const int n_tasks = spec->n_tasks;
+    size_t total = (size_t)(n > 0 ? n : 0) * n_tasks, count = 0;
     for (size_t i = 0; i < total; i++)
         count += mask[i] != 0;
     /* The sum is kept in double: it is one number per batch, and a float sum
@@ -465,16 +475,17 @@ static void cpu_loss(mp_backend *b, void *lossv, void *dyv, const void *yv,
             continue;
         }
         float x = y[i], tt = t[i], g;
-        if (kind == MP_LOSS_BCE) {
+        float w = (sw ? sw[i / n_tasks] : 1.0f) * (tw ? tw[i % n_tasks] : 1.0f);
+        if (spec->kind == MP_LOSS_BCE) {
             float l = (x > 0 ? x : 0.0f) - x * tt + log1pf(expf(-fabsf(x)));
-            sum += l;
+            sum += (double)l * w;
             g = 1.0f / (1.0f + expf(-x)) - tt;
         } else {
             float d = x - tt;
-            sum += (double)d * d;
+            sum += (double)d * d * w;
             g = 2.0f * d;
         }
-        dy[i] = g * inv;
+        dy[i] = g * w * inv;
     }
     loss[0] = count ? (float)(sum / (double)count) : 0.0f;
 }
@@ -562,6 +573,7 @@ mp_status mp_backend_cpu_open(mp_backend **out)
     b->relu_dropout_backward = cpu_relu_dropout_backward;
     b->dropout = cpu_dropout;
     mp_cpu_graph_ops(b);
+    mp_cpu_layer_ops(b);
     b->loss = cpu_loss;
     b->adam = cpu_adam;
     b->adam_sched = cpu_adam_sched;

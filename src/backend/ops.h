@@ -74,6 +74,13 @@
 extern "C" {
 #endif
 
+/* The few helpers below that kernels call too (mp_loss_width, mp_loss_col). */
+#ifdef __CUDACC__
+#define MP_INLINE_HD static inline __host__ __device__
+#else
+#define MP_INLINE_HD static inline
+#endif
+
 typedef enum { MP_F32 = 0, MP_F64 = 1 } mp_dtype;
 
 /* The storage type of an operand: the backend's element type, or bfloat16. */
@@ -81,12 +88,103 @@ typedef enum { MP_ST_ELEM = 0, MP_ST_BF16 = 1 } mp_stype;
 
 /* Molecule readout (REFERENCE.md 2.1 step 4): mean over atoms (Chemprop v1
  * default), plain sum, or sum / agg_norm (v2 default, norm = 100).  A molecule
- * without atoms gets a zero vector in every mode. */
-typedef enum { MP_AGG_MEAN = 0, MP_AGG_SUM = 1, MP_AGG_NORM = 2 } mp_aggregation;
+ * without atoms gets a zero vector in every mode.  MP_AGG_ATTENTIVE (Chemprop
+ * v2's AttentiveAggregation) is a model-level readout made of a product and
+ * the attn_pool ops below; pool and pool_backward do not take it. */
+typedef enum {
+    MP_AGG_MEAN = 0, MP_AGG_SUM = 1, MP_AGG_NORM = 2, MP_AGG_ATTENTIVE = 3
+} mp_aggregation;
 
-/* Per-element losses (REFERENCE.md 2.6): squared error on (standardized)
- * regression targets; binary cross-entropy on logits for classification. */
-typedef enum { MP_LOSS_MSE = 0, MP_LOSS_BCE = 1 } mp_loss_kind;
+/*
+ * The losses (REFERENCE.md 2.6; Chemprop v2.3.1's nn/metrics.py, v1.6.1's
+ * train/loss_functions.py), each on the model's raw outputs.  A (molecule,
+ * task) pair reads mp_loss_width outputs of its row (mp_loss_col says which):
+ *
+ *   mse, mae, bounded_mse, bounded_mae, rmse, bounded_rmse: y (1 output)
+ *   bce, binary_mcc:      a logit (1); binary_mcc reduces over the batch
+ *   mve:                  mean y[t], variance softplus(y[T + t])       (2, chunked)
+ *   evidential:           gamma y[t], nu softplus(y[T+t]), alpha softplus(y[2T+t]) + 1,
+ *                         beta softplus(y[3T+t])                        (4, chunked)
+ *   quantile:             lower y[t], upper y[T + t]                   (2, chunked)
+ *   ce, multiclass_mcc:   C logits y[t C + c]                          (C, interleaved)
+ *   dirichlet:            C alphas softplus(y[t C + c]) + 1            (C, interleaved;
+ *                         C = 2 for a binary task)
+ *
+ * (T tasks per row, C classes.)  The chunked layouts are Chemprop's
+ * torch.chunk of the output, the interleaved ones its reshape(b, t, C).  The
+ * bounded losses clamp y to the label where an inequality label holds
+ * ("<5": y below 5 counts as 5).  MP_LOSS_MSE and MP_LOSS_BCE keep their
+ * values: 0 and 1.
+ */
+typedef enum {
+    MP_LOSS_MSE = 0, MP_LOSS_BCE = 1, MP_LOSS_MAE, MP_LOSS_RMSE, MP_LOSS_BOUNDED_MSE,
+    MP_LOSS_BOUNDED_MAE, MP_LOSS_BOUNDED_RMSE, MP_LOSS_MVE, MP_LOSS_EVIDENTIAL,
+    MP_LOSS_QUANTILE, MP_LOSS_BINARY_MCC, MP_LOSS_CE, MP_LOSS_MULTICLASS_MCC,
+    MP_LOSS_DIRICHLET, MP_LOSS_COUNT
+} mp_loss_kind;
+
+/* Classes a multiclass task may have (the width of a class loss's outputs). */
+#define MP_LOSS_MAX_CLASSES 64
+
+/* Inequality flags of a label (mp_loss_spec.ineq): "<x" and ">x". */
+enum { MP_INEQ_LT = 1, MP_INEQ_GT = 2 };
+
+/*
+ * One call of the loss op.  The reduction is Chemprop's:
+ *   sum over labelled (i, t) of l(i, t) w_i tw_t, divided by the number of
+ *   labelled pairs (rmse: the square root of that; the mcc losses: the mean
+ *   over tasks of tw_t (1 - MCC_t), each MCC_t over the batch's labelled rows
+ *   weighted by w_i, Chemprop v2's soft (binary) and hard (multiclass) MCC).
+ * w_i: sample_weight (NULL: 1), tw_t: task_weight (NULL: 1), both device
+ * buffers of the element type; ineq [n x n_tasks] (NULL: none) for the
+ * bounded losses.  The parameters: lambda (evidential and dirichlet
+ * regularization, Chemprop's v_kl), eps (evidential), alpha (quantile: the
+ * interval's quantiles alpha/2 and 1 - alpha/2).
+ */
+typedef struct {
+    mp_loss_kind   kind;
+    int            n_tasks;
+    int            n_classes;      /* ce, multiclass_mcc, dirichlet: C (>= 2) */
+    double         lambda, eps, alpha;
+    const void    *task_weight;    /* [n_tasks]  or NULL                      */
+    const void    *sample_weight;  /* [n]        or NULL                      */
+    const uint8_t *ineq;           /* [n x n_tasks] MP_INEQ_* or NULL         */
+} mp_loss_spec;
+
+/* Raw outputs a (molecule, task) pair of loss `kind` reads. */
+MP_INLINE_HD int mp_loss_width(mp_loss_kind kind, int n_classes)
+{
+    switch (kind) {
+    case MP_LOSS_MVE: case MP_LOSS_QUANTILE: return 2;
+    case MP_LOSS_EVIDENTIAL: return 4;
+    case MP_LOSS_CE: case MP_LOSS_MULTICLASS_MCC: case MP_LOSS_DIRICHLET: return n_classes;
+    default: return 1;
+    }
+}
+
+/* The column, in an output row of n_tasks * width values, of output k
+ * (0 <= k < width) of task t. */
+MP_INLINE_HD size_t mp_loss_col(mp_loss_kind kind, int n_tasks, int n_classes, int t, int k)
+{
+    switch (kind) {
+    case MP_LOSS_MVE: case MP_LOSS_QUANTILE: case MP_LOSS_EVIDENTIAL:
+        return (size_t)k * (size_t)n_tasks + (size_t)t;
+    case MP_LOSS_CE: case MP_LOSS_MULTICLASS_MCC: case MP_LOSS_DIRICHLET:
+        return (size_t)t * (size_t)n_classes + (size_t)k;
+    default:
+        return (size_t)t;
+    }
+}
+
+/*
+ * Activation functions (Chemprop's --activation): ReLU, LeakyReLU(0.1)
+ * (Chemprop's slope), PReLU (one learned slope a), ELU(1), SELU, tanh, GELU
+ * (the exact, erf form).
+ */
+typedef enum {
+    MP_ACT_RELU = 0, MP_ACT_LEAKYRELU, MP_ACT_PRELU, MP_ACT_ELU, MP_ACT_SELU, MP_ACT_TANH,
+    MP_ACT_GELU, MP_ACT_COUNT
+} mp_act_kind;
 
 typedef struct mp_backend mp_backend;
 
@@ -286,14 +384,75 @@ struct mp_backend {
                           const void *dout, int ldo, int32_t n_mols, int h,
                           mp_aggregation agg, double norm);
 
+    /* ---- the layers of the training options (every operand of the element
+     * type; see mp_act_kind, mp_aggregation) ------------------------------- */
+    /* y[i] = f(x[i]) for activation `kind`; PReLU's slope is param[0] (a
+     * device element; NULL for the others).  y may alias x. */
+    void (*act)(mp_backend *b, void *y, const void *x, size_t n, mp_act_kind kind,
+                const void *param);
+    /* dx[i] = f'(x[i]) dy[i] (accumulate 0: overwrites, dx may alias dy) or
+     * dx[i] += f'(x[i]) dy[i] (accumulate 1); x is the activation's input.
+     * PReLU: dparam[0] += sum_i min(x[i], 0) dy[i] (dparam may be NULL),
+     * summed in a fixed order. */
+    void (*act_backward)(mp_backend *b, void *dx, void *dparam, const void *x, const void *dy,
+                         size_t n, mp_act_kind kind, const void *param, int accumulate);
+    /* y[i] += x[i]. */
+    void (*add)(mp_backend *b, void *y, const void *x, size_t n);
+    /* out[e] = (m[e] + m[e ^ 1]) / 2 for every directed edge (Chemprop v1's
+     * --undirected).  out may alias m.  Linear and symmetric: its own
+     * adjoint. */
+    void (*edge_mean)(mp_backend *b, void *out, const void *m, int32_t n_edges, int h);
+    /* out[v] = sum_{k in in(v)} x[src[k]] in CSR order: the atom messages of
+     * Chemprop v1's --atom_messages (x and out [n_atoms x h]; overwrites).
+     * The graph holds every edge's reverse, so this is its own adjoint. */
+    void (*neighbor_sum)(mp_backend *b, void *out, const int32_t *in_start,
+                         const int32_t *in_edge, const int32_t *edge_src, const void *x,
+                         int32_t n_atoms, int h);
+    /* Attentive readout (Chemprop v2's AttentiveAggregation): alpha[v] =
+     * softmax over the atoms of v's molecule of score[v] (score: one value
+     * per atom, the model's x w), out[i, 0:h] (row stride ldo) = sum_v alpha[v]
+     * x[v]; 0 for a molecule without atoms.  alpha [n_atoms] is kept for
+     * the backward. */
+    void (*attn_pool)(mp_backend *b, void *out, int ldo, void *alpha, const int32_t *mol_atom,
+                      const void *x, const void *score, int32_t n_mols, int h);
+    /* Its adjoint: for every atom v of molecule i, with g_v = <dout_i, x[v]>,
+     * dscore[v] = alpha[v] (g_v - sum_u alpha[u] g_u) and dx[v] = alpha[v]
+     * dout_i + dscore[v] w (w [h]: the score's weights); overwrites both.
+     * The weights' gradient is the model's product x^T dscore. */
+    void (*attn_pool_backward)(mp_backend *b, void *dx, void *dscore, const int32_t *mol_atom,
+                               const void *x, const void *alpha, const void *w,
+                               const void *dout, int ldo, int32_t n_mols, int h);
+    /* Batch normalization over the n rows of x [n x h] (row stride ldx) into
+     * y (ldy; may alias x when ldy == ldx), PyTorch's BatchNorm1d: training
+     * (n >= 2) uses the batch mean and biased variance, keeps mean and
+     * 1 / sqrt(var + eps) in save [2 x h] for the backward, and moves
+     * running [2 x h] (mean, var) by momentum with the unbiased variance;
+     * inference uses running.  y = gamma (x - mean) / sqrt(var + eps) + beta. */
+    void (*batch_norm)(mp_backend *b, void *y, int ldy, void *save, const void *x, int ldx,
+                       const void *gamma, const void *beta, void *running, int32_t n, int h,
+                       int training, double momentum, double eps);
+    /* Its adjoint for a training forward: dx (ldx; overwrites; may alias dy
+     * when the strides agree), dgamma += sum dy xhat, dbeta += sum dy. */
+    void (*batch_norm_backward)(mp_backend *b, void *dx, int ldx, void *dgamma, void *dbeta,
+                                const void *dy, int ldy, const void *x, int ldx_in,
+                                const void *save, const void *gamma, int32_t n, int h);
+    /* Gradient clipping by the global norm (torch.nn.utils.clip_grad_norm_):
+     * norm[0] = sqrt(sum g^2) (summed in double in a fixed order), then
+     * g *= min(1, max_norm / (norm[0] + 1e-6)), all on the device (the
+     * factor is read from norm, so a captured step clips with each step's
+     * own norm).  norm: a device element. */
+    void (*clip_norm)(mp_backend *b, void *g, size_t n, double max_norm, void *norm);
+
     /* ---- loss, optimizer, device-scheduled steps ----------------------- */
-    /* Chemprop's masked batch loss: loss[0] = sum(l * mask) / sum(mask) over
-     * the [n x n_tasks] block, l the per-element loss of y against target;
-     * dy = d loss / d y (overwrites).  With no label at all (sum(mask) = 0)
-     * loss and dy are 0 (Chemprop would divide by zero).  `loss` is a device
-     * buffer of one element. */
+    /* The masked batch loss of spec (see mp_loss_spec): loss[0] the batch's
+     * loss, dy [n x n_tasks * width] = d loss / d y (overwrites; 0 for the
+     * outputs of unlabelled pairs) for the raw outputs y of the same shape,
+     * target and mask [n x n_tasks] (a class label as its index 0 .. C-1).
+     * With no label at all (sum(mask) = 0) loss and dy are 0 (Chemprop would
+     * divide by zero).  `loss` is a device buffer of one element.  mse and bce
+     * compute in the element type (sums in double), the others in double. */
     void (*loss)(mp_backend *b, void *loss, void *dy, const void *y, const void *target,
-                 const uint8_t *mask, int32_t n, int n_tasks, mp_loss_kind kind);
+                 const uint8_t *mask, int32_t n, const mp_loss_spec *spec);
     /* One Adam step in PyTorch's form (torch.optim.Adam, L2 weight decay
      * added to the gradient): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps); t >= 1. */

@@ -18,38 +18,11 @@
  * bf16 exactly where it does on the GPU at bf16: the bf16 path of the model
  * runs, and is checked, on machines without a GPU.
  */
-#include "backend/ops.h"
+#include "backend/host_ops.h"
+#include "backend/ref_impl.h"
 
 #include <math.h>
 #include <string.h>
-
-/* ===================================================================== */
-/* Typed access                                                           */
-/* ===================================================================== */
-
-#define F64(b) ((b)->dtype == MP_F64)
-
-static inline double load_st(const mp_backend *b, const void *p, mp_stype st, size_t i)
-{
-    if (st == MP_ST_BF16)
-        return mp_bf16_value(((const uint16_t *)p)[i]);
-    return F64(b) ? ((const double *)p)[i] : (double)((const float *)p)[i];
-}
-
-static inline void store_st(const mp_backend *b, void *p, mp_stype st, size_t i, double v)
-{
-    if (st == MP_ST_BF16)
-        ((uint16_t *)p)[i] = mp_bf16_round((float)v);
-    else if (F64(b))
-        ((double *)p)[i] = v;
-    else
-        ((float *)p)[i] = (float)v;
-}
-
-#define LDS(p, st, i)    load_st(b, (p), (st), (size_t)(i))
-#define STS(p, st, i, v) store_st(b, (p), (st), (size_t)(i), (v))
-#define LD(p, i)         LDS(p, MP_ST_ELEM, i)
-#define ST(p, i, v)      STS(p, MP_ST_ELEM, i, v)
 
 /* 1 / (1 - p) for a dropout probability, 1 when no unit is dropped. */
 static double drop_scale(double p) { return p > 0 && p < 1 ? 1.0 / (1.0 - p) : 1.0; }
@@ -390,10 +363,16 @@ static void ref_pool_backward(mp_backend *b, void *dx, const int32_t *mol_atom,
 /* Loss, optimizer and device-scheduled steps                             */
 /* ===================================================================== */
 
+/* mse and bce here (in double), the other kinds in loss_host.c. */
 static void ref_loss(mp_backend *b, void *loss, void *dy, const void *y, const void *target,
-                     const uint8_t *mask, int32_t n, int n_tasks, mp_loss_kind kind)
+                     const uint8_t *mask, int32_t n, const mp_loss_spec *spec)
 {
-    size_t total = (size_t)n * n_tasks, count = 0;
+    if (spec->kind != MP_LOSS_MSE && spec->kind != MP_LOSS_BCE) {
+        mp_loss_host(b, loss, dy, y, target, mask, n, spec);
+        return;
+    }
+    const int n_tasks = spec->n_tasks;
+    size_t total = (size_t)(n > 0 ? n : 0) * n_tasks, count = 0;
     for (size_t i = 0; i < total; i++)
         count += mask[i] != 0;
     double sum = 0, inv = count ? 1.0 / (double)count : 0;
@@ -403,7 +382,9 @@ static void ref_loss(mp_backend *b, void *loss, void *dy, const void *y, const v
             continue;
         }
         double x = LD(y, i), t = LD(target, i), l, g;
-        if (kind == MP_LOSS_BCE) {
+        double w = (spec->sample_weight ? LD(spec->sample_weight, i / n_tasks) : 1.0) *
+                   (spec->task_weight ? LD(spec->task_weight, i % n_tasks) : 1.0);
+        if (spec->kind == MP_LOSS_BCE) {
             /* max(x,0) - x t + log(1 + exp(-|x|)): stable for any x */
             l = (x > 0 ? x : 0) - x * t + log1p(exp(-fabs(x)));
             g = 1.0 / (1.0 + exp(-x)) - t;
@@ -411,8 +392,8 @@ static void ref_loss(mp_backend *b, void *loss, void *dy, const void *y, const v
             l = (x - t) * (x - t);
             g = 2 * (x - t);
         }
-        sum += l;
-        ST(dy, i, g * inv);
+        sum += l * w;
+        ST(dy, i, g * w * inv);
     }
     ST(loss, 0, sum * inv);
 }
@@ -504,6 +485,7 @@ mp_status mp_backend_ref_open(mp_backend **out, mp_dtype dtype, mp_stype act_st)
     b->atom_sum_backward = ref_atom_sum_backward;
     b->pool = ref_pool;
     b->pool_backward = ref_pool_backward;
+    mp_ref_layer_ops(b);
     b->loss = ref_loss;
     b->adam = ref_adam;
     b->adam_sched = ref_adam_sched;

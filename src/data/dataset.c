@@ -62,6 +62,20 @@ mp_status mp_parse_target(const char *cell, double *value)
     return MP_OK;
 }
 
+mp_status mp_parse_target_ineq(const char *cell, double *value, int *ineq)
+{
+    const char *p = cell;
+    while (is_blank_char(*p))
+        p++;
+    *ineq = *p == '<' ? MP_DATA_INEQ_LT : *p == '>' ? MP_DATA_INEQ_GT : 0;
+    if (!*ineq)
+        return mp_parse_target(cell, value);
+    p++;
+    if (*p == '\0' || mp_parse_target(p, value) != MP_OK || isnan(*value))
+        return MP_ERR_FORMAT;   /* "<" alone, "<abc" */
+    return MP_OK;
+}
+
 /* ===================================================================== */
 /* Column selection                                                       */
 /* ===================================================================== */
@@ -330,12 +344,14 @@ void mp_dataset_free(mp_dataset *d)
     mp_free(d->smiles_name);
     mp_free(d->targets);
     mp_free(d->line);
+    mp_free(d->weights);
+    mp_free(d->ineq);
     mp_free(d->path);
     mp_free(d);
 }
 
 /* Grows the per-row arrays to hold at least `need` rows. */
-static mp_status grow_rows(mp_dataset *d, size_t *cap, size_t need)
+static mp_status grow_rows(mp_dataset *d, size_t *cap, size_t need, int want_weights)
 {
     if (need <= *cap)
         return MP_OK;
@@ -355,6 +371,16 @@ static mp_status grow_rows(mp_dataset *d, size_t *cap, size_t need)
         if (!t)
             return MP_ERR_NOMEM;
         d->targets = t;
+        uint8_t *q = mp_realloc(d->ineq, c * d->n_tasks);
+        if (!q)
+            return MP_ERR_NOMEM;
+        d->ineq = q;
+    }
+    if (want_weights) {
+        double *w = mp_realloc(d->weights, c * sizeof *w);
+        if (!w)
+            return MP_ERR_NOMEM;
+        d->weights = w;
     }
     *cap = c;
     return MP_OK;
@@ -370,6 +396,51 @@ static void clip(char *out, size_t cap, const char *s)
         snprintf(out, cap, "%.40s...", s);
 }
 
+/* mp_columns_resolve with the weight column (when named) found first and
+ * left out of the default targets; *wcol (size_t)-1 when there is none.  A
+ * weight column that is also a named target is an error. */
+static mp_status resolve_with_weights(const char *path, char *const *header, size_t n_header,
+                                      const mp_column_spec *spec, size_t *sc, size_t **tcols,
+                                      size_t *n_tcols, size_t *wcol)
+{
+    *wcol = (size_t)-1;
+    if (!spec->weight_column)
+        return mp_columns_resolve(path, header, n_header, spec, sc, tcols, n_tcols);
+    mp_column_spec ws = { .smiles_column = spec->smiles_column,
+                          .target_columns = spec->weight_column, .no_targets = 0 };
+    size_t *w = NULL, nw = 0, s0;
+    mp_status st = mp_columns_resolve(path, header, n_header, &ws, &s0, &w, &nw);
+    if (st)
+        return st;
+    *wcol = w[0];
+    mp_free(w);
+    mp_column_spec ts = *spec;
+    char *ign = NULL;
+    size_t need = strlen(spec->weight_column) + 2 +
+                  (spec->ignore_columns ? strlen(spec->ignore_columns) : 0);
+    if (!spec->target_columns) {
+        if (!(ign = mp_malloc(need)))
+            return mp_error_set(MP_ERR_NOMEM, "out of memory loading %s", path);
+        snprintf(ign, need, "%s%s%s", spec->ignore_columns ? spec->ignore_columns : "",
+                 spec->ignore_columns ? "," : "", header[*wcol]);
+        ts.ignore_columns = ign;
+    }
+    st = mp_columns_resolve(path, header, n_header, &ts, sc, tcols, n_tcols);
+    mp_free(ign);
+    for (size_t j = 0; st == MP_OK && tcols && j < *n_tcols; j++)
+        if ((*tcols)[j] == *wcol)
+            st = mp_error_set(MP_ERR_ARG, "%s: column '%s' is both a target and the weight "
+                              "column", path, header[*wcol]);
+    if (st == MP_OK && *sc == *wcol)
+        st = mp_error_set(MP_ERR_ARG, "%s: column '%s' is both the SMILES and the weight column",
+                          path, header[*wcol]);
+    if (st && tcols) {
+        mp_free(*tcols);
+        *tcols = NULL;
+    }
+    return st;
+}
+
 mp_status mp_dataset_load(mp_dataset **out, const char *path, const mp_column_spec *spec)
 {
     static const mp_column_spec none = { 0 };
@@ -377,7 +448,7 @@ mp_status mp_dataset_load(mp_dataset **out, const char *path, const mp_column_sp
         spec = &none;
     *out = NULL;
     mp_csv_reader *r = NULL;
-    size_t *tcols = NULL, n_tcols = 0, cap = 0;
+    size_t *tcols = NULL, n_tcols = 0, cap = 0, wcol = (size_t)-1, n_ineq = 0;
     mp_dataset *d = mp_calloc(1, sizeof *d);
     if (!d)
         return mp_error_set(MP_ERR_NOMEM, "out of memory loading %s", path);
@@ -399,7 +470,8 @@ mp_status mp_dataset_load(mp_dataset **out, const char *path, const mp_column_sp
     }
     n_header = nf;
     size_t sc;
-    if ((st = mp_columns_resolve(path, f, nf, spec, &sc, spec->no_targets ? NULL : &tcols, &n_tcols)))
+    if ((st = resolve_with_weights(path, f, nf, spec, &sc, spec->no_targets ? NULL : &tcols,
+                                   &n_tcols, &wcol)))
         goto fail;
     d->n_tasks = n_tcols;
     if (!(d->smiles_name = mp_strdup(f[sc])))
@@ -429,12 +501,13 @@ mp_status mp_dataset_load(mp_dataset **out, const char *path, const mp_column_sp
                               (unsigned)MP_DATASET_MAX_ROWS);
             goto fail;
         }
-        if (grow_rows(d, &cap, d->n_rows + 1))
+        if (grow_rows(d, &cap, d->n_rows + 1, wcol != (size_t)-1))
             goto nomem;
         size_t i = d->n_rows;
         double *row = d->n_tasks ? d->targets + i * d->n_tasks : NULL;   /* none: no targets */
-        for (size_t j = 0; j < n_tcols; j++)
-            if (mp_parse_target(f[tcols[j]], &row[j]) != MP_OK) {
+        for (size_t j = 0; j < n_tcols; j++) {
+            int iq = 0;
+            if (mp_parse_target_ineq(f[tcols[j]], &row[j], &iq) != MP_OK) {
                 char cell[64];
                 clip(cell, sizeof cell, f[tcols[j]]);
                 st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: column '%s': '%s' is not a number%s",
@@ -442,6 +515,28 @@ mp_status mp_dataset_load(mp_dataset **out, const char *path, const mp_column_sp
                                   " (a target must be a finite number, or empty for a missing label)");
                 goto fail;
             }
+            if (iq && !spec->inequalities) {
+                char cell[64];
+                clip(cell, sizeof cell, f[tcols[j]]);
+                st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: column '%s': the inequality label "
+                                  "'%s' needs a bounded loss (--loss bounded-mse, bounded-mae "
+                                  "or bounded-rmse)", path, line, d->task_names[j], cell);
+                goto fail;
+            }
+            d->ineq[i * d->n_tasks + j] = (uint8_t)iq;
+            n_ineq += iq != 0;
+        }
+        if (wcol != (size_t)-1) {
+            double w;
+            if (mp_parse_target(f[wcol], &w) != MP_OK || !(w >= 0)) {
+                char cell[64];
+                clip(cell, sizeof cell, f[wcol]);
+                st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: column '%s': weight '%s' is not a "
+                                  "finite number >= 0", path, line, spec->weight_column, cell);
+                goto fail;
+            }
+            d->weights[i] = w;
+        }
         if (!(d->smiles[i] = mp_strdup(f[sc])))
             goto nomem;
         d->line[i] = line;
@@ -463,6 +558,10 @@ mp_status mp_dataset_load(mp_dataset **out, const char *path, const mp_column_sp
         double *t = mp_realloc(d->targets, d->n_rows * d->n_tasks * sizeof *t);
         if (t)
             d->targets = t;
+    }
+    if (n_ineq == 0) {   /* no inequality anywhere: none kept */
+        mp_free(d->ineq);
+        d->ineq = NULL;
     }
     mp_free(tcols);
     mp_csv_close(r);

@@ -18,6 +18,11 @@ typedef struct {
     const char *target_columns;  /* comma-separated names; default: every other column */
     const char *ignore_columns;  /* comma-separated names left out of the default targets */
     int         no_targets;      /* 1: read SMILES only (prediction input); targets ignored */
+    /* issue 11: sample weights and inequality labels */
+    const char *weight_column;   /* a column of per-row weights (finite, >= 0; left out of
+                                  * the default targets), or NULL */
+    int         inequalities;    /* 1: a target cell may be "<x" or ">x" (the bounded
+                                  * losses); 0: such a cell is an error naming the loss */
 } mp_column_spec;
 
 typedef struct {
@@ -29,11 +34,17 @@ typedef struct {
     char   **smiles;       /* n_rows                                             */
     double  *targets;      /* n_rows x n_tasks, row-major; NaN = missing label   */
     size_t  *line;         /* n_rows: 1-based line in the file                   */
+    double  *weights;      /* n_rows sample weights (weight_column), or NULL     */
+    uint8_t *ineq;         /* n_rows x n_tasks MP_INEQ-style flags (1 "<", 2 ">"),
+                            * or NULL when no cell has one                       */
 } mp_dataset;
 
 /* Rows a file read whole may hold (docs/limits.md): past some 16 million
  * molecules the features alone outgrow a large machine's memory. */
 #define MP_DATASET_MAX_ROWS (1u << 24)
+
+/* The inequality flags of mp_dataset.ineq (the values of ops.h's MP_INEQ_*). */
+enum { MP_DATA_INEQ_LT = 1, MP_DATA_INEQ_GT = 2 };
 
 /*
  * Reads the whole file (at most MP_DATASET_MAX_ROWS rows: MP_ERR_ARG).  Errors (MP_ERR_FORMAT / MP_ERR_IO / MP_ERR_ARG) name
@@ -68,6 +79,10 @@ mp_status mp_columns_resolve(const char *path, char *const *header, size_t n_hea
  * "nan", "inf", "1e999" (overflow), hex, "1.2.3", "abc", "1 2", a cell of only
  * spaces.  Underflow ("1e-400") gives 0 or a subnormal, as in Python. */
 mp_status mp_parse_target(const char *cell, double *value);
+
+/* mp_parse_target, and also "<x" / ">x" (spaces allowed around the sign)
+ * with *ineq MP_DATA_INEQ_LT / _GT (0 for a plain number or an empty cell). */
+mp_status mp_parse_target_ineq(const char *cell, double *value, int *ineq);
 
 #ifdef __cplusplus
 }

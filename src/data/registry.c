@@ -33,22 +33,28 @@ static const char *const known_metrics[] = { "RMSE", "MAE", "ROC-AUC", "PRC-AUC"
 /* Task types                                                             */
 /* ===================================================================== */
 
+static const char *const task_type_names[] = {
+    "regression", "classification", "regression-mve", "regression-evidential",
+    "regression-quantile", "classification-dirichlet", "multiclass", "multiclass-dirichlet",
+};
+#define N_TASK_TYPES (sizeof task_type_names / sizeof task_type_names[0])
+
 const char *mp_task_type_name(mp_task_type t)
 {
-    return t == MP_TASK_CLASSIFICATION ? "classification" : "regression";
+    return (unsigned)t < N_TASK_TYPES ? task_type_names[t] : "?";
 }
 
 mp_status mp_task_type_parse(const char *s, mp_task_type *out)
 {
-    if (mp_strcaseeq(s, "regression")) {
-        *out = MP_TASK_REGRESSION;
-        return MP_OK;
-    }
-    if (mp_strcaseeq(s, "classification")) {
-        *out = MP_TASK_CLASSIFICATION;
-        return MP_OK;
-    }
-    return mp_error_set(MP_ERR_ARG, "unknown task type '%s' (regression or classification)", s);
+    for (size_t i = 0; s && i < N_TASK_TYPES; i++)
+        if (mp_strcaseeq(s, task_type_names[i])) {
+            *out = (mp_task_type)i;
+            return MP_OK;
+        }
+    return mp_error_set(MP_ERR_ARG, "unknown task type '%s' (regression, classification, "
+                        "regression-mve, regression-evidential, regression-quantile, "
+                        "classification-dirichlet, multiclass or multiclass-dirichlet)",
+                        s ? s : "(null)");
 }
 
 /* ===================================================================== */
@@ -152,7 +158,8 @@ static mp_status parse_entry(const char *path, size_t line, char **f, mp_dataset
             return mp_error_set(MP_ERR_FORMAT,
                                 "%s:%zu: sha256 '%s' is not 64 lower-case hex digits", path, line, f[6]);
     }
-    if (mp_task_type_parse(f[4], &e->task_type) != MP_OK)
+    if (mp_task_type_parse(f[4], &e->task_type) != MP_OK ||
+        (e->task_type != MP_TASK_REGRESSION && e->task_type != MP_TASK_CLASSIFICATION))
         return mp_error_set(MP_ERR_FORMAT, "%s:%zu: task_type '%s' is not regression or classification",
                             path, line, f[4]);
     int metric_ok = 0;

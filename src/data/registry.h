@@ -24,7 +24,8 @@ extern "C" {
  * mp_registry_fetch and mp_sha256_file are public: molprop.h has their
  * contracts.  This header adds what the library itself uses. */
 
-/* "regression" / "classification" to the type (MP_ERR_ARG on other text). */
+/* A task type's name (mp_task_type_name's) to the type (MP_ERR_ARG on other
+ * text). */
 mp_status mp_task_type_parse(const char *s, mp_task_type *out);
 
 struct mp_registry {

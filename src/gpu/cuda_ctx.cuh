@@ -270,6 +270,13 @@ void mp_cu_gate_leave(void);
  * with no failure kept).  mp_cu_stream_close releases the latter's stream
  * and events (called by close; safe when they were never made). */
 void mp_cu_dense_ops(mp_backend *b);
+/* train_cuda.cu: the layers of the training options (act, act_backward,
+ * add, edge_mean, neighbor_sum, attn_pool and its backward, batch_norm and
+ * its backward, clip_norm), and the losses beyond mse and bce, which
+ * reduce_cuda.cu's loss hands to mp_cu_loss_ext. */
+void mp_cu_layer_ops(mp_backend *b);
+void mp_cu_loss_ext(mp_backend *b, void *loss, void *dy, const void *y, const void *target,
+                    const uint8_t *mask, int32_t n, const mp_loss_spec *spec);
 void mp_cu_rows_ops(mp_backend *b);
 void mp_cu_reduce_ops(mp_backend *b);
 void mp_cu_capture_ops(mp_backend *b);

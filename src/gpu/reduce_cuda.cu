@@ -250,9 +250,11 @@ template <typename T> __device__ __forceinline__ void tree_sum(T *v, int t)
     }
 }
 
+/* mse / bce; w_i = sw[i / n_tasks] tw[i % n_tasks] (1 where absent: a
+ * factor of 1 multiplies exactly, so unweighted runs keep their bits). */
 __global__ void __launch_bounds__(LOSS_THREADS)
 k_loss(float *loss, float *dy, const float *y, const float *target, const uint8_t *mask,
-       size_t total, int bce)
+       size_t total, int bce, const float *sw, const float *tw, int n_tasks)
 {
     __shared__ double sum[LOSS_THREADS];
     __shared__ unsigned long long cnt[LOSS_THREADS];
@@ -274,16 +276,17 @@ k_loss(float *loss, float *dy, const float *y, const float *target, const uint8_
             continue;
         }
         float x = y[i], tt = target[i], g;
+        float w = (sw ? sw[i / n_tasks] : 1.0f) * (tw ? tw[i % n_tasks] : 1.0f);
         if (bce) {
             float l = (x > 0.0f ? x : 0.0f) - x * tt + log1pf(expf(-fabsf(x)));
-            s += l;
+            s += (double)l * w;
             g = 1.0f / (1.0f + expf(-x)) - tt;
         } else {
             float d = x - tt;
-            s += (double)d * d;
+            s += (double)d * d * w;
             g = 2.0f * d;
         }
-        dy[i] = g * inv;
+        dy[i] = g * w * inv;
     }
     sum[t] = s;
     __syncthreads();
@@ -396,16 +399,24 @@ void mp_cu_bond_scatter(gpu_ctx *c, float *dwb, const int8_t *bond_hot, const fl
 /* ===================================================================== */
 
 static void cu_loss(mp_backend *b, void *loss, void *dy, const void *y, const void *target,
-                    const uint8_t *mask, int32_t n, int n_tasks, mp_loss_kind kind)
+                    const uint8_t *mask, int32_t n, const mp_loss_spec *spec)
 {
     gpu_ctx *c = CTX(b);
     if (!usable(c))
         return;
+    if (spec->kind != MP_LOSS_MSE && spec->kind != MP_LOSS_BCE) {
+        mp_cu_loss_ext(b, loss, dy, y, target, mask, n, spec);
+        return;
+    }
+    int n_tasks = spec->n_tasks;
     size_t total = n > 0 && n_tasks > 0 ? (size_t)n * n_tasks : 0;
     /* Always launched, so the loss is written (0) even for an empty batch. */
     k_loss<<<1, LOSS_THREADS, 0, c->stream>>>((float *)loss, (float *)dy, (const float *)y,
                                               (const float *)target, mask, total,
-                                              kind == MP_LOSS_BCE);
+                                              spec->kind == MP_LOSS_BCE,
+                                              (const float *)spec->sample_weight,
+                                              (const float *)spec->task_weight,
+                                              n_tasks > 0 ? n_tasks : 1);
     LAUNCHED(c, "k_loss");
 }
 

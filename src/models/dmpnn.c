@@ -26,6 +26,10 @@
  * forward.  One sequence of ops serves every precision: only the buffers and
  * the storage types passed with them differ.
  *
+ * The layers of the training options (another activation, undirected or
+ * atom messages) take the unfused form of encoder.c; the readout (pooling
+ * or attention, batch norm) is readout.c's.
+ *
  * Weight layout (rows = fan_in): W_i [(F_a + 14) x h], atom rows first, the
  * mass row is F_a - 1; W_h [h x h]; W_o [(F_a + h) x h], atom rows first;
  * b_o [h].  This matches Chemprop's input order [f_atoms[src] ; f_bond] and
@@ -38,6 +42,10 @@
 
 void mp_dmpnn_forward(mp_model *m, int training)
 {
+    if (m->generic) {
+        mp_encoder_forward(m, training);
+        return;
+    }
     mp_backend *b = m->b;
     mp_acts *a = &m->a;
     mp_dev_graph *g = &a->g;
@@ -84,15 +92,15 @@ void mp_dmpnn_forward(mp_model *m, int training)
     if (p > 0)
         mp_model_relu_dropout(m, a->ho, a->ho, MP_ST_ELEM, (size_t)na * h, p, depth - 1);
 
-    b->pool(b, a->x0, m->in_dim, g->mol_atom, a->ho, g->n_mols, h, m->cfg.aggregation,
-            m->cfg.agg_norm);
-    if (m->cfg.extra_dim > 0)
-        b->copy2d(b, MP_AT(m, a->x0, h), MP_ST_ELEM, m->in_dim, a->extra, MP_ST_ELEM,
-                  m->cfg.extra_dim, g->n_mols, m->cfg.extra_dim);
+    mp_readout_forward(m, training);
 }
 
 void mp_dmpnn_backward(mp_model *m, const void *dx0)
 {
+    if (m->generic) {
+        mp_encoder_backward(m, dx0);
+        return;
+    }
     mp_backend *b = m->b;
     mp_acts *a = &m->a;
     mp_dev_graph *g = &a->g;
@@ -102,8 +110,7 @@ void mp_dmpnn_backward(mp_model *m, const void *dx0)
     const mp_stype so = m->st_op, sm = m->st_m, se = MP_ST_ELEM;
 
     /* Readout; dho_op: dho as the products read it. */
-    b->pool_backward(b, a->dho, g->mol_atom, dx0, m->in_dim, g->n_mols, h, m->cfg.aggregation,
-                     m->cfg.agg_norm);
+    mp_readout_backward(m, dx0);
     b->relu_dropout_backward(b, a->dho, a->dho_op, so, a->ho, se, a->dho, (size_t)na * h, p);
     b->col_sum(b, G(m->off_bo), a->dho, h, na, h);
     /* dW_o (message rows) += A^T dZ and dA = dZ W_o^T: independent, one call */

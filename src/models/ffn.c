@@ -5,6 +5,9 @@
  *   Dropout -> Linear(I, F) -> [ReLU -> Dropout -> Linear(F, F)] x (L-2)
  *           -> ReLU -> Dropout -> Linear(F, T)          (L = 1: Dropout -> Linear(I, T))
  *
+ * (another activation than ReLU: its own op, after which the dropout; the
+ * pre-activations are kept for the backward).
+ *
  * I = readout ++ extra features (dmpnn) or the feature vector (ffn).  Each
  * Linear is a bias row copied into every output row (copy2d, lds 0)
  * followed by one product with beta = 1; ReLU and the dropout after it are
@@ -18,7 +21,14 @@
 static void layer_dims(const mp_model *m, int l, int *din, int *dout)
 {
     *din = l == 0 ? m->in_dim : m->ffn_hidden;
-    *dout = l == m->n_layers - 1 ? m->cfg.n_tasks : m->ffn_hidden;
+    *dout = l == m->n_layers - 1 ? m->n_out : m->ffn_hidden;
+}
+
+/* The head's activation when it is not ReLU (m->ffn_generic): the slope
+ * parameter of PReLU, or NULL. */
+static const void *act_param(mp_model *m)
+{
+    return m->cfg.activation == MP_ACT_PRELU ? P(m->off_prelu_ffn) : NULL;
 }
 
 void mp_ffn_forward(mp_model *m, int training)
@@ -39,12 +49,20 @@ void mp_ffn_forward(mp_model *m, int training)
         int din, dout;
         layer_dims(m, l, &din, &dout);
         int last = l == m->n_layers - 1;
-        void *y = last ? a->out : a->hl[l];
+        /* a hidden layer of another activation keeps its pre-activation */
+        void *y = last ? a->out : m->ffn_generic ? a->hp[l] : a->hl[l];
         b->copy2d(b, y, MP_ST_ELEM, dout, P(m->off_fb[l]), MP_ST_ELEM, 0, n, dout);
         mp_gemm pr = { 0, 0, n, dout, din, 1.0, 1.0, x, P(m->off_fw[l]), y, din, dout, dout,
                        MP_ST_ELEM, MP_ST_ELEM, MP_ST_ELEM };
         b->gemm(b, 1, &pr);
-        if (!last) {
+        if (!last && m->ffn_generic) {
+            int layer = layer0 + 1 + l;
+            b->act(b, a->hl[l], y, (size_t)n * dout, m->cfg.activation, act_param(m));
+            if (p > 0)
+                m->drop_key[layer] = mp_model_dropout(m, a->hl[l], a->hl[l], n, dout, dout, p,
+                                                      layer);
+            x = a->hl[l];
+        } else if (!last) {
             mp_model_relu_dropout(m, y, y, MP_ST_ELEM, (size_t)n * dout, p, layer0 + 1 + l);
             x = y;
         }
@@ -72,8 +90,20 @@ const void *mp_ffn_backward(mp_model *m, int want_cols)
             mp_gemm pr[2] = { gw, { 0, 1, n, din, dout, 1.0, 0.0, dy, P(m->off_fw[l]), dx,
                                     dout, dout, din, se, se, se } };
             b->gemm(b, 2, pr);
-            /* back through the ReLU + dropout before this layer */
-            b->relu_dropout_backward(b, dx, dx, se, a->hl[l - 1], se, dx, (size_t)n * din, p);
+            /* back through the ReLU + dropout before this layer (another
+             * activation: the dropout, then f' at the pre-activation) */
+            if (m->ffn_generic) {
+                int layer = (m->cfg.kind == MP_MODEL_DMPNN ? m->cfg.depth : 0) + l;
+                if (p > 0)
+                    mp_model_dropout_backward(m, dx, dx, n, din, din, p, layer,
+                                              m->drop_key[layer]);
+                b->act_backward(b, dx,
+                                m->cfg.activation == MP_ACT_PRELU ? G(m->off_prelu_ffn) : NULL,
+                                a->hp[l - 1], dx, (size_t)n * din, m->cfg.activation,
+                                act_param(m), 0);
+            } else {
+                b->relu_dropout_backward(b, dx, dx, se, a->hl[l - 1], se, dx, (size_t)n * din, p);
+            }
             void *t = dy;
             dy = dx;
             dx = t;

@@ -7,6 +7,8 @@
  */
 #include "models/model_impl.h"
 
+#include "models/heads.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -30,19 +32,75 @@ mp_model_config mp_model_config_default(void)
     c.extra_dim = 0;
     c.aggregation = MP_AGG_MEAN;
     c.agg_norm = 100.0;
+    c.n_classes = 0;
+    c.loss = MP_LOSS_MSE;
+    c.loss_lambda = 0.0;
+    c.loss_eps = 1e-8;
+    c.loss_alpha = 0.1;
+    c.activation = MP_ACT_RELU;
     return c;
 }
 
+mp_loss_kind mp_model_loss(const mp_model_config *c)
+{
+    if (c->loss == MP_LOSS_MSE && c->task != MP_MODEL_REGRESSION &&
+        (unsigned)c->task < MP_MODEL_TASK_COUNT)
+        return mp_head_default_loss(c->task);
+    return c->loss;
+}
+
+int mp_model_n_outputs(const mp_model_config *c)
+{
+    return c->n_tasks * mp_head_outputs(c->task, c->n_classes);
+}
+
 #define CFG_BAD(...) mp_error_set(MP_ERR_ARG, "model config: " __VA_ARGS__)
+
+/* The task, loss and layer fields (config_check's first part). */
+static mp_status config_check_head(const mp_model_config *c)
+{
+    if ((unsigned)c->task >= MP_MODEL_TASK_COUNT)
+        return CFG_BAD("unknown task type %d", (int)c->task);
+    if (c->n_tasks < 1 || c->n_tasks > 1000000)
+        return CFG_BAD("n_tasks = %d (must be 1 .. 1000000)", c->n_tasks);
+    if (mp_head_is_multiclass(c->task) &&
+        (c->n_classes < 2 || c->n_classes > MP_LOSS_MAX_CLASSES))
+        return CFG_BAD("n_classes = %d (a %s task needs 2 .. %d)", c->n_classes,
+                       mp_model_task_name(c->task), MP_LOSS_MAX_CLASSES);
+    const mp_loss_kind loss = mp_model_loss(c);
+    if ((unsigned)loss >= MP_LOSS_COUNT || !mp_head_loss_fits(c->task, loss)) {
+        char fits[256];
+        mp_head_losses_text(c->task, fits, sizeof fits);
+        return CFG_BAD("loss %s does not fit a %s task (it takes %s)", mp_loss_name(loss),
+                       mp_model_task_name(c->task), fits);
+    }
+    if (!(c->loss_lambda >= 0 && isfinite(c->loss_lambda)) ||
+        !(c->loss_eps >= 0 && isfinite(c->loss_eps)))
+        return CFG_BAD("loss regularization %g / eps %g (must be >= 0)", c->loss_lambda,
+                       c->loss_eps);
+    if (!(c->loss_alpha > 0 && c->loss_alpha < 1))
+        return CFG_BAD("quantile alpha = %g (must be in (0, 1))", c->loss_alpha);
+    if ((unsigned)c->activation >= MP_ACT_COUNT)
+        return CFG_BAD("unknown activation %d", (int)c->activation);
+    if ((c->atom_messages | c->undirected | c->batch_norm) & ~1)
+        return CFG_BAD("atom_messages, undirected and batch_norm are 0 or 1");
+    if (c->kind == MP_MODEL_FFN && (c->atom_messages || c->undirected || c->batch_norm ||
+                                    c->aggregation == MP_AGG_ATTENTIVE))
+        return CFG_BAD("atom messages, undirected messages, batch norm and attentive readout "
+                       "are D-MPNN layers (an FFN model has none)");
+    if (c->atom_messages && c->undirected)
+        return CFG_BAD("undirected messages are bond messages (atom messages are undirected "
+                       "already, as Chemprop v1 says)");
+    return MP_OK;
+}
 
 static mp_status config_check(const mp_model_config *c)
 {
     if (c->kind != MP_MODEL_DMPNN && c->kind != MP_MODEL_FFN)
         return CFG_BAD("unknown model kind %d", (int)c->kind);
-    if (c->task != MP_MODEL_REGRESSION && c->task != MP_MODEL_CLASSIFICATION)
-        return CFG_BAD("unknown task type %d", (int)c->task);
-    if (c->n_tasks < 1 || c->n_tasks > 1000000)
-        return CFG_BAD("n_tasks = %d (must be 1 .. 1000000)", c->n_tasks);
+    mp_status st = config_check_head(c);
+    if (st)
+        return st;
     if (c->ffn_layers < 1 || c->ffn_layers > MP_MAX_FFN_LAYERS)
         return CFG_BAD("ffn_layers = %d (must be 1 .. %d)", c->ffn_layers, MP_MAX_FFN_LAYERS);
     if (c->ffn_hidden < 0 || c->ffn_hidden > 65536)
@@ -65,7 +123,7 @@ static mp_status config_check(const mp_model_config *c)
     if (c->atom_fdim < 2 || c->atom_fdim > 32767)
         return CFG_BAD("atom_fdim = %d (must be 2 .. 32767, the mass slot included)", c->atom_fdim);
     if (c->aggregation != MP_AGG_MEAN && c->aggregation != MP_AGG_SUM &&
-        c->aggregation != MP_AGG_NORM)
+        c->aggregation != MP_AGG_NORM && c->aggregation != MP_AGG_ATTENTIVE)
         return CFG_BAD("unknown aggregation %d", (int)c->aggregation);
     if (c->aggregation == MP_AGG_NORM && !(c->agg_norm > 0 && isfinite(c->agg_norm)))
         return CFG_BAD("aggregation norm = %g (must be > 0)", c->agg_norm);
@@ -76,51 +134,107 @@ static mp_status config_check(const mp_model_config *c)
 /* Parameter block                                                        */
 /* ===================================================================== */
 
-static size_t add_view(mp_model *m, const char *name, int rows, int cols)
+/* How a view starts: Xavier-normal (a weight matrix), zeros (a bias, the
+ * running mean), ones (batch norm's gamma, the running variance), or 0.25
+ * (a PReLU slope, PyTorch's start). */
+enum { INIT_XAVIER, INIT_ZERO, INIT_ONE, INIT_PRELU };
+
+static size_t add_view(mp_model *m, const char *name, int rows, int cols, int init,
+                       unsigned char *inits)
 {
     int i = m->n_views++;
     snprintf(m->view_names[i], sizeof m->view_names[i], "%s", name);
     m->views[i] = (mp_param_view){ m->view_names[i], m->n_params, rows, cols };
+    inits[i] = (unsigned char)init;
     size_t off = m->n_params;
     m->n_params += (size_t)rows * (size_t)cols;
     return off;
 }
 
-static void layout_params(mp_model *m)
+/* The views in block order: the encoder's (W_i, W_h, W_o, b_o; W_i holds
+ * atom rows only and W_h [h + 14 x h] with atom messages, Chemprop v1's
+ * shapes), the readout's (attention, batch norm), the head's, the PReLU
+ * slopes.  Models without the optional layers have exactly the views (and
+ * the initial values) they had before those layers existed. */
+static void layout_params(mp_model *m, unsigned char *inits)
 {
     const mp_model_config *c = &m->cfg;
+    const int am = c->atom_messages;
     if (c->kind == MP_MODEL_DMPNN) {
-        m->off_wi = add_view(m, "W_i", c->atom_fdim + MP_BOND_FDIM, m->h);
-        m->off_wh = add_view(m, "W_h", m->h, m->h);
-        m->off_wo = add_view(m, "W_o", c->atom_fdim + m->h, m->h);
-        m->off_bo = add_view(m, "b_o", 1, m->h);
+        m->off_wi = add_view(m, "W_i", c->atom_fdim + (am ? 0 : MP_BOND_FDIM), m->h,
+                             INIT_XAVIER, inits);
+        m->off_wh = add_view(m, "W_h", m->h + (am ? MP_BOND_FDIM : 0), m->h, INIT_XAVIER, inits);
+        m->off_wo = add_view(m, "W_o", c->atom_fdim + m->h, m->h, INIT_XAVIER, inits);
+        m->off_bo = add_view(m, "b_o", 1, m->h, INIT_ZERO, inits);
+        if (c->aggregation == MP_AGG_ATTENTIVE)
+            m->off_attn = add_view(m, "attn.w", m->h, 1, INIT_XAVIER, inits);
+        if (c->batch_norm) {
+            m->off_bn = add_view(m, "bn.gamma", 1, m->h, INIT_ONE, inits);
+            add_view(m, "bn.beta", 1, m->h, INIT_ZERO, inits);
+            add_view(m, "bn.running_mean", 1, m->h, INIT_ZERO, inits);
+            add_view(m, "bn.running_var", 1, m->h, INIT_ONE, inits);
+        }
     }
     for (int l = 0; l < m->n_layers; l++) {
         int din = l == 0 ? m->in_dim : m->ffn_hidden;
-        int dout = l == m->n_layers - 1 ? c->n_tasks : m->ffn_hidden;
+        int dout = l == m->n_layers - 1 ? m->n_out : m->ffn_hidden;
         char name[24];
         snprintf(name, sizeof name, "ffn%d.W", l);
-        m->off_fw[l] = add_view(m, name, din, dout);
+        m->off_fw[l] = add_view(m, name, din, dout, INIT_XAVIER, inits);
         snprintf(name, sizeof name, "ffn%d.b", l);
-        m->off_fb[l] = add_view(m, name, 1, dout);
+        m->off_fb[l] = add_view(m, name, 1, dout, INIT_ZERO, inits);
+    }
+    if (c->activation == MP_ACT_PRELU) {
+        if (c->kind == MP_MODEL_DMPNN)
+            m->off_prelu_enc = add_view(m, "enc.prelu", 1, 1, INIT_PRELU, inits);
+        if (m->n_layers > 1)
+            m->off_prelu_ffn = add_view(m, "ffn.prelu", 1, 1, INIT_PRELU, inits);
     }
 }
 
-/* Xavier-normal weights, zero biases, drawn in view order.  Values are made
- * as floats (then widened for a double backend), so every backend starts
- * from the same numbers. */
-static void init_params(mp_model *m, void *host, uint64_t seed)
+/* The layer sizes layout_params reads. */
+static void set_shapes(mp_model *m, const mp_model_config *cfg)
+{
+    m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
+    m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
+    m->n_layers = cfg->ffn_layers;
+    m->in_dim = m->h + cfg->extra_dim;
+    m->n_out = mp_model_n_outputs(cfg);
+    if (m->n_layers == 1)
+        m->ffn_hidden = 0;   /* no hidden layer: keep the views honest */
+}
+
+uint64_t mp_model_config_n_params(const mp_model_config *cfg)
+{
+    if (config_check(cfg) != MP_OK)
+        return 0;
+    mp_model *m = mp_calloc(1, sizeof *m);
+    if (!m)
+        return 0;
+    m->cfg = *cfg;
+    set_shapes(m, cfg);
+    unsigned char inits[MP_MAX_VIEWS];
+    layout_params(m, inits);
+    uint64_t n = m->n_params;
+    mp_free(m);
+    return n;
+}
+
+/* Xavier-normal weights, the other views' constants, drawn in view order.
+ * Values are made as floats (then widened for a double backend), so every
+ * backend starts from the same numbers. */
+static void init_params(mp_model *m, void *host, uint64_t seed, const unsigned char *inits)
 {
     mp_rng r;
     mp_rng_seed(&r, seed, MP_MODEL_STREAM_INIT);
     for (int i = 0; i < m->n_views; i++) {
         const mp_param_view *v = &m->views[i];
         size_t n = (size_t)v->rows * v->cols;
-        int is_bias = v->rows == 1 && strstr(v->name, ".b") != NULL;
-        is_bias |= strcmp(v->name, "b_o") == 0;
         double std = sqrt(2.0 / (double)(v->rows + v->cols));
         for (size_t k = 0; k < n; k++) {
-            float x = is_bias ? 0.0f : (float)(mp_rng_normal(&r) * std);
+            float x = inits[i] == INIT_XAVIER ? (float)(mp_rng_normal(&r) * std)
+                      : inits[i] == INIT_ONE  ? 1.0f
+                      : inits[i] == INIT_PRELU ? 0.25f : 0.0f;
             if (m->esize == sizeof(double))
                 ((double *)host)[v->offset + k] = x;
             else
@@ -185,15 +299,15 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     /* storage of the D-MPNN's activations (model_impl.h): the product
      * operands as the backend asks; H0 and M_t so too, but not with dropout
      * (kept as before bf16 storage existed, so its models' bits stay) */
-    m->st_op = b->act_st;
+    m->generic = cfg->kind == MP_MODEL_DMPNN &&
+                 (cfg->activation != MP_ACT_RELU || cfg->undirected || cfg->atom_messages);
+    m->ffn_generic = cfg->activation != MP_ACT_RELU;
+    /* the unfused encoder keeps everything in the element type */
+    m->st_op = m->generic ? MP_ST_ELEM : b->act_st;
     m->st_m = cfg->dropout > 0 ? MP_ST_ELEM : m->st_op;
-    m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
-    m->ffn_hidden = cfg->ffn_hidden > 0 ? cfg->ffn_hidden : cfg->hidden;
-    m->n_layers = cfg->ffn_layers;
-    m->in_dim = m->h + cfg->extra_dim;
-    if (m->n_layers == 1)
-        m->ffn_hidden = 0;   /* no hidden layer: keep the views honest */
-    layout_params(m);
+    set_shapes(m, cfg);
+    unsigned char inits[MP_MAX_VIEWS];
+    layout_params(m, inits);
     mp_rng_seed(&m->drop_rng, seed, MP_MODEL_STREAM_DROPOUT);
 
     size_t bytes = m->n_params * m->esize;
@@ -201,13 +315,14 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     m->grads = b->alloc(b, bytes);
     m->adam_m = b->alloc(b, bytes);
     m->adam_v = b->alloc(b, bytes);
+    m->gnorm = b->alloc(b, m->esize);
     void *host = mp_model_host(m, bytes);
-    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !host) {
+    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !m->gnorm || !host) {
         size_t np = m->n_params;
         mp_model_free(m);
         return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %zu parameters", np);
     }
-    init_params(m, host, seed);
+    init_params(m, host, seed, inits);
     st = b->upload(b, m->params, host, bytes);
     if (st != MP_OK) {
         mp_model_free(m);
@@ -229,6 +344,8 @@ void mp_model_free(mp_model *m)
     b->free(b, m->grads);
     b->free(b, m->adam_m);
     b->free(b, m->adam_v);
+    b->free(b, m->gnorm);
+    b->free(b, m->task_w);
     b->free(b, m->arena);
     mp_free(m->host);
     mp_free(m);
@@ -250,22 +367,29 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
     (at = (at + 255) & ~(size_t)255, at += (bytes), base ? (void *)(base + at - (bytes)) : NULL)
     const mp_model_config *c = &m->cfg;
     size_t h = (size_t)m->h, E = (size_t)ne, A = (size_t)na, B = (size_t)nm;
-    size_t T = (size_t)c->n_tasks, I = (size_t)m->in_dim, F = (size_t)m->ffn_hidden;
+    size_t T = (size_t)c->n_tasks, O = (size_t)m->n_out, I = (size_t)m->in_dim;
+    size_t F = (size_t)m->ffn_hidden;
     size_t W = I > F ? I : F;
-    W = W > T ? W : T;
+    W = W > O ? W : O;
+    memset(a->z, 0, sizeof a->z);
+    a->hop = a->dz = a->etmp = a->r = NULL;
+    a->xp = a->dxp = a->bn_save = a->score = a->alpha = a->dscore = NULL;
+    memset(a->hp, 0, sizeof a->hp);
     if (c->kind == MP_MODEL_DMPNN) {
         /* st_op / st_m storage (model_impl.h); the copies for the products
-         * only where st_op is not the element type */
+         * only where st_op is not the element type.  U: the rows of a
+         * message (edges; atoms with atom messages) */
         const size_t hs = mp_stype_size(m->b, m->st_op), ms = mp_stype_size(m->b, m->st_m);
         const int copies = m->st_op != MP_ST_ELEM;
-        a->h0 = TAKE(E * h * ms);
+        const size_t U = c->atom_messages ? A : E;
+        a->h0 = TAKE(U * h * ms);
         for (int t = 0; t < c->depth; t++)
-            a->m[t] = TAKE(E * h * ms);
+            a->m[t] = TAKE(U * h * ms);
         for (int t = 1; t < c->depth; t++)
-            a->msg[t] = TAKE(E * h * hs);
-        a->dh0 = TAKE(E * h * es);
-        a->dm = TAKE(E * h * es);
-        a->dmsg = TAKE(E * h * hs);
+            a->msg[t] = TAKE(U * h * hs);
+        a->dh0 = TAKE(U * h * es);
+        a->dm = TAKE(U * h * es);
+        a->dmsg = TAKE(U * h * hs);
         a->as = TAKE(A * h * es);
         a->a = TAKE(A * h * hs);
         a->ho = TAKE(A * h * es);
@@ -280,6 +404,24 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
         a->wh_op = copies ? a->whcopy : MP_AT(m, m->params, m->off_wh);
         a->wo_op = !copies ? MP_AT(m, m->params, m->off_wo + fa * h)
                    : a->whcopy ? (void *)((char *)a->whcopy + (h + fa) * h * hs) : NULL;
+        if (m->generic) {
+            for (int t = 1; t < c->depth; t++)
+                a->z[t] = TAKE(U * h * es);
+            a->hop = TAKE(A * h * es);
+            a->dz = TAKE(U * h * es);
+            a->etmp = TAKE(E * h * es);
+            a->r = c->atom_messages ? TAKE(A * h * es) : NULL;
+        }
+        if (c->batch_norm) {
+            a->xp = TAKE(B * h * es);
+            a->dxp = TAKE(B * h * es);
+            a->bn_save = TAKE(2 * h * es);
+        }
+        if (c->aggregation == MP_AGG_ATTENTIVE) {
+            a->score = TAKE(A * es);
+            a->alpha = TAKE(A * es);
+            a->dscore = TAKE(A * es);
+        }
         a->extra = TAKE(B * (size_t)c->extra_dim * es);
         a->g.atom_hot = TAKE(A * MP_ATOM_MAX_HOT * sizeof(int16_t));
         a->g.atom_mass = TAKE(A * sizeof(float));
@@ -292,14 +434,21 @@ static size_t layout_acts(mp_model *m, char *base, int32_t nm, int32_t na, int32
     }
     a->x0 = TAKE(B * I * es);
     a->xd0 = c->dropout > 0 ? TAKE(B * I * es) : a->x0;
-    for (int l = 0; l + 1 < m->n_layers; l++)
+    for (int l = 0; l + 1 < m->n_layers; l++) {
         a->hl[l] = TAKE(B * F * es);
-    a->out = TAKE(B * T * es);
+        if (m->ffn_generic)
+            a->hp[l] = TAKE(B * F * es);
+    }
+    a->out = TAKE(B * O * es);
     a->g0 = TAKE(B * W * es);
     a->g1 = TAKE(B * W * es);
     a->target = TAKE(B * T * es);
     a->loss = TAKE(es);
     a->mask = TAKE(B * T);
+    a->wbuf = TAKE(B * es);
+    a->ibuf = TAKE(B * T);
+    a->weight = NULL;
+    a->ineq = NULL;
 #undef TAKE
     return at + 256;
 }
@@ -383,7 +532,7 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
     mp_ffn_forward(m, training);
     if ((st = b->sync(b)) != MP_OK)
         return st;
-    if (out && (st = download_floats(m, out, m->a.out, (size_t)n_mols * c->n_tasks)) != MP_OK)
+    if (out && (st = download_floats(m, out, m->a.out, (size_t)n_mols * m->n_out)) != MP_OK)
         return st;
     /* 2: an inference forward that did not keep M_0 (dmpnn.c), no backward */
     m->have_forward = !training && c->kind == MP_MODEL_DMPNN && c->depth > 1 ? 2 : 1;
@@ -391,8 +540,80 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
 }
 
 static void freeze_grads(mp_model *m);
+/* The loss op of the model's loss over its bound or uploaded batch. */
+static void issue_loss(mp_model *m)
+{
+    const mp_model_config *c = &m->cfg;
+    mp_loss_spec sp = { mp_model_loss(c), c->n_tasks, mp_head_loss_classes(c->task, c->n_classes),
+                        c->loss_lambda, c->loss_eps, c->loss_alpha, m->task_w, m->a.weight,
+                        m->a.ineq };
+    m->b->loss(m->b, m->a.loss, m->a.g0, m->a.out, m->a.target, m->a.mask, m->n_mols, &sp);
+}
+
+/* Checks and stages the host step's targets, weights and inequality flags. */
+static mp_status stage_targets(mp_model *m, const float *targets, const float *weights,
+                               const uint8_t *ineq)
+{
+    const mp_model_config *c = &m->cfg;
+    mp_backend *b = m->b;
+    mp_status st;
+    size_t n = (size_t)m->n_mols * c->n_tasks, nm = (size_t)m->n_mols;
+    if (n && !targets)
+        return mp_error_set(MP_ERR_ARG, "model backward: no targets");
+    char *host = mp_model_host(m, (n + nm) * m->esize + n + 8);
+    if (!host)
+        return mp_error_set(MP_ERR_NOMEM, "model backward: out of memory staging targets");
+    uint8_t *mask = (uint8_t *)host + (n + nm) * m->esize;
+    const int C = c->n_classes;
+    for (size_t i = 0; i < n; i++) {
+        float t = targets[i];
+        if (isinf(t))
+            return mp_error_set(MP_ERR_ARG, "model backward: target of molecule %zu, task %zu "
+                                "is infinite", i / c->n_tasks, i % c->n_tasks);
+        mask[i] = !isnan(t);
+        if (mask[i] && mp_head_is_multiclass(c->task) && !(t >= 0 && t < C && t == floorf(t)))
+            return mp_error_set(MP_ERR_ARG, "model backward: target of molecule %zu, task %zu "
+                                "is %g, not a class 0 .. %d", i / c->n_tasks, i % c->n_tasks,
+                                (double)t, C - 1);
+        double v = mask[i] ? t : 0.0;
+        if (m->esize == sizeof(double))
+            ((double *)host)[i] = v;
+        else
+            ((float *)host)[i] = (float)v;
+    }
+    for (size_t i = 0; weights && i < nm; i++) {
+        if (!(weights[i] >= 0 && isfinite(weights[i])))
+            return mp_error_set(MP_ERR_ARG, "model backward: weight of molecule %zu is %g (must "
+                                "be finite and >= 0)", i, (double)weights[i]);
+        if (m->esize == sizeof(double))
+            ((double *)host)[n + i] = weights[i];
+        else
+            ((float *)host)[n + i] = weights[i];
+    }
+    if ((st = b->upload(b, m->a.target, host, n * m->esize)) != MP_OK ||
+        (st = b->upload(b, m->a.mask, mask, n)) != MP_OK)
+        return st;
+    m->a.weight = m->a.ineq = NULL;
+    if (weights) {
+        if ((st = b->upload(b, m->a.wbuf, host + n * m->esize, nm * m->esize)) != MP_OK)
+            return st;
+        m->a.weight = m->a.wbuf;
+    }
+    if (ineq) {
+        if ((st = b->upload(b, m->a.ibuf, ineq, n)) != MP_OK)
+            return st;
+        m->a.ineq = m->a.ibuf;
+    }
+    return MP_OK;
+}
 
 mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss)
+{
+    return mp_model_loss_backward_ex(m, targets, NULL, NULL, loss);
+}
+
+mp_status mp_model_loss_backward_ex(mp_model *m, const float *targets, const float *weights,
+                                    const uint8_t *ineq, double *loss)
 {
     const mp_model_config *c = &m->cfg;
     mp_backend *b = m->b;
@@ -402,30 +623,9 @@ mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss
     if (m->have_forward == 2)
         return mp_error_set(MP_ERR_ARG, "model backward: the last forward was an inference one "
                             "(training = 0), which does not keep what backward needs (M_0)");
-    size_t n = (size_t)m->n_mols * c->n_tasks;
-    if (n && !targets)
-        return mp_error_set(MP_ERR_ARG, "model backward: no targets");
-    char *host = mp_model_host(m, n * m->esize + n + 8);
-    if (!host)
-        return mp_error_set(MP_ERR_NOMEM, "model backward: out of memory staging targets");
-    uint8_t *mask = (uint8_t *)host + n * m->esize;
-    for (size_t i = 0; i < n; i++) {
-        float t = targets[i];
-        if (isinf(t))
-            return mp_error_set(MP_ERR_ARG, "model backward: target of molecule %zu, task %zu "
-                                "is infinite", i / c->n_tasks, i % c->n_tasks);
-        mask[i] = !isnan(t);
-        double v = mask[i] ? t : 0.0;
-        if (m->esize == sizeof(double))
-            ((double *)host)[i] = v;
-        else
-            ((float *)host)[i] = (float)v;
-    }
-    if ((st = b->upload(b, m->a.target, host, n * m->esize)) != MP_OK ||
-        (st = b->upload(b, m->a.mask, mask, n)) != MP_OK)
+    if ((st = stage_targets(m, targets, weights, ineq)) != MP_OK)
         return st;
-    b->loss(b, m->a.loss, m->a.g0, m->a.out, m->a.target, m->a.mask, m->n_mols, c->n_tasks,
-            c->task == MP_MODEL_CLASSIFICATION ? MP_LOSS_BCE : MP_LOSS_MSE);
+    issue_loss(m);
     const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->h : 0);
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_backward(m, dx0);
@@ -444,6 +644,30 @@ mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss
         return st;
     if (loss)
         *loss = l;
+    return MP_OK;
+}
+
+mp_status mp_model_set_task_weights(mp_model *m, const float *w)
+{
+    int T = m->cfg.n_tasks;
+    for (int t = 0; w && t < T; t++)   /* a refused call leaves the weights as they were */
+        if (!(w[t] >= 0 && isfinite(w[t])))
+            return mp_error_set(MP_ERR_ARG, "task weight %d is %g (must be finite and >= 0)", t,
+                                (double)w[t]);
+    m->b->free(m->b, m->task_w);
+    m->task_w = NULL;
+    if (!w)
+        return MP_OK;
+    if (!(m->task_w = m->b->alloc(m->b, (size_t)T * m->esize)))
+        return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %d task weights", T);
+    return upload_floats(m, m->task_w, w, (size_t)T);
+}
+
+mp_status mp_model_set_grad_clip(mp_model *m, double max_norm)
+{
+    if (!(max_norm >= 0 && isfinite(max_norm)))
+        return mp_error_set(MP_ERR_ARG, "gradient clipping norm %g (must be >= 0)", max_norm);
+    m->grad_clip = max_norm;
     return MP_OK;
 }
 
@@ -498,6 +722,8 @@ mp_status mp_model_bind(mp_model *m, const mp_dev_batch *bt)
         return st;
     m->a.target = bt->target;
     m->a.mask = bt->mask;
+    m->a.weight = bt->weight;
+    m->a.ineq = bt->ineq;
     return MP_OK;
 }
 
@@ -568,12 +794,13 @@ void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_forward(m, 1);
     mp_ffn_forward(m, 1);
-    b->loss(b, m->a.loss, m->a.g0, m->a.out, m->a.target, m->a.mask, m->n_mols, c->n_tasks,
-            c->task == MP_MODEL_CLASSIFICATION ? MP_LOSS_BCE : MP_LOSS_MSE);
+    issue_loss(m);
     const void *dx0 = mp_ffn_backward(m, c->kind == MP_MODEL_DMPNN ? m->h : 0);
     if (c->kind == MP_MODEL_DMPNN)
         mp_dmpnn_backward(m, dx0);
     freeze_grads(m);
+    if (m->grad_clip > 0)
+        b->clip_norm(b, m->grads, m->n_params, m->grad_clip, m->gnorm);
     b->adam_sched(b, m->params, m->adam_m, m->adam_v, m->grads, m->n_params, sched, k_dev, 0.9,
                   0.999, 1e-8, 0.0);
     b->step_end(b, k_dev, losses, m->a.loss);
@@ -622,6 +849,8 @@ mp_status mp_model_adam_step(mp_model *m, double lr)
     if (!(lr >= 0 && isfinite(lr)))
         return mp_error_set(MP_ERR_ARG, "adam: learning rate %g", lr);
     m->adam_t++;
+    if (m->grad_clip > 0)
+        m->b->clip_norm(m->b, m->grads, m->n_params, m->grad_clip, m->gnorm);
     m->b->adam(m->b, m->params, m->adam_m, m->adam_v, m->grads, m->n_params, lr, 0.9, 0.999,
                1e-8, 0.0, m->adam_t);
     return m->b->sync(m->b);

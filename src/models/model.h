@@ -19,7 +19,8 @@
  *
  * Prediction: mp_model_forward(m, &batch, extra, n, 0, out) fills out with
  * raw outputs (logits for classification: the caller applies the sigmoid;
- * standardized values for regression: the caller un-scales).
+ * standardized values for regression: the caller un-scales; the other
+ * heads as heads.h says: mp_head_values turns them into predictions).
  *
  * Parameters, gradients and the two Adam moments each live in one backend
  * allocation of mp_model_n_params(m) elements; mp_model_views names the
@@ -41,8 +42,14 @@ extern "C" {
 
 typedef enum { MP_MODEL_DMPNN = 0, MP_MODEL_FFN = 1 } mp_model_kind;
 
-/* Loss and output meaning: MSE on standardized targets, or BCE on logits. */
-typedef enum { MP_MODEL_REGRESSION = 0, MP_MODEL_CLASSIFICATION = 1 } mp_model_task;
+/* The head: what the outputs mean and which losses fit them (heads.h has
+ * the output conventions of each).  Chemprop v2.3.1's task types. */
+typedef enum {
+    MP_MODEL_REGRESSION = 0, MP_MODEL_CLASSIFICATION = 1, MP_MODEL_REGRESSION_MVE,
+    MP_MODEL_REGRESSION_EVIDENTIAL, MP_MODEL_REGRESSION_QUANTILE,
+    MP_MODEL_CLASSIFICATION_DIRICHLET, MP_MODEL_MULTICLASS, MP_MODEL_MULTICLASS_DIRICHLET,
+    MP_MODEL_TASK_COUNT
+} mp_model_task;
 
 typedef struct {
     mp_model_kind  kind;        /* MP_MODEL_DMPNN                                 */
@@ -57,13 +64,39 @@ typedef struct {
     int            ffn_hidden;  /* 0 = hidden                                     */
     int            extra_dim;   /* dmpnn: molecule features joined to the readout
                                  * (0 = none); ffn: the input size (>= 1)         */
-    mp_aggregation aggregation; /* MP_AGG_MEAN                                    */
+    mp_aggregation aggregation; /* MP_AGG_MEAN (MP_AGG_ATTENTIVE: a learned score
+                                 * per atom, softmax over the molecule)           */
     double         agg_norm;    /* 100: divisor for MP_AGG_NORM                   */
+    /* the task and loss (heads.h) */
+    int            n_classes;   /* multiclass heads: classes per task (2 .. 64);
+                                 * 0 for the others                               */
+    mp_loss_kind   loss;        /* MP_LOSS_MSE: the task's default loss
+                                 * (mp_model_loss); any other must fit the task
+                                 * (mp_head_loss_fits)                            */
+    double         loss_lambda; /* 0: evidential / dirichlet regularization       */
+    double         loss_eps;    /* 1e-8: evidential                               */
+    double         loss_alpha;  /* 0.1: quantile interval                         */
+    /* the layers (Chemprop's options; the defaults are v1's model) */
+    mp_act_kind    activation;  /* MP_ACT_RELU: in the D-MPNN and the FFN         */
+    int            atom_messages; /* 0; 1: v1's --atom_messages (dmpnn)           */
+    int            undirected;  /* 0; 1: v1's --undirected (dmpnn, bond messages) */
+    int            batch_norm;  /* 0; 1: v2's BatchNorm1d on the readout (dmpnn)  */
 } mp_model_config;
 
-/* Chemprop v1's defaults: D-MPNN, regression, 1 task, atom_fdim 133, hidden
- * 300, depth 3, dropout 0, 2 FFN layers of 300, no extra features, mean. */
+/* Chemprop v1's defaults: D-MPNN, regression (mse), 1 task, atom_fdim 133,
+ * hidden 300, depth 3, dropout 0, 2 FFN layers of 300, no extra features,
+ * mean readout, ReLU, bond messages, no batch norm. */
 mp_model_config mp_model_config_default(void);
+
+/* The loss a model of config c trains with: c->loss, or the task's default
+ * (mp_head_default_loss: bce for classification, ...) when c->loss is
+ * MP_LOSS_MSE on a task other than plain regression (the default config
+ * stays valid for every task type). */
+mp_loss_kind mp_model_loss(const mp_model_config *c);
+
+/* Raw outputs per molecule: n_tasks times the head's outputs per task
+ * (heads.h). */
+int mp_model_n_outputs(const mp_model_config *c);
 
 typedef struct mp_model mp_model;
 
@@ -107,8 +140,8 @@ mp_status mp_model_reserve(mp_model *m, int32_t max_mols, int32_t max_atoms,
  * exactly n_mols molecules, e.g. from mp_graphs_select; NULL for ffn).
  * extra: [n_mols x extra_dim] floats, row-major (required when extra_dim >
  * 0; the trainer standardizes them).  training: 1 applies dropout and keeps
- * what backward needs; 0 is inference.  out: [n_mols x n_tasks] raw outputs
- * (may be NULL during training).  A batch whose graph does not add up (index
+ * what backward needs; 0 is inference.  out: [n_mols x n_outputs] raw outputs
+ * (mp_model_n_outputs; may be NULL during training).  A batch whose graph does not add up (index
  * out of range, wrong atom_fdim, a hot slot outside the layout) is refused
  * with MP_ERR_FORMAT naming the molecule, before anything is computed.
  */
@@ -117,12 +150,27 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
 
 /*
  * Loss and backward pass for the last forward: targets [n_mols x n_tasks]
- * with NaN for a missing label.  *loss = Chemprop's batch loss,
- * sum(l * mask) / sum(mask) (MSE or BCE-with-logits per element; 0 when no
- * label is present).  Gradients are ADDED to the gradient block; call
+ * with NaN for a missing label (a class index for the multiclass heads).
+ * *loss = Chemprop's batch loss of the model's loss kind (ops.h
+ * mp_loss_spec: sum(l * mask) / sum(mask) for the elementwise ones; 0 when
+ * no label is present).  Gradients are ADDED to the gradient block; call
  * mp_model_zero_grad before each step.  Fails when no forward preceded it.
  */
 mp_status mp_model_loss_backward(mp_model *m, const float *targets, double *loss);
+
+/* The same with per-molecule sample weights (weights [n_mols], NULL: 1) and
+ * inequality flags (ineq [n_mols x n_tasks] of MP_INEQ_*, NULL: none; read
+ * by the bounded losses). */
+mp_status mp_model_loss_backward_ex(mp_model *m, const float *targets, const float *weights,
+                                    const uint8_t *ineq, double *loss);
+
+/* Per-task loss weights (Chemprop's --task-weights: w [n_tasks], taken as
+ * given; NULL: all 1).  MP_ERR_ARG for a negative or non-finite weight. */
+mp_status mp_model_set_task_weights(mp_model *m, const float *w);
+
+/* Gradient clipping before every Adam step (Chemprop's --grad-clip: the
+ * global norm over all parameters, ops.h clip_norm); 0 turns it off. */
+mp_status mp_model_set_grad_clip(mp_model *m, double max_norm);
 
 /* Sets every gradient to 0. */
 void      mp_model_zero_grad(mp_model *m);
@@ -159,6 +207,8 @@ typedef struct {
     int32_t *edge_src, *edge_dst, *in_start, *in_edge, *mol_atom;
     void    *extra, *target;
     uint8_t *mask;
+    void    *weight;   /* [n_mols] sample weights (element type), or NULL     */
+    uint8_t *ineq;     /* [n_mols x n_tasks] MP_INEQ_* flags, or NULL          */
 } mp_dev_batch;
 
 /* Points the model's inputs at `bt` (reserving activations for its sizes
@@ -174,7 +224,7 @@ void      mp_model_unbind(mp_model *m);
  * the model takes it: [n_mols x extra_dim] of the model's element type),
  * queued on the backend and nothing else (no upload, download or sync), so
  * a caller can overlap it with the copies of the next batch.  The raw
- * outputs [n_mols x n_tasks] are at mp_model_block_ptr(m, MP_BLOCK_OUTPUT)
+ * outputs [n_mols x n_outputs] are at mp_model_block_ptr(m, MP_BLOCK_OUTPUT)
  * once the backend's queue reaches them.  Bitwise the outputs of
  * mp_model_forward(training 0) on the same graphs.  Leaves the model bound
  * to bt (not for backward).  Reserves activations first when bt is larger
@@ -218,6 +268,9 @@ void mp_model_add_adam_steps(mp_model *m, long n);
 
 /* The parameter block and its views. */
 size_t               mp_model_n_params(const mp_model *m);
+/* The parameters a model of cfg holds, without building it (0 for a config
+ * mp_model_create refuses; the error is then set). */
+uint64_t             mp_model_config_n_params(const mp_model_config *cfg);
 const mp_param_view *mp_model_views(const mp_model *m, int *n_views);
 const mp_model_config *mp_model_get_config(const mp_model *m);
 /* Copies the n_params parameters (or gradients) into host floats. */
@@ -248,7 +301,7 @@ mp_status mp_model_get_encoding(mp_model *m, int layer, float *dst, int *width);
  * when b->host_memory), in the backend's element type. */
 typedef enum {
     MP_BLOCK_PARAMS = 0, MP_BLOCK_GRADS, MP_BLOCK_ADAM_M, MP_BLOCK_ADAM_V,
-    MP_BLOCK_OUTPUT      /* [n_mols x n_tasks] of the last forward */
+    MP_BLOCK_OUTPUT      /* [n_mols x n_outputs] of the last forward */
 } mp_model_block;
 void *mp_model_block_ptr(mp_model *m, mp_model_block which);
 

@@ -11,7 +11,8 @@
 
 #define MP_MAX_DEPTH      32
 #define MP_MAX_FFN_LAYERS 16
-#define MP_MAX_VIEWS      (4 + 2 * MP_MAX_FFN_LAYERS)
+#define MP_MAX_VIEWS      (12 + 2 * MP_MAX_FFN_LAYERS)
+#define MP_MAX_DROP       (MP_MAX_DEPTH + MP_MAX_FFN_LAYERS)
 
 /* A graph batch on the device (pointers into the model's arena). */
 typedef struct {
@@ -44,7 +45,17 @@ typedef struct {
      * wh_op / wo_op (W_h and W_o's message rows: the parameters themselves,
      * or a copy converted at the start of every forward, whcopy) */
     void *dz_op, *dho_op, *wh_op, *wo_op, *whcopy;
+    /* The unfused encoder (encoder.c; every buffer of the element type):
+     * pre-activations of the steps and of the atom hiddens, dZ, a scratch
+     * of [E x h] (undirected: the symmetrized messages; atom messages: the
+     * bond part per edge) and the atom messages' residual H0 + bond part */
+    void *z[MP_MAX_DEPTH], *hop, *dz, *etmp, *r;
+    /* readout (readout.c): the pooled vectors before batch norm [B x h] and
+     * their gradient, the batch statistics [2 x h]; attentive: the score,
+     * the weights and the score's gradient per atom [A] */
+    void *xp, *dxp, *bn_save, *score, *alpha, *dscore;
     /* head, molecules */
+    void *hp[MP_MAX_FFN_LAYERS];    /* [B x F] hidden pre-activations (not ReLU) */
     void *x0;                       /* [B x I] readout ++ extra features   */
     void *xd0;                      /* [B x I] after the input dropout     */
     void *hl[MP_MAX_FFN_LAYERS];    /* [B x F] hidden layers, post ReLU    */
@@ -54,6 +65,10 @@ typedef struct {
     void *extra;                    /* [B x extra_dim] staging (dmpnn)     */
     void *loss;                     /* 1 element                           */
     uint8_t *mask;                  /* [B x n_tasks]                       */
+    void *wbuf;                     /* [B] sample weights (host path)      */
+    uint8_t *ibuf;                  /* [B x n_tasks] inequality flags      */
+    void *weight;                   /* the step's sample weights, or NULL  */
+    uint8_t *ineq;                  /* the step's inequality flags, or NULL */
     mp_dev_graph g;
 } mp_acts;
 
@@ -68,6 +83,11 @@ struct mp_model {
      * bits did not move) */
     mp_stype st_op, st_m;
     int    h, ffn_hidden, in_dim, n_layers;
+    int    n_out;                   /* raw outputs per molecule (heads.h)  */
+    /* 1: the encoder runs its unfused form (encoder.c: an activation other
+     * than ReLU, undirected or atom messages; fp32 storage), the head its
+     * own (an activation other than ReLU) */
+    int    generic, ffn_generic;
 
     /* parameters: offsets in elements into each of the four blocks */
     size_t n_params;
@@ -76,6 +96,10 @@ struct mp_model {
     char   view_names[MP_MAX_VIEWS][24];
     size_t off_wi, off_wh, off_wo, off_bo;
     size_t off_fw[MP_MAX_FFN_LAYERS], off_fb[MP_MAX_FFN_LAYERS];
+    /* the optional views: attention weights [h x 1], batch norm's gamma,
+     * beta, running mean and variance [1 x h] each (consecutive), the PReLU
+     * slopes of the encoder and the head (1 x 1) */
+    size_t off_attn, off_bn, off_prelu_enc, off_prelu_ffn;
     void  *params, *grads, *adam_m, *adam_v;
     long   adam_t;
     /* Frozen parameters (mp_model_set_frozen): element ranges [lo, hi) of
@@ -83,6 +107,14 @@ struct mp_model {
     int    n_frozen;
     size_t frozen_lo[2], frozen_hi[2];
     mp_rng drop_rng;
+    /* the loss's task weights (device, n_tasks; NULL: none), gradient
+     * clipping (0: off) and the norm it measured (device, 1 element) */
+    void  *task_w;
+    double grad_clip;
+    void  *gnorm;
+    /* keys of the unfused forms' dropout layers, kept for their backward
+     * (dropout.c numbering; 0 when keyed) */
+    uint64_t drop_key[MP_MAX_DROP];
     /* Device key source of the dropout layers (set by resident.c around the
      * steps it issues; NULL: keys are drawn from drop_rng as ops are issued):
      * layer l of the step at device index k uses drop_keys[k * n + l],
@@ -118,9 +150,18 @@ mp_status mp_batch_upload(mp_backend *b, mp_dev_graph *d, const mp_graphs *g);
 
 /* dmpnn.c: encoder over the uploaded batch m->a.g, writing m->a.x0[:, 0:h]
  * (row stride in_dim); backward from the head's gradient g (row stride
- * in_dim), adding into m->grads. */
+ * in_dim), adding into m->grads.  The unfused form (m->generic) is
+ * encoder.c's, which these call. */
 void mp_dmpnn_forward(mp_model *m, int training);
 void mp_dmpnn_backward(mp_model *m, const void *dx0);
+void mp_encoder_forward(mp_model *m, int training);
+void mp_encoder_backward(mp_model *m, const void *dx0);
+
+/* readout.c: the atom hiddens m->a.ho into the head's input x0 (pooling or
+ * attention, batch norm, the extra features), and back: the gradient of
+ * ho into m->a.dho from dx0 (row stride in_dim). */
+void mp_readout_forward(mp_model *m, int training);
+void mp_readout_backward(mp_model *m, const void *dx0);
 
 /* ffn.c: the head over m->a.x0 (n_mols rows) into m->a.out; backward from
  * m->a.g0 holding d loss / d out, adding into m->grads.  Returns the

@@ -67,9 +67,17 @@ typedef struct {
     const int32_t     *train;          /* the training molecules (rows of f); an epoch's */
     int32_t            n_train;        /*   order is a permutation of them              */
     int32_t            batch_size;
+    /* issue 11 (all 0 / NULL: Chemprop v1's loop as before) */
+    int32_t            n_epoch;        /* molecules per epoch (0: n_train); class-balanced
+                                        * epochs (fit.c) take 2 min(positives, negatives) */
+    const float       *weights;        /* per row of f: sample weight, or NULL          */
+    const uint8_t     *ineq;           /* per row of f: n_tasks MP_INEQ_* flags, or NULL */
 } mp_batch_data;
 
-/* Steps per epoch: ceil(n_train / batch_size). */
+/* Molecules per epoch: n_epoch, or n_train when 0. */
+int32_t mp_batch_data_epoch(const mp_batch_data *d);
+
+/* Steps per epoch: ceil(mp_batch_data_epoch / batch_size). */
 int32_t mp_batch_data_steps(const mp_batch_data *d);
 
 /* Batch s of the epoch in `order`: its molecules into mols[0..n), their
@@ -126,7 +134,8 @@ mp_status mp_batch_source_state_set(mp_batch_source *s, const uint32_t *w, size_
 /*
  * The host source: every step issued from the host, on any backend, with
  * the model's own batch buffers (mp_model_forward, mp_model_loss_backward,
- * mp_model_adam_step).  d must outlive the source.  MP_ERR_NOMEM.
+ * mp_model_adam_step; with sample weights or inequality flags
+ * mp_model_loss_backward_ex).  d must outlive the source.  MP_ERR_NOMEM.
  */
 mp_status mp_batch_source_host(mp_batch_source **out, mp_model *m, const mp_batch_data *d);
 

@@ -18,8 +18,12 @@
  * rounding (sums split in K pieces and re-weighted; the BLAS blocking of
  * smaller products), ~1e-7 relative per step (tests/test_dist.c).  Dropout
  * masks are drawn per rank for its slice, so with dropout > 0 a run is
- * deterministic for K but not that of one process; the same holds for
- * statistics taken over the batch (none in these models).
+ * deterministic for K but not that of one process.  What is taken over
+ * the whole batch does not split into slices: batch norm's statistics, the
+ * rmse and mcc losses; those are refused over K > 1 ranks.  Sample weights
+ * and task weights multiply the pairs' losses and split as they do; the
+ * gradient clip (mp_model_adam_step) sees the summed gradient, as one
+ * process's.
  */
 #include "run/batches.h"
 
@@ -37,6 +41,8 @@ typedef struct {
     int32_t             *mols;     /* the whole batch: batch_size        */
     float               *tgt;      /*   x n_tasks                        */
     float               *extra;    /*   x feat_dim (NULL: none)          */
+    float               *sw;       /*   sample weights (NULL: none)      */
+    uint8_t             *ineq;     /*   x n_tasks flags (NULL: none)     */
     float               *grads;    /* n_params                           */
     float               *scratch;  /* n_params x size (the gather)       */
     float               *w;        /* size: each rank's share of the labels */
@@ -69,6 +75,10 @@ static mp_status dist_step(dist_source *h, int32_t s, double *loss)
     mp_model *m = h->base.m;
     size_t t = d->n_tasks, np = mp_model_n_params(m);
     int32_t n = mp_batch_data_fill(d, h->order, s, h->mols, h->tgt, h->extra);
+    for (int32_t i = 0; h->sw && i < n; i++)
+        h->sw[i] = d->weights[h->mols[i]];
+    for (int32_t i = 0; h->ineq && i < n; i++)
+        memcpy(h->ineq + (size_t)i * t, d->ineq + (size_t)h->mols[i] * t, t);
     int32_t lo = (int32_t)((int64_t)n * h->rank / h->size);
     int32_t hi = (int32_t)((int64_t)n * (h->rank + 1) / h->size);
     size_t all = labels_in(h->tgt, t, 0, n), mine = labels_in(h->tgt, t, lo, hi);
@@ -81,7 +91,8 @@ static mp_status dist_step(dist_source *h, int32_t s, double *loss)
             return st;
         const float *x = h->extra ? h->extra + (size_t)lo * (size_t)d->feat_dim : NULL;
         if ((st = mp_model_forward(m, d->graphs ? &h->batch : NULL, x, hi - lo, 1, NULL)) ||
-            (st = mp_model_loss_backward(m, h->tgt + (size_t)lo * t, &l)))
+            (st = mp_model_loss_backward_ex(m, h->tgt + (size_t)lo * t, h->sw ? h->sw + lo : NULL,
+                                            h->ineq ? h->ineq + (size_t)lo * t : NULL, &l)))
             return st;
         part = l * (double)mine;
     }
@@ -141,6 +152,8 @@ static void dist_free(mp_batch_source *s)
     mp_free(h->mols);
     mp_free(h->tgt);
     mp_free(h->extra);
+    mp_free(h->sw);
+    mp_free(h->ineq);
     mp_free(h->grads);
     mp_free(h->scratch);
     mp_free(h->w);
@@ -155,6 +168,16 @@ static const mp_batch_source_ops dist_ops = {
 mp_status mp_batch_source_dist(mp_batch_source **out, mp_model *m, const mp_batch_data *d)
 {
     *out = NULL;
+    /* what does not split into per-slice sums over the labelled pairs */
+    const mp_model_config *cfg = mp_model_get_config(m);
+    mp_loss_kind loss = mp_model_loss(cfg);
+    if (mp_dist_size() > 1 && (cfg->batch_norm || loss == MP_LOSS_RMSE ||
+                               loss == MP_LOSS_BOUNDED_RMSE || loss == MP_LOSS_BINARY_MCC ||
+                               loss == MP_LOSS_MULTICLASS_MCC))
+        return mp_error_set(MP_ERR_ARG, "training over %d MPI ranks splits every batch: %s "
+                            "is taken over the whole batch and does not split (train it in "
+                            "one process)", mp_dist_size(),
+                            cfg->batch_norm ? "batch norm" : "this loss (rmse / mcc)");
     dist_source *h = mp_calloc(1, sizeof *h);
     if (!h)
         return mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
@@ -171,9 +194,11 @@ mp_status mp_batch_source_dist(mp_batch_source **out, mp_model *m, const mp_batc
     h->grads = mp_malloc(sizeof(float) * (np ? np : 1));
     h->scratch = mp_malloc(sizeof(float) * (np ? np : 1) * (size_t)h->size);
     h->w = mp_malloc(sizeof(float) * (size_t)h->size);
+    h->sw = d->weights ? mp_malloc(sizeof(float) * bs) : NULL;
+    h->ineq = d->ineq ? mp_malloc(bs * d->n_tasks + 1) : NULL;
     h->losses = mp_malloc(sizeof(double) * ((size_t)h->base.n_steps + 1));
     if (!h->mols || !h->tgt || (d->feat_dim && !h->extra) || !h->grads || !h->scratch ||
-        !h->w || !h->losses) {
+        !h->w || !h->losses || (d->weights && !h->sw) || (d->ineq && !h->ineq)) {
         dist_free(&h->base);
         return mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
     }

@@ -13,16 +13,21 @@
 /* Batches                                                                */
 /* ===================================================================== */
 
+int32_t mp_batch_data_epoch(const mp_batch_data *d)
+{
+    return d->n_epoch > 0 ? d->n_epoch : d->n_train;
+}
+
 int32_t mp_batch_data_steps(const mp_batch_data *d)
 {
-    return (int32_t)((d->n_train + (int64_t)d->batch_size - 1) / d->batch_size);
+    return (int32_t)((mp_batch_data_epoch(d) + (int64_t)d->batch_size - 1) / d->batch_size);
 }
 
 int32_t mp_batch_data_fill(const mp_batch_data *d, const size_t *order, int32_t s,
                            int32_t *mols, float *tgt, float *extra)
 {
-    int32_t bs = d->batch_size, b0 = s * bs;
-    int32_t n = d->n_train - b0 < bs ? d->n_train - b0 : bs;
+    int32_t bs = d->batch_size, b0 = s * bs, ne = mp_batch_data_epoch(d);
+    int32_t n = ne - b0 < bs ? ne - b0 : bs;
     size_t t = d->n_tasks;
     for (int32_t i = 0; i < n; i++) {
         mols[i] = (int32_t)order[b0 + i];
@@ -109,6 +114,8 @@ typedef struct {
     int32_t             *mols;     /* one batch: batch_size              */
     float               *tgt;      /*   x n_tasks                        */
     float               *extra;    /*   x feat_dim (NULL: none)          */
+    float               *w;        /*   sample weights (NULL: none)      */
+    uint8_t             *ineq;     /*   x n_tasks flags (NULL: none)     */
     double              *losses;   /* the launched epoch's, n_steps      */
     mp_graphs            batch;    /* the selected graphs (D-MPNN)       */
 } host_source;
@@ -130,9 +137,14 @@ static mp_status host_step(host_source *h, int32_t s, double *loss)
     mp_status st;
     if (d->graphs && (st = mp_graphs_select(&h->batch, &d->f->g, h->mols, n)))
         return st;
+    size_t t = d->n_tasks;
+    for (int32_t i = 0; h->w && i < n; i++)
+        h->w[i] = d->weights[h->mols[i]];
+    for (int32_t i = 0; h->ineq && i < n; i++)
+        memcpy(h->ineq + (size_t)i * t, d->ineq + (size_t)h->mols[i] * t, t);
     mp_model_zero_grad(m);
     if ((st = mp_model_forward(m, d->graphs ? &h->batch : NULL, h->extra, n, 1, NULL)) ||
-        (st = mp_model_loss_backward(m, h->tgt, loss)) ||
+        (st = mp_model_loss_backward_ex(m, h->tgt, h->w, h->ineq, loss)) ||
         (st = mp_model_adam_step(m, h->lrs[s])))
         return st;
     return MP_OK;
@@ -173,6 +185,8 @@ static void host_free(mp_batch_source *s)
     mp_free(h->mols);
     mp_free(h->tgt);
     mp_free(h->extra);
+    mp_free(h->w);
+    mp_free(h->ineq);
     mp_free(h->losses);
     mp_free(h);
 }
@@ -196,7 +210,10 @@ mp_status mp_batch_source_host(mp_batch_source **out, mp_model *m, const mp_batc
     h->tgt = mp_malloc(sizeof(float) * bs * d->n_tasks);
     h->extra = d->feat_dim ? mp_malloc(sizeof(float) * bs * (size_t)d->feat_dim) : NULL;
     h->losses = mp_malloc(sizeof(double) * ((size_t)h->base.n_steps + 1));
-    if (!h->mols || !h->tgt || (d->feat_dim && !h->extra) || !h->losses) {
+    h->w = d->weights ? mp_malloc(sizeof(float) * bs) : NULL;
+    h->ineq = d->ineq ? mp_malloc(bs * d->n_tasks + 1) : NULL;
+    if (!h->mols || !h->tgt || (d->feat_dim && !h->extra) || !h->losses ||
+        (d->weights && !h->w) || (d->ineq && !h->ineq)) {
         host_free(&h->base);
         return mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
     }

@@ -45,7 +45,8 @@ static void batch_sizes(resident_source *r, const size_t *order)
     const mp_graphs *g = &d->f->g;
     for (int32_t s = 0; s < r->base.n_steps; s++) {
         int32_t b0 = s * d->batch_size;
-        int32_t b1 = d->n_train - b0 < d->batch_size ? d->n_train : b0 + d->batch_size;
+        int32_t n_ep = mp_batch_data_epoch(d);
+        int32_t b1 = n_ep - b0 < d->batch_size ? n_ep : b0 + d->batch_size;
         int64_t na = 0, ne = 0;
         for (int32_t i = b0; i < b1; i++) {
             size_t k = order[i];

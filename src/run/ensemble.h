@@ -189,6 +189,18 @@ void      mp_ensemble_predict_release(mp_ensemble *e);
  */
 mp_status mp_ensemble_set_mc_dropout(mp_ensemble *e, int samples, double p, uint64_t seed,
                                      int64_t row0);
+/* The heads of issue 11 (models/heads.h): values per task of e's head
+ * (mp_head_n_values: 1 for regression and classification, 2 for mve, ...),
+ * and every value: vals [n x n_tasks x V] the member mean of value k of
+ * task t at (i n_tasks + t) V + k (mean, variance, nu, alpha, beta,
+ * interval, class probabilities, in the user's units as heads.h says), std
+ * (may be NULL) their member spread.  mp_ensemble_predict's mean holds value
+ * 0 of each task (the point prediction; for a multiclass head the
+ * probability of class 0: use these values). */
+int       mp_ensemble_n_values(const mp_ensemble *e);
+mp_status mp_ensemble_predict_values(mp_ensemble *e, const mp_features *f, const int32_t *mols,
+                                     int32_t n, int first, int count, int32_t batch_size,
+                                     double *vals, double *std);
 
 /* Model file (.mpm; modelio.c, in the format of modelfile.h): written
  * atomically; loading checks everything against the header and opens

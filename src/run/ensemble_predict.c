@@ -8,6 +8,7 @@
  */
 #include "run/ensemble.h"
 
+#include "models/heads.h"
 #include "models/model_impl.h"
 
 #include <math.h>
@@ -17,10 +18,31 @@
 /* Outputs                                                                */
 /* ===================================================================== */
 
-/* One member's raw outputs for nb molecules into the user's units. */
+/* Raw outputs per molecule (every head's) and values per molecule (n_tasks
+ * x the head's values per task, heads.h). */
+static size_t raw_width(const mp_ensemble *e) { return (size_t)mp_model_n_outputs(&e->cfg); }
+static size_t val_width(const mp_ensemble *e)
+{
+    return e->n_tasks * (size_t)mp_head_n_values(e->cfg.task, e->cfg.n_classes);
+}
+
+int mp_ensemble_n_values(const mp_ensemble *e)
+{
+    return mp_head_n_values(e->cfg.task, e->cfg.n_classes);
+}
+
+/* One member's raw outputs for nb molecules into the user's units (the
+ * heads of issue 11 through mp_head_predict, the two first as before). */
 static void member_values(const mp_ensemble *e, const float *out, double *val, int32_t nb)
 {
     size_t t = e->n_tasks;
+    if (e->cfg.task != MP_MODEL_REGRESSION && e->cfg.task != MP_MODEL_CLASSIFICATION) {
+        int reg = mp_head_is_regression(e->cfg.task);
+        mp_head_predict(e->cfg.task, (int)t, e->cfg.n_classes, out, nb,
+                        reg ? e->target_scaler.mean : NULL, reg ? e->target_scaler.std : NULL,
+                        val);
+        return;
+    }
     if (e->task == MP_TASK_CLASSIFICATION) {
         for (size_t i = 0; i < (size_t)nb * t; i++)
             val[i] = 1.0 / (1.0 + exp(-(double)out[i]));
@@ -36,7 +58,7 @@ static void finish_rows_mc(const mp_ensemble *e, const mp_features *f, const int
                            int32_t b0, int32_t span, const double *vals, int32_t nb, int members,
                            int S, double *mean, double *std)
 {
-    size_t t = e->n_tasks, stride = (size_t)nb * t;
+    size_t t = val_width(e), stride = (size_t)nb * t;
     int32_t j = 0;
     for (int32_t i = 0; i < span; i++) {
         double *mrow = mean + (size_t)(b0 + i) * t;
@@ -77,7 +99,7 @@ static void finish_rows(const mp_ensemble *e, const mp_features *f, const int32_
         finish_rows_mc(e, f, mols, b0, span, vals, nb, n_used / S, S, mean, std);
         return;
     }
-    size_t t = e->n_tasks;
+    size_t t = val_width(e);
     int32_t j = 0;
     for (int32_t i = 0; i < span; i++) {
         double *mrow = mean + (size_t)(b0 + i) * t;
@@ -481,7 +503,7 @@ mp_status mp_ensemble_set_mc_dropout(mp_ensemble *e, int samples, double p, uint
 static mp_status issue(mp_ensemble *e, pslot *s, int slot, int lo, int hi)
 {
     mp_backend *b = e->backend;
-    size_t t = e->n_tasks, es = b->esize;
+    size_t t = raw_width(e), es = b->esize;
     if (s->nb == 0)
         return MP_OK;
     mp_status st = s_upload(b, 1, s->dev, s->host, s->pack_bytes);
@@ -512,7 +534,7 @@ static mp_status collect(mp_ensemble *e, const mp_features *f, const int32_t *mo
                          int slot, int n_used, double *vals, double *mean, double *std,
                          mp_predict_stream_stats *stats)
 {
-    size_t t = e->n_tasks, cells = (size_t)s->nb * t;
+    size_t cells = (size_t)s->nb * raw_width(e), vcells = (size_t)s->nb * val_width(e);
     s->busy = 0;
     if (s->nb > 0) {
         double t0 = mp_time_now();
@@ -528,7 +550,7 @@ static mp_status collect(mp_ensemble *e, const mp_features *f, const int32_t *mo
             out = s->of;
         }
         for (int k = 0; k < n_used; k++)
-            member_values(e, out + (size_t)k * cells, vals + (size_t)k * cells, s->nb);
+            member_values(e, out + (size_t)k * cells, vals + (size_t)k * vcells, s->nb);
     }
     finish_rows(e, f, mols, s->b0, s->span, vals, s->nb, n_used, mean, std);
     return MP_OK;
@@ -614,12 +636,13 @@ mp_status mp_ensemble_predict(mp_ensemble *e, const mp_features *f, const int32_
     return mp_ensemble_predict_stream(e, f, mols, n, first, count, batch_size, mean, std, NULL);
 }
 
-mp_status mp_ensemble_predict_stream(mp_ensemble *e, const mp_features *f, const int32_t *mols,
-                                     int32_t n, int first, int count, int32_t batch_size,
-                                     double *mean, double *std, mp_predict_stream_stats *stats)
+/* The call behind both: every value of every task ([n x val_width]). */
+static mp_status predict_values(mp_ensemble *e, const mp_features *f, const int32_t *mols,
+                                int32_t n, int first, int count, int32_t batch_size,
+                                double *mean, double *std, mp_predict_stream_stats *stats)
 {
     mp_backend *b = e->backend;
-    size_t t = e->n_tasks;
+    size_t t = val_width(e), t_raw = raw_width(e);
     int lo = first, hi = count > 0 ? first + count : e->n_members;
     int n_used = hi - lo;
     double t_start = mp_time_now();
@@ -638,6 +661,7 @@ mp_status mp_ensemble_predict_stream(mp_ensemble *e, const mp_features *f, const
         return st;
     int S = e->mc_samples > 1 ? e->mc_samples : 1;
     size_t cells = (size_t)n_used * (size_t)S * (size_t)batch_size * t;
+    size_t raw_cells = (size_t)n_used * (size_t)S * (size_t)batch_size * t_raw;
     double *vals = mp_malloc(sizeof(double) * cells);
     pslot *sl = NULL;
     if (!vals) {
@@ -647,7 +671,7 @@ mp_status mp_ensemble_predict_stream(mp_ensemble *e, const mp_features *f, const
     for (int k = lo; k < hi; k++)
         if ((st = mp_model_reserve(e->members[k], batch_size, max_atoms, max_edges)))
             goto done;
-    if ((st = stream_bufs_get(e, batch_size, max_atoms, max_edges, b->esize * cells, &sl)))
+    if ((st = stream_bufs_get(e, batch_size, max_atoms, max_edges, b->esize * raw_cells, &sl)))
         goto done;
     st = run_batches(e, f, mols, n, lo, hi, S, batch_size, sl, vals, mean, std, stats);
 done:
@@ -661,5 +685,39 @@ done:
     mp_free(vals);
     if (stats)
         stats->total_s = mp_time_now() - t_start;
+    return st;
+}
+
+mp_status mp_ensemble_predict_values(mp_ensemble *e, const mp_features *f, const int32_t *mols,
+                                     int32_t n, int first, int count, int32_t batch_size,
+                                     double *vals, double *std)
+{
+    return predict_values(e, f, mols, n, first, count, batch_size, vals, std, NULL);
+}
+
+mp_status mp_ensemble_predict_stream(mp_ensemble *e, const mp_features *f, const int32_t *mols,
+                                     int32_t n, int first, int count, int32_t batch_size,
+                                     double *mean, double *std, mp_predict_stream_stats *stats)
+{
+    const size_t V = (size_t)mp_ensemble_n_values(e), T = e->n_tasks;
+    if (V == 1)
+        return predict_values(e, f, mols, n, first, count, batch_size, mean, std, stats);
+    /* value 0 of each task: the point prediction */
+    size_t cells = (size_t)(n > 0 ? n : 1) * T * V;
+    double *mv = mp_malloc(sizeof(double) * cells), *sv = std ? mp_malloc(sizeof(double) * cells)
+                                                             : NULL;
+    if (!mv || (std && !sv)) {
+        mp_free(mv);
+        mp_free(sv);
+        return mp_error_set(MP_ERR_NOMEM, "out of memory predicting %d molecules", n);
+    }
+    mp_status st = predict_values(e, f, mols, n, first, count, batch_size, mv, sv, stats);
+    for (size_t i = 0; st == MP_OK && n > 0 && i < (size_t)n * T; i++) {
+        mean[i] = mv[i * V];
+        if (std)
+            std[i] = sv[i * V];
+    }
+    mp_free(mv);
+    mp_free(sv);
     return st;
 }

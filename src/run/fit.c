@@ -45,6 +45,36 @@ mp_status mp_fit_score_labels(const mp_dataset *d, const mp_labels *labels, cons
     return st;
 }
 
+mp_status mp_fit_score_multiclass(const mp_dataset *d, const int32_t *mols, int32_t n,
+                                  const double *prob, int n_classes, double *per_task,
+                                  double *mean)
+{
+    size_t T = d->n_tasks, C = (size_t)n_classes;
+    double sum = 0;
+    int scored = 0;
+    for (size_t t = 0; t < T; t++) {
+        size_t right = 0, seen = 0;
+        for (int32_t i = 0; i < n; i++) {
+            double y = d->targets[(size_t)mols[i] * T + t];
+            const double *p = prob + ((size_t)i * T + t) * C;
+            if (isnan(y) || isnan(p[0]))
+                continue;
+            size_t best = 0;
+            for (size_t c = 1; c < C; c++)
+                best = p[c] > p[best] ? c : best;
+            right += (double)best == y;
+            seen++;
+        }
+        per_task[t] = seen ? (double)right / (double)seen : NAN;
+        if (seen) {
+            sum += per_task[t];
+            scored++;
+        }
+    }
+    *mean = scored ? sum / scored : NAN;
+    return MP_OK;
+}
+
 static int better(mp_metric m, double now, double best)
 {
     if (isnan(now))
@@ -87,6 +117,16 @@ mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out)
                                 "(leave --resident at auto)", mp_dist_size());
         return mp_batch_source_dist(out, m, &c->batches);
     }
+    /* the resident slots carry no sample weights or inequality flags, and
+     * their padding molecules would enter batch norm's batch statistics:
+     * the host source steps those runs (on any backend) */
+    if (c->batches.weights || c->batches.ineq || c->e->cfg.batch_norm) {
+        if (o->resident == 1)
+            return mp_error_set(MP_ERR_ARG, "--resident on: sample weights, inequality labels "
+                                "and batch norm train with the host loop (--resident off or "
+                                "auto)");
+        resident = 0;
+    }
     if (!resident)
         return mp_batch_source_host(out, m, &c->batches);
     /* replayed from a capture where the backend can record one (dropout
@@ -112,6 +152,7 @@ typedef struct {
     mp_rng           rng;        /* the epoch order's stream          */
     mp_noam          noam;
     size_t          *order;      /* n_train                           */
+    size_t          *pos, *neg;  /* class balance: the two lists      */
     double          *lrs;        /* per step of the coming epoch      */
     double          *losses;     /* per step of the finished epoch    */
     float           *best;       /* the best epoch's parameters       */
@@ -135,6 +176,8 @@ void mp_fit_state_free(mp_fit_state *s)
 static void member_free(member *mb)
 {
     mp_free(mb->order);
+    mp_free(mb->pos);
+    mp_free(mb->neg);
     mp_free(mb->lrs);
     mp_free(mb->losses);
     mp_free(mb->best);
@@ -155,11 +198,16 @@ static mp_status member_alloc(member *mb, const mp_fit_ctx *c, int k)
     mb->lrs = mp_malloc(sizeof(double) * n_steps);
     mb->losses = mp_malloc(sizeof(double) * n_steps);
     mb->best = mp_malloc(sizeof(float) * mp_model_n_params(mb->m));
-    mb->valpred = mp_malloc(sizeof(double) * (size_t)(c->n_val > 0 ? c->n_val : 1) * t);
+    mb->valpred = mp_malloc(sizeof(double) * (size_t)(c->n_val > 0 ? c->n_val : 1) * t *
+                            (size_t)(c->multiclass > 0 ? c->multiclass : 1));
     mb->per_task = mp_malloc(sizeof(double) * t);
     mb->why = mp_malloc(sizeof(mp_score_status) * t);
+    if (c->pos) {
+        mb->pos = mp_malloc(sizeof(size_t) * (size_t)(c->n_pos + 1));
+        mb->neg = mp_malloc(sizeof(size_t) * (size_t)(c->n_neg + 1));
+    }
     if (!mb->order || !mb->lrs || !mb->losses || !mb->best || !mb->valpred || !mb->per_task ||
-        !mb->why)
+        !mb->why || (c->pos && (!mb->pos || !mb->neg)))
         return mp_error_set(MP_ERR_NOMEM, "out of memory setting up training");
     return MP_OK;
 }
@@ -173,12 +221,17 @@ static mp_status member_start(member *mb)
     const mp_train_opts *o = mb->c->o;
     const mp_batch_data *b = &mb->c->batches;
     mp_rng_seed(&mb->rng, o->seed + (uint64_t)mb->k, MP_STREAM_SHUFFLE);
-    mp_status st = mp_noam_init(&mb->noam, o->warmup_epochs, o->epochs, (size_t)b->n_train,
-                                (size_t)b->batch_size, o->init_lr, o->max_lr, o->final_lr);
+    mp_status st = mp_noam_init(&mb->noam, o->warmup_epochs, o->epochs,
+                                (size_t)mp_batch_data_epoch(b), (size_t)b->batch_size,
+                                o->init_lr, o->max_lr, o->final_lr);
     if (st)
         return st;
     for (int32_t i = 0; i < b->n_train; i++)
         mb->order[i] = (size_t)b->train[i];
+    for (int32_t i = 0; mb->pos && i < mb->c->n_pos; i++)
+        mb->pos[i] = (size_t)mb->c->pos[i];
+    for (int32_t i = 0; mb->pos && i < mb->c->n_neg; i++)
+        mb->neg[i] = (size_t)mb->c->neg[i];
     /* As Chemprop saves the model before the first epoch: if no epoch ever
      * scores (a NaN validation metric), the initial weights are kept. */
     mb->best_score = NAN;
@@ -280,7 +333,19 @@ static mp_status member_resume(member *mb, const mp_fit_state *s)
  * from the schedule, handed to the source. */
 static mp_status next_epoch(member *mb)
 {
-    mp_rng_shuffle(&mb->rng, mb->order, (size_t)mb->c->batches.n_train);
+    const mp_fit_ctx *c = mb->c;
+    if (mb->pos) {
+        /* class balance: both lists shuffled, then interleaved */
+        int32_t half = mp_batch_data_epoch(&c->batches) / 2;
+        mp_rng_shuffle(&mb->rng, mb->pos, (size_t)c->n_pos);
+        mp_rng_shuffle(&mb->rng, mb->neg, (size_t)c->n_neg);
+        for (int32_t i = 0; i < half; i++) {
+            mb->order[2 * i] = mb->pos[i];
+            mb->order[2 * i + 1] = mb->neg[i];
+        }
+    } else {
+        mp_rng_shuffle(&mb->rng, mb->order, (size_t)c->batches.n_train);
+    }
     for (int32_t s = 0; s < mb->src->n_steps; s++) {
         mb->lrs[s] = mb->noam.lr;
         mp_noam_step(&mb->noam);
@@ -321,10 +386,16 @@ static mp_status validate(member *mb, double *val_mean)
     *val_mean = NAN;
     if (c->n_val <= 0)
         return MP_OK;
-    mp_status st = mp_ensemble_predict(c->e, c->batches.f, c->val, c->n_val, mb->k, 1,
-                                       c->eval_batch, mb->valpred, NULL);
+    mp_status st = c->multiclass
+                   ? mp_ensemble_predict_values(c->e, c->batches.f, c->val, c->n_val, mb->k, 1,
+                                                c->eval_batch, mb->valpred, NULL)
+                   : mp_ensemble_predict(c->e, c->batches.f, c->val, c->n_val, mb->k, 1,
+                                         c->eval_batch, mb->valpred, NULL);
     if (st)
         return st;
+    if (c->multiclass)
+        return mp_fit_score_multiclass(c->d, c->val, c->n_val, mb->valpred, c->multiclass,
+                                       mb->per_task, val_mean);
     return mp_fit_score_labels(c->d, c->batches.labels, c->val, c->n_val, mb->valpred, c->metric,
                                c->classification, mb->per_task, mb->why, val_mean, &skipped);
 }
@@ -358,20 +429,29 @@ mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *b
             break;
         if (o->profile)
             profile_line(&mb, epoch, t0, t, mp_time_now());
-        if (better(c->metric, val_mean, mb.best_score) || (c->n_val == 0 && epoch == o->epochs)) {
+        if (better(c->multiclass ? MP_METRIC_ACCURACY : c->metric, val_mean, mb.best_score) || (c->n_val == 0 && epoch == o->epochs)) {
             mb.best_score = val_mean;
             mb.best_epoch = epoch;
             if ((st = mp_model_get_params(mb.m, mb.best)))
                 break;
         }
         if (c->progress)
-            mp_progress_epoch_end(c->progress, epoch - 1, loss, mp_metric_name(c->metric),
+            mp_progress_epoch_end(c->progress, epoch - 1, loss,
+                                  c->multiclass ? "accuracy" : mp_metric_name(c->metric),
                                   val_mean);
         if (o->on_epoch)
             o->on_epoch(o->on_epoch_arg, k, epoch, loss, val_mean);
         if (c->checkpoint && c->checkpoint_every > 0 && epoch % c->checkpoint_every == 0 &&
             (st = member_checkpoint(&mb, epoch)))
             break;
+        if (o->patience > 0 && c->n_val > 0 && epoch - mb.best_epoch >= o->patience &&
+            epoch < o->epochs) {
+            if (c->progress)
+                mp_progress_message(c->progress, "early stopping after epoch %d: no better "
+                                    "validation score in %d epochs (best: epoch %d)", epoch,
+                                    o->patience, mb.best_epoch);
+            break;
+        }
     }
     if (st == MP_OK) {
         st = mp_model_set_params(mb.m, mb.best);

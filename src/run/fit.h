@@ -79,10 +79,19 @@ typedef struct {
     /* Resuming: member resume->k continues from this state instead of
      * starting (the member's model and the source are given its state). */
     const mp_fit_state  *resume;
+    /* issue 11: Chemprop's class-balanced epochs (batches.n_epoch = 2 x the
+     * smaller list): each epoch shuffles both lists with the member's stream
+     * and interleaves them, positive first */
+    const int32_t       *pos, *neg;   /* training rows with a label 1, the others       */
+    int32_t              n_pos, n_neg;/* (NULL, 0: plain shuffled epochs)               */
+    int                  multiclass;  /* classes per task of a multiclass head (0: none):*
+                                       * scored by accuracy of the most probable class   */
 } mp_fit_ctx;
 
 /*
- * Trains member k of c->e for o->epochs epochs and leaves it with the
+ * Trains member k of c->e for o->epochs epochs (fewer with o->patience > 0
+ * and a validation set: it stops once that many epochs in a row brought no
+ * better validation score, Chemprop v2's early stopping) and leaves it with the
  * parameters of its best validation epoch (the last epoch without a
  * validation set; the initial weights, epoch 0, if no epoch ever scores),
  * whose number goes to *best_epoch.  Polls for a stop request before each
@@ -114,6 +123,13 @@ mp_status mp_fit_score_labels(const mp_dataset *d, const mp_labels *labels, cons
                               int32_t n, const double *pred, mp_metric metric,
                               int classification, double *per_task, mp_score_status *why,
                               double *mean, size_t *n_skipped);
+
+/* A multiclass head's score: per task the fraction of labelled rows of mols
+ * whose most probable class (prob [n x n_tasks x n_classes]) is the label
+ * (NaN without one), into per_task, and their mean. */
+mp_status mp_fit_score_multiclass(const mp_dataset *d, const int32_t *mols, int32_t n,
+                                  const double *prob, int n_classes, double *per_task,
+                                  double *mean);
 
 #ifdef __cplusplus
 }

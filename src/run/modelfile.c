@@ -856,9 +856,10 @@ mp_status mp_modelfile_parse(mp_modelfile **out, const void *bytes, size_t n, co
         return mp_error_set(MP_ERR_FORMAT, "%s: truncated (%zu bytes; the fixed header alone "
                             "needs %u)", origin, n, FIXED_SIZE + 4);
     uint32_t version = get_u32(b + 8);
-    if (version != MP_MODELFILE_VERSION)
+    if (version < MP_MODELFILE_VERSION_MIN || version > MP_MODELFILE_VERSION)
         return mp_error_set(MP_ERR_FORMAT, "%s: model file format version %u; this molprop "
-                            "reads version %u", origin, version, MP_MODELFILE_VERSION);
+                            "reads versions %u to %u", origin, version,
+                            MP_MODELFILE_VERSION_MIN, MP_MODELFILE_VERSION);
     uint64_t stated = get_u64(b + 16);
     if (stated != n)
         return mp_error_set(MP_ERR_FORMAT, "%s: truncated or corrupt: the header says %llu bytes, "

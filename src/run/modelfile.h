@@ -140,7 +140,11 @@ mp_status mp_kv_get_scaler(const mp_kv *kv, const char *prefix, size_t n_cols, m
 /* Tensors and the file                                                   */
 /* ===================================================================== */
 
-#define MP_MODELFILE_VERSION 1u
+/* Version 2 (issue 11) adds the header keys of the task types, losses and
+ * layers (modelio.c), written only where a model differs from version 1's;
+ * files of version 1 still load. */
+#define MP_MODELFILE_VERSION 2u
+#define MP_MODELFILE_VERSION_MIN 1u
 #define MP_TENSOR_MAX_DIMS   4
 
 typedef struct {

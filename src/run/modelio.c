@@ -6,13 +6,107 @@
  */
 #include "run/ensemble.h"
 
+#include "models/heads.h"
 #include "run/modelfile.h"
 
+#include <math.h>
 #include <string.h>
 
 static const char *agg_name(mp_aggregation a)
 {
-    return a == MP_AGG_SUM ? "sum" : a == MP_AGG_NORM ? "norm" : "mean";
+    return a == MP_AGG_SUM ? "sum" : a == MP_AGG_NORM ? "norm"
+           : a == MP_AGG_ATTENTIVE ? "attentive" : "mean";
+}
+
+/* The keys of format version 2 (issue 11), each written only where the
+ * model differs from what a version 1 file means, so a version 1 model's
+ * header is what it was. */
+static const char *const v2_keys[] = {
+    "loss", "n_classes", "loss_lambda", "loss_eps", "quantile_alpha", "activation",
+    "batch_norm", "atom_messages", "undirected",
+};
+
+static mp_status header_put_v2(const mp_model_config *c, mp_kv *kv)
+{
+    mp_status st = MP_OK;
+    mp_loss_kind loss = mp_model_loss(c);
+    if (loss != mp_head_default_loss(c->task))
+        st = mp_kv_set(kv, "loss", mp_loss_name(loss));
+    if (!st && mp_head_is_multiclass(c->task))
+        st = mp_kv_set_int(kv, "n_classes", c->n_classes);
+    if (!st && c->loss_lambda != 0)
+        st = mp_kv_set_double(kv, "loss_lambda", c->loss_lambda);
+    if (!st && c->loss_eps != 1e-8)
+        st = mp_kv_set_double(kv, "loss_eps", c->loss_eps);
+    if (!st && c->task == MP_MODEL_REGRESSION_QUANTILE)
+        st = mp_kv_set_double(kv, "quantile_alpha", c->loss_alpha);
+    if (!st && c->activation != MP_ACT_RELU)
+        st = mp_kv_set(kv, "activation", mp_act_name(c->activation));
+    if (!st && c->batch_norm)
+        st = mp_kv_set_int(kv, "batch_norm", 1);
+    if (!st && c->atom_messages)
+        st = mp_kv_set_int(kv, "atom_messages", 1);
+    if (!st && c->undirected)
+        st = mp_kv_set_int(kv, "undirected", 1);
+    return st;
+}
+
+/* The version 2 keys into c (absent: version 1's meaning), each checked;
+ * a version 1 file must have none. */
+static mp_status header_get_v2(const mp_kv *kv, const char *path, uint32_t version,
+                               mp_model_config *c)
+{
+    const char *s;
+    mp_status st;
+    long long v;
+    for (size_t i = 0; version < 2 && i < sizeof v2_keys / sizeof v2_keys[0]; i++)
+        if (mp_kv_get(kv, v2_keys[i]))
+            return mp_error_set(MP_ERR_FORMAT, "%s: key '%s' in a model file of format version "
+                                "%u (it came with version 2)", path, v2_keys[i], version);
+    char why[512];
+    c->loss = mp_head_default_loss(c->task);
+    if ((s = mp_kv_get(kv, "loss")) && (st = mp_loss_parse(s, c->task, &c->loss))) {
+        snprintf(why, sizeof why, "%s", mp_error_message());
+        return mp_error_set(MP_ERR_FORMAT, "%s: %s", path, why);
+    }
+    c->n_classes = 0;
+    if (mp_head_is_multiclass(c->task)) {
+        if ((st = mp_kv_get_int(kv, "n_classes", 2, MP_LOSS_MAX_CLASSES, &v)))
+            return st;
+        c->n_classes = (int)v;
+    } else if (mp_kv_get(kv, "n_classes")) {
+        return mp_error_set(MP_ERR_FORMAT, "%s: n_classes in a model of task type %s", path,
+                            mp_model_task_name(c->task));
+    }
+    struct { const char *key; double *field, lo, hi; } reals[] = {
+        { "loss_lambda", &c->loss_lambda, 0, 1e6 }, { "loss_eps", &c->loss_eps, 0, 1 },
+        { "quantile_alpha", &c->loss_alpha, 1e-6, 0.999999 },
+    };
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+        if (!mp_kv_get(kv, reals[i].key))
+            continue;
+        if ((st = mp_kv_get_double(kv, reals[i].key, reals[i].field)))
+            return st;
+        if (!(*reals[i].field >= reals[i].lo && *reals[i].field <= reals[i].hi))
+            return mp_error_set(MP_ERR_FORMAT, "%s: %s = %g (must be in [%g, %g])", path,
+                                reals[i].key, *reals[i].field, reals[i].lo, reals[i].hi);
+    }
+    if ((s = mp_kv_get(kv, "activation")) && mp_act_parse(s, &c->activation)) {
+        snprintf(why, sizeof why, "%s", mp_error_message());
+        return mp_error_set(MP_ERR_FORMAT, "%s: %s", path, why);
+    }
+    struct { const char *key; int *field; } flags[] = {
+        { "batch_norm", &c->batch_norm }, { "atom_messages", &c->atom_messages },
+        { "undirected", &c->undirected },
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (!mp_kv_get(kv, flags[i].key))
+            continue;
+        if ((st = mp_kv_get_int(kv, flags[i].key, 0, 1, &v)))
+            return st;
+        *flags[i].field = (int)v;
+    }
+    return MP_OK;
 }
 
 /* ===================================================================== */
@@ -66,9 +160,10 @@ static mp_status header_put(const mp_ensemble *e, mp_kv *kv)
         (st = mp_kv_set(kv, "aggregation", agg_name(c->aggregation))) ||
         (st = mp_kv_set_double(kv, "aggregation_norm", c->agg_norm)) ||
         (st = mp_kv_set_int(kv, "ensemble_size", e->n_members)) ||
-        (st = mp_kv_set_int(kv, "n_params", (long long)mp_model_n_params(e->members[0]))))
+        (st = mp_kv_set_int(kv, "n_params", (long long)mp_model_n_params(e->members[0]))) ||
+        (st = header_put_v2(c, kv)))
         return st;
-    if (e->task == MP_TASK_REGRESSION &&
+    if (mp_head_is_regression(c->task) &&
         (st = mp_kv_set_scaler(kv, "target_scaler", &e->target_scaler)))
         return st;
     if (c->extra_dim > 0 && (st = mp_kv_set_scaler(kv, "feature_scaler", &e->feature_scaler)))
@@ -202,7 +297,7 @@ static mp_status features_get(const mp_kv *kv, const char *path, header_info *h)
 }
 
 /* Reads and cross-checks every header key the ensemble needs into h. */
-static mp_status header_get(const mp_kv *kv, const char *path, header_info *h)
+static mp_status header_get(const mp_kv *kv, const char *path, uint32_t version, header_info *h)
 {
     mp_model_config *c = &h->c;
     const char *s;
@@ -227,10 +322,11 @@ static mp_status header_get(const mp_kv *kv, const char *path, header_info *h)
         (st = mp_kv_get_double(kv, "aggregation_norm", &c->agg_norm)) ||
         (st = kv_int(kv, "ensemble_size", 1, 100000, &h->n_members)))
         return st;
-    if (strcmp(s, "sum") && strcmp(s, "norm") && strcmp(s, "mean"))
+    if (strcmp(s, "sum") && strcmp(s, "norm") && strcmp(s, "mean") &&
+        (version < 2 || strcmp(s, "attentive")))
         return mp_error_set(MP_ERR_FORMAT, "%s: unknown aggregation '%s'", path, s);
     c->aggregation = !strcmp(s, "sum") ? MP_AGG_SUM : !strcmp(s, "norm") ? MP_AGG_NORM
-                                                                            : MP_AGG_MEAN;
+                     : !strcmp(s, "attentive") ? MP_AGG_ATTENTIVE : MP_AGG_MEAN;
     if ((size_t)h->n_tasks != h->n_task_names || c->atom_fdim != mp_atom_fdim(h->layout) ||
         c->extra_dim != mp_feature_set_dim(h->features, h->n_desc, h->n_file))
         return mp_error_set(MP_ERR_FORMAT, "%s: header does not add up (tasks %d vs %zu names, "
@@ -238,8 +334,11 @@ static mp_status header_get(const mp_kv *kv, const char *path, header_info *h)
                             h->n_tasks, h->n_task_names, c->atom_fdim,
                             mp_atom_layout_name(h->layout), c->extra_dim);
     c->n_tasks = h->n_tasks;
-    c->task = h->task == MP_TASK_CLASSIFICATION ? MP_MODEL_CLASSIFICATION : MP_MODEL_REGRESSION;
-    return MP_OK;
+    if (version < 2 && h->task != MP_TASK_REGRESSION && h->task != MP_TASK_CLASSIFICATION)
+        return mp_error_set(MP_ERR_FORMAT, "%s: task type %s in a model file of format version "
+                            "%u", path, mp_task_type_name(h->task), version);
+    c->task = (mp_model_task)h->task;
+    return header_get_v2(kv, path, version, c);
 }
 
 /* The ensemble's own copies of the header's names, featurizer and scalers. */
@@ -264,7 +363,7 @@ static mp_status header_apply(mp_ensemble *e, const mp_kv *kv, const header_info
         return st;
     if (!(e->smiles_name = mp_strdup(s)))
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
-    if (h->task == MP_TASK_REGRESSION &&
+    if (mp_head_is_regression(h->c.task) &&
         (st = mp_kv_get_scaler(kv, "target_scaler", (size_t)h->n_tasks, &e->target_scaler)))
         return st;
     if (h->c.extra_dim > 0 &&
@@ -277,29 +376,12 @@ static mp_status header_apply(mp_ensemble *e, const mp_kv *kv, const header_info
 }
 
 /*
- * The parameters per member of a model of configuration c, in 64 bits: the
- * views of model.c's layout_params (D-MPNN: W_i, W_h, W_o, b_o; then each
- * FFN layer's weight and bias).  Checked against the tensors really in the
- * file before a model is built, so a header that claims an absurd model
- * (hidden = 65536: 2^32 parameters in W_h alone) is refused with a message
- * instead of allocating what it claims.  A change of the layout fails the
- * save/load round trips of tests/test_modelfile.c at once.
+ * The parameters per member the header describes (mp_model_config_n_params:
+ * model.c's layout counted, nothing allocated) are checked against the
+ * tensors really in the file before a model is built, so a header that
+ * claims an absurd model (hidden = 65536: 2^32 parameters in W_h alone) is
+ * refused with a message instead of allocating what it claims.
  */
-static uint64_t config_params(const mp_model_config *c)
-{
-    uint64_t h = c->kind == MP_MODEL_DMPNN ? (uint64_t)c->hidden : 0, n = 0;
-    uint64_t fa = (uint64_t)c->atom_fdim;
-    if (c->kind == MP_MODEL_DMPNN)
-        n += (fa + MP_BOND_FDIM) * h + h * h + (fa + h) * h + h;
-    uint64_t fh = c->ffn_hidden > 0 ? (uint64_t)c->ffn_hidden : (uint64_t)c->hidden;
-    uint64_t in = h + (uint64_t)c->extra_dim;
-    for (int l = 0; l < c->ffn_layers; l++) {
-        uint64_t din = l == 0 ? in : fh, dout = l == c->ffn_layers - 1 ? (uint64_t)c->n_tasks : fh;
-        n += din * dout + dout;
-    }
-    return n;
-}
-
 /* Every member's tensors in the file hold `want` values (so what the
  * models allocate is bounded by the file's length). */
 static mp_status check_file_params(const mp_modelfile *mf, uint64_t want, const char *path)
@@ -358,14 +440,21 @@ mp_status mp_ensemble_load(mp_ensemble **out, const char *path, const char *back
     mp_status st = mp_modelfile_read(&mf, path);
     if (st)
         return st;
-    if ((st = header_get(mf->header, path, &h)))
+    if ((st = header_get(mf->header, path, mf->version, &h)))
         goto done;
     if (mf->n_blocks != (uint32_t)h.n_members) {
         st = mp_error_set(MP_ERR_FORMAT, "%s: header says %d ensemble members, file holds %u",
                           path, h.n_members, mf->n_blocks);
         goto done;
     }
-    if ((st = check_file_params(mf, config_params(&h.c), path)) ||
+    uint64_t want = mp_model_config_n_params(&h.c);
+    if (want == 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", mp_error_message());
+        st = mp_error_set(MP_ERR_FORMAT, "%s: %s", path, why);
+        goto done;
+    }
+    if ((st = check_file_params(mf, want, path)) ||
         (st = mp_ensemble_create(&e, &h.c, h.n_members, 0, backend_name)) ||
         (st = header_apply(e, mf->header, &h)) || (st = params_get(e, mf, path)))
         goto done;

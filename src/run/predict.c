@@ -4,6 +4,8 @@
 #include "run/predict.h"
 #include "run/shard.h"
 
+#include "models/heads.h"
+
 #include "data/csv.h"
 #include "data/featfile.h"
 
@@ -45,7 +47,7 @@ static void chunk_free(chunk *c)
 static mp_status predict_chunk(mp_unc_run *u, const chunk *c, const mp_featurize_opts *fo,
                                const mp_featfile *file, int64_t row0, int32_t *idx,
                                double *mean, double *unc, double *lower, double *upper,
-                               mp_features **f)
+                               double *vals, mp_features **f)
 {
     mp_status st = mp_featurize(f, (const char *const *)c->smiles, c->n, fo);
     if (st)
@@ -57,7 +59,7 @@ static mp_status predict_chunk(mp_unc_run *u, const chunk *c, const mp_featurize
     for (int32_t i = 0; i < c->n; i++)
         idx[i] = i;
     return mp_unc_run_predict(u, *f, idx, c->n, PREDICT_BATCH_FOR(u->e), row0, mean, unc,
-                              lower, upper);
+                              lower, upper, vals);
 }
 
 /* A SMILES for a message: at most 60 characters, then "..." and its length. */
@@ -69,6 +71,24 @@ static void clip_smiles(char *out, size_t cap, const char *s)
     else
         snprintf(out, cap, "%.60s... (%zu characters)", s, n);
 }
+
+/* The value a task's own column holds (heads.h): value 0, or for a
+ * multiclass head the most probable class; NaN for an invalid molecule. */
+static double point_value(const mp_ensemble *e, const double *v)
+{
+    if (!mp_head_is_multiclass(e->cfg.task))
+        return v[0];
+    int C = e->cfg.n_classes, best = 0;
+    if (isnan(v[0]))
+        return NAN;
+    for (int c = 1; c < C; c++)
+        best = v[c] > v[best] ? c : best;
+    return best;
+}
+
+/* The head's other values after the task columns: value k >= 1 (all C
+ * class probabilities of a multiclass head) of each task. */
+static int extra_first(const mp_ensemble *e) { return mp_head_is_multiclass(e->cfg.task) ? 0 : 1; }
 
 static void write_number(FILE *fp, double v)
 {
@@ -92,6 +112,7 @@ typedef struct {
     int                    u_open;
     double                *mean, *std;    /* cap x n_tasks (std: the _unc values) */
     double                *lower, *upper; /* cap x n_tasks        */
+    double                *vals;          /* cap x n_tasks x values (heads.h) */
     int32_t               *idx;           /* cap                  */
 } predict_run;
 
@@ -108,6 +129,15 @@ static void write_header(predict_run *p, const char *smiles_name)
         fputc(',', fp);
         mp_csv_write_field(fp, e->task_names[k]);
     }
+    const int V = mp_ensemble_n_values(e);
+    for (size_t k = 0; k < e->n_tasks; k++)
+        for (int j = extra_first(e); j < V; j++) {
+            char name[1024], vn[32];
+            snprintf(name, sizeof name, "%s_%s", e->task_names[k],
+                     mp_head_value_name(e->cfg.task, j, vn, sizeof vn));
+            fputc(',', fp);
+            mp_csv_write_field(fp, name);
+        }
     for (int s = 0; s < 3; s++)
         for (size_t k = 0; want[s] && k < e->n_tasks; k++) {
             char name[1024];
@@ -163,12 +193,15 @@ static mp_status predict_open(predict_run *p)
     size_t t = p->e->n_tasks;
     p->c.smiles = mp_malloc(sizeof(char *) * (size_t)cap);
     p->c.line = mp_malloc(sizeof(size_t) * (size_t)cap);
+    const size_t V = (size_t)mp_ensemble_n_values(p->e);
     p->mean = mp_malloc(sizeof(double) * (size_t)cap * t);
     p->std = mp_malloc(sizeof(double) * (size_t)cap * t);
+    p->vals = mp_malloc(sizeof(double) * (size_t)cap * t * V);
     p->idx = mp_malloc(sizeof(int32_t) * (size_t)cap);
     p->lower = mp_malloc(sizeof(double) * (size_t)cap * t);
     p->upper = mp_malloc(sizeof(double) * (size_t)cap * t);
-    if (!p->c.smiles || !p->c.line || !p->mean || !p->std || !p->idx || !p->lower || !p->upper)
+    if (!p->c.smiles || !p->c.line || !p->mean || !p->std || !p->vals || !p->idx || !p->lower ||
+        !p->upper)
         return mp_error_set(MP_ERR_NOMEM, "out of memory (chunk of %d rows)", cap);
     p->c.cap = cap;
     if ((st = mp_afile_open(&p->out, o->shard.count ? p->sh.part_path : o->out_path)))
@@ -188,7 +221,7 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
 {
     const mp_predict_opts *o = p->o;
     FILE *fp = p->out.fp;
-    size_t t = p->e->n_tasks;
+    size_t t = p->e->n_tasks, V = (size_t)mp_ensemble_n_values(p->e);
     const mp_featfile *file = o->features_path ? &p->file : NULL;
     size_t row0 = (size_t)p->sh.row0 + p->stats->n_rows;   /* in the whole input */
     if (file && row0 + (size_t)p->c.n > file->n_rows)
@@ -197,7 +230,7 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
                             o->data_path);
     mp_features *f = NULL;
     mp_status st = predict_chunk(&p->u, &p->c, fo, file, (int64_t)row0, p->idx,
-                                 p->mean, p->std, p->lower, p->upper, &f);
+                                 p->mean, p->std, p->lower, p->upper, p->vals, &f);
     if (st) {
         mp_features_free(f);
         return st;
@@ -214,10 +247,17 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
             }
             p->stats->n_invalid++;
         }
-        for (size_t k = 0; k < t; k++) {
+        const double *row = p->vals + (size_t)i * t * V;
+        for (size_t k = 0; k < t; k++) {   /* calibrated probabilities are in mean */
             fputc(',', fp);
-            write_number(fp, p->mean[(size_t)i * t + k]);
+            write_number(fp, V > 1 && mp_head_is_multiclass(p->e->cfg.task)
+                             ? point_value(p->e, row + k * V) : p->mean[(size_t)i * t + k]);
         }
+        for (size_t k = 0; k < t; k++)
+            for (size_t j = (size_t)extra_first(p->e); j < V; j++) {
+                fputc(',', fp);
+                write_number(fp, row[k * V + j]);
+            }
         const double *extra[3] = { p->std, p->lower, p->upper };
         int want[3] = { p->u.unc_cols, p->u.interval_cols, p->u.interval_cols };
         for (int s = 0; s < 3; s++)
@@ -299,6 +339,7 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     mp_featfile_free(&p.file);
     mp_free(p.mean);
     mp_free(p.std);
+    mp_free(p.vals);
     mp_free(p.idx);
     mp_free(p.lower);
     mp_free(p.upper);
@@ -340,7 +381,11 @@ static mp_status match_columns(const mp_ensemble *e, const mp_dataset *d, const 
  * metric of that type. */
 static mp_status choose_metrics(const mp_ensemble *e, const char *metric, mp_eval_result *res)
 {
-    int is_cls = e->task == MP_TASK_CLASSIFICATION;
+    int is_cls = mp_head_is_binary(e->cfg.task);   /* value 0: the probability of 1 */
+    if (mp_head_is_multiclass(e->cfg.task))
+        return mp_error_set(MP_ERR_ARG, "eval of a %s model: not yet (its validation and test "
+                            "accuracy are in the training's metrics.json)",
+                            mp_task_type_name(e->task));
     if (metric) {
         mp_status st = mp_metric_parse(metric, &res->metrics[0]);
         if (st)
@@ -390,7 +435,7 @@ static mp_status eval_rows(mp_ensemble *e, const mp_dataset *d, const mp_feature
         goto done;
     for (int m = 0; m < res->n_metrics; m++) {
         size_t skipped;
-        if ((st = mp_metric_tasks(res->metrics[m], e->task == MP_TASK_CLASSIFICATION, pred,
+        if ((st = mp_metric_tasks(res->metrics[m], mp_head_is_binary(e->cfg.task), pred,
                                   target, nv, t, res->per_task + (size_t)m * t, why,
                                   &res->mean[m], &skipped)))
             goto done;

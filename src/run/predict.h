@@ -67,8 +67,11 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats);
 
 /* One chunk's predictions with the chosen uncertainty: mean and unc
  * (n x n_tasks; unc may be NULL without a method), lower / upper (NULL
- * unless the method makes intervals); row0 = the chunk's first row in the
- * whole input (dropout keys). */
+ * unless the method makes intervals), vals (may be NULL) every value of the
+ * model's head, the member mean (n x n_tasks x mp_ensemble_n_values: heads.h;
+ * for a plain head the mean again); row0 = the chunk's first row in the
+ * whole input (dropout keys).  The head methods (mve, evidential, quantile,
+ * dirichlet) read their head member by member (uncertainty.h). */
 typedef struct {
     const mp_predict_opts *o;
     mp_ensemble           *e;
@@ -83,7 +86,7 @@ mp_status mp_unc_run_open(mp_unc_run *u, const mp_predict_opts *o, mp_ensemble *
 void      mp_unc_run_free(mp_unc_run *u);
 mp_status mp_unc_run_predict(mp_unc_run *u, const mp_features *f, const int32_t *mols,
                              int32_t n, int32_t batch_size, int64_t row0, double *mean,
-                             double *unc, double *lower, double *upper);
+                             double *unc, double *lower, double *upper, double *vals);
 
 /*
  * `molprop eval --preds P --data T --uncertainty-metrics nll,...`: the

@@ -14,6 +14,7 @@
 #include "run/predict.h"
 
 #include "data/unc_metrics.h"
+#include "models/heads.h"
 #include "run/calibrate.h"
 #include "run/uncertainty.h"
 
@@ -81,7 +82,7 @@ static mp_status fit_calibration(mp_unc_run *u)
     int32_t batch = e->backend->host_memory ? CAL_BATCH_HOST : CAL_BATCH_DEVICE;
     /* keys of the calibration rows: a stream of their own (row0 past any input) */
     if ((st = mp_unc_run_predict(u, f, idx, (int32_t)nv, batch, INT64_C(1) << 40, mean, unc, lo,
-                                 up)))
+                                 up, NULL)))
         goto done;
     double *yp = y, *pp = y + n, *up_ = y + 2 * n, *hp = y + 3 * n;
     for (size_t k = 0; k < t; k++) {
@@ -115,6 +116,17 @@ done:
     return st;
 }
 
+/* The task type whose head a head-reading method reads (heads.h). */
+static mp_model_task method_head(mp_unc_method m)
+{
+    switch (m) {
+    case MP_UNC_MVE: return MP_MODEL_REGRESSION_MVE;
+    case MP_UNC_QUANTILE: return MP_MODEL_REGRESSION_QUANTILE;
+    case MP_UNC_DIRICHLET: return MP_MODEL_CLASSIFICATION_DIRICHLET;
+    default: return MP_MODEL_REGRESSION_EVIDENTIAL;
+    }
+}
+
 mp_status mp_unc_run_open(mp_unc_run *u, const mp_predict_opts *o, mp_ensemble *e)
 {
     memset(u, 0, sizeof *u);
@@ -123,10 +135,15 @@ mp_status mp_unc_run_open(mp_unc_run *u, const mp_predict_opts *o, mp_ensemble *
     mp_unc_method m = (mp_unc_method)o->uncertainty;
     mp_calibrator c = (mp_calibrator)o->calibrate;
     int cls = e->task == MP_TASK_CLASSIFICATION;
-    if (mp_unc_method_needs_head(m))
-        return mp_error_set(MP_ERR_ARG, "--uncertainty %s needs a model trained with its head "
-                            "(this one is a plain %s model)", mp_unc_method_name(m),
-                            mp_task_type_name(e->task));
+    mp_model_task head = e->cfg.task;
+    if (mp_unc_method_needs_head(m) && head != method_head(m))
+        return mp_error_set(MP_ERR_ARG, "--uncertainty %s needs a model trained with --task %s "
+                            "(this one is a %s model)", mp_unc_method_name(m),
+                            mp_model_task_name(method_head(m)), mp_model_task_name(head));
+    if (mp_head_is_multiclass(head) && (m != MP_UNC_NONE || c != MP_CAL_NONE))
+        return mp_error_set(MP_ERR_ARG, "a %s model predicts class probabilities, which "
+                            "--uncertainty and --calibrate do not take yet: leave both out",
+                            mp_model_task_name(head));
     if (m == MP_UNC_ENSEMBLE && e->n_members < 2)
         return mp_error_set(MP_ERR_ARG, "--uncertainty ensemble needs an ensemble (this model "
                             "has 1 member: train with --ensemble-size N, or use --uncertainty "
@@ -169,9 +186,59 @@ void mp_unc_run_free(mp_unc_run *u)
 /* Predicting a chunk                                                     */
 /* ===================================================================== */
 
+/* A head model's values (V per task): every member's through the head
+ * estimator of the method when it reads one (mp_unc_from_head: member by
+ * member, as Chemprop's estimators average per-member uncertainties), else
+ * the member mean and spread of value 0 (ensemble, dropout, none); vals
+ * (may be NULL) gets the member mean of every value. */
+static mp_status predict_head(mp_unc_run *u, const mp_features *f, const int32_t *mols,
+                              int32_t n, int32_t batch_size, double *mean, double *unc,
+                              double *lower, double *upper, double *vals)
+{
+    mp_ensemble *e = u->e;
+    mp_unc_method m = (mp_unc_method)u->o->uncertainty;
+    size_t t = e->n_tasks, cells = (size_t)n * t, V = (size_t)mp_ensemble_n_values(e);
+    int M = e->n_members, per_member = mp_unc_method_needs_head(m);
+    size_t blocks = per_member ? (size_t)M : 2;
+    double *buf = mp_malloc(sizeof(double) * (blocks * cells * V + 1));
+    if (!buf)
+        return mp_error_set(MP_ERR_NOMEM, "predict: out of memory (%zu head values)", cells * V);
+    mp_status st = MP_OK;
+    if (per_member) {
+        for (int k = 0; k < M && st == MP_OK; k++)
+            st = mp_ensemble_predict_values(e, f, mols, n, k, 1, batch_size,
+                                            buf + (size_t)k * cells * V, NULL);
+        if (st == MP_OK) {
+            mp_unc_from_head(m, buf, M, cells, mean, unc, lower, upper);
+            for (size_t i = 0; vals && i < cells * V; i++) {
+                double s = 0;
+                for (int k = 0; k < M; k++)
+                    s += buf[(size_t)k * cells * V + i];
+                vals[i] = s / M;
+            }
+        }
+    } else {
+        double *mv = buf, *sv = buf + cells * V;
+        st = mp_ensemble_predict_values(e, f, mols, n, 0, 0, batch_size, mv, sv);
+        for (size_t i = 0; st == MP_OK && i < cells; i++) {
+            mean[i] = mv[i * V];
+            if (unc)
+                unc[i] = m == MP_UNC_NONE ? NAN : sv[i * V] * sv[i * V];
+            if (lower)
+                lower[i] = NAN;
+            if (upper)
+                upper[i] = NAN;
+        }
+        if (st == MP_OK && vals)
+            memcpy(vals, mv, sizeof(double) * cells * V);
+    }
+    mp_free(buf);
+    return st;
+}
+
 mp_status mp_unc_run_predict(mp_unc_run *u, const mp_features *f, const int32_t *mols,
                              int32_t n, int32_t batch_size, int64_t row0, double *mean,
-                             double *unc, double *lower, double *upper)
+                             double *unc, double *lower, double *upper, double *vals)
 {
     mp_ensemble *e = u->e;
     const mp_predict_opts *o = u->o;
@@ -180,21 +247,29 @@ mp_status mp_unc_run_predict(mp_unc_run *u, const mp_features *f, const int32_t 
     if (e->mc_samples > 1 &&
         (st = mp_ensemble_set_mc_dropout(e, e->mc_samples, e->mc_p, e->mc_seed, row0)))
         return st;
-    int want_spread = o->uncertainty == MP_UNC_ENSEMBLE || o->uncertainty == MP_UNC_DROPOUT;
-    if ((st = mp_ensemble_predict(e, f, mols, n, 0, 0, batch_size, mean,
-                                  want_spread ? unc : NULL)))
-        return st;
-    if (unc && want_spread)
-        for (size_t i = 0; i < cells; i++)
-            unc[i] *= unc[i];   /* the spread as a variance */
-    else if (unc)
-        for (size_t i = 0; i < cells; i++)
-            unc[i] = NAN;
-    for (size_t i = 0; i < cells; i++) {
-        if (lower)
-            lower[i] = NAN;
-        if (upper)
-            upper[i] = NAN;
+    if (mp_ensemble_n_values(e) > 1) {
+        if ((st = predict_head(u, f, mols, n > 0 ? n : 0, batch_size, mean, unc, lower, upper,
+                               vals)))
+            return st;
+    } else {
+        int want_spread = o->uncertainty == MP_UNC_ENSEMBLE || o->uncertainty == MP_UNC_DROPOUT;
+        if ((st = mp_ensemble_predict(e, f, mols, n, 0, 0, batch_size, mean,
+                                      want_spread ? unc : NULL)))
+            return st;
+        if (unc && want_spread)
+            for (size_t i = 0; i < cells; i++)
+                unc[i] *= unc[i];   /* the spread as a variance */
+        else if (unc)
+            for (size_t i = 0; i < cells; i++)
+                unc[i] = NAN;
+        for (size_t i = 0; i < cells; i++) {
+            if (lower)
+                lower[i] = NAN;
+            if (upper)
+                upper[i] = NAN;
+            if (vals)
+                vals[i] = mean[i];
+        }
     }
     if (!u->cal)
         return MP_OK;

@@ -8,10 +8,12 @@
 
 #include "data/featfile.h"
 #include "data/registry.h"
+#include "models/heads.h"
 #include "run/checkpoint.h"
 #include "run/fit.h"
 #include "run/resident.h"
 #include "run/resume.h"
+#include "run/train_head.h"
 
 #include <errno.h>
 #include <math.h>
@@ -52,6 +54,9 @@ mp_train_opts mp_train_opts_default(void)
     o.slot_classes = 4;
     o.profile = 0;
     o.features_scaling = MP_FSCALE_AUTO;
+    o.loss_eps = 1e-8;
+    o.quantile_alpha = 0.1;
+    o.activation = MP_ACT_RELU;
     return o;
 }
 
@@ -264,7 +269,12 @@ typedef struct {
     int32_t             *sets[3];      /* train, val, test rows (int32)      */
     float               *tscaled;      /* n_rows x n_tasks, scaled, NaN missing */
     const mp_labels     *y;            /* sparse targets instead (o->inputs')  */
-    int                  classification;
+    float               *weights;      /* n_rows sample weights, or NULL     */
+    float               *task_w;       /* n_tasks loss weights, or NULL      */
+    int32_t             *pos, *neg;    /* class balance's lists (or NULL)    */
+    int32_t              n_pos, n_neg;
+    int                  classification;  /* the binary heads: 0/1 labels    */
+    int                  multiclass;   /* classes per task of a multiclass head */
     int                  feat_dim;
     unsigned             features;     /* o->features, with MP_FEAT_FILE     */
     mp_feature_scaling   scaling;
@@ -407,6 +417,14 @@ static mp_status probe_backend(const mp_train_opts *o)
 static mp_status choose_metric(const train_run *r, mp_metric *out)
 {
     const mp_train_opts *o = r->o;
+    if (mp_head_is_multiclass((mp_model_task)r->res->task)) {
+        /* scored by the accuracy of the most probable class (fit.h) */
+        if (o->metric && strcmp(o->metric, "accuracy") != 0)
+            return mp_error_set(MP_ERR_ARG, "metric %s does not fit a %s task (accuracy does)",
+                                o->metric, mp_task_type_name(r->res->task));
+        *out = MP_METRIC_ACCURACY;
+        return MP_OK;
+    }
     if (!o->metric) {
         *out = r->classification ? MP_METRIC_AUC : MP_METRIC_RMSE;
         return MP_OK;
@@ -446,10 +464,13 @@ static mp_status load_data(train_run *r)
 {
     const mp_train_opts *o = r->o;
     mp_status st = MP_OK;
-    if (o->inputs)
+    if (o->inputs) {
         r->d = (mp_dataset *)o->inputs->dataset;
-    else
-        st = mp_dataset_load(&r->d, o->data_path, &o->columns);
+    } else {
+        mp_column_spec cs = o->columns;
+        cs.inequalities = mp_train_loss_is_bounded(o->loss);
+        st = mp_dataset_load(&r->d, o->data_path, &cs);
+    }
     if (st)
         return st;
     if (r->d->n_tasks == 0)
@@ -460,7 +481,7 @@ static mp_status load_data(train_run *r)
                             "the dataset's rows", o->data_path);
     if ((st = choose_task(o, r->d, &r->res->task)))
         return st;
-    r->classification = r->res->task == MP_TASK_CLASSIFICATION;
+    r->classification = mp_head_is_binary((mp_model_task)r->res->task);
     if ((st = choose_metric(r, &r->res->metric)))
         return st;
     return check_labels(r);
@@ -591,7 +612,6 @@ static mp_status build_ensemble(train_run *r)
     const mp_dataset *d = r->d;
     mp_model_config cfg = mp_model_config_default();
     cfg.kind = o->model;
-    cfg.task = r->classification ? MP_MODEL_CLASSIFICATION : MP_MODEL_REGRESSION;
     cfg.n_tasks = (int)d->n_tasks;
     cfg.atom_fdim = mp_atom_fdim(o->layout);
     cfg.hidden = o->hidden;
@@ -606,12 +626,20 @@ static mp_status build_ensemble(train_run *r)
     cfg.extra_dim = r->feat_dim;
     /* features given in memory (o->inputs) must hold every set asked for */
     mp_status st = mp_feature_set_check(r->features, r->f, r->f->n_desc, r->f->file_cols);
+    if (st == MP_OK)
+        st = mp_train_head_config(o, d, r->res->task, &cfg);
     if (st)
         return st;
-    st = mp_ensemble_create(&r->e, &cfg, o->ensemble_size, o->seed, o->backend);
-    if (st)
+    r->multiclass = mp_head_is_multiclass(cfg.task) ? cfg.n_classes : 0;
+    if ((st = mp_ensemble_create(&r->e, &cfg, o->ensemble_size, o->seed, o->backend)))
         return st;
     mp_ensemble *e = r->e;
+    if ((st = mp_train_task_weights(o, d, &r->task_w)))
+        return st;
+    for (int k = 0; k < e->n_members; k++)
+        if ((st = mp_model_set_task_weights(e->members[k], r->task_w)) ||
+            (st = mp_model_set_grad_clip(e->members[k], o->grad_clip)))
+            return st;
     e->task = r->res->task;
     e->n_tasks = d->n_tasks;
     e->layout = o->layout;
@@ -647,7 +675,7 @@ static mp_status fit_scalers(train_run *r)
         return r->feat_dim ? fit_feature_scaler(r) : MP_OK;
     if (!(r->tscaled = mp_malloc(sizeof(float) * (n ? n : 1))))
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
-    if (!r->classification) {
+    if (mp_head_is_regression(r->e->cfg.task)) {
         mp_status st = mp_scaler_fit(&r->e->target_scaler, MP_SCALE_TARGETS, d->targets,
                                      d->n_tasks, r->sp.rows[0], r->sp.n[0]);
         if (st)
@@ -660,6 +688,28 @@ static mp_status fit_scalers(train_run *r)
     return r->feat_dim ? fit_feature_scaler(r) : MP_OK;
 }
 
+/* The sample weights as floats, the class-balanced epochs' lists. */
+static mp_status train_extras(train_run *r)
+{
+    const mp_dataset *d = r->d;
+    if (d->weights) {
+        if (!(r->weights = mp_malloc(sizeof(float) * (d->n_rows + 1))))
+            return mp_error_set(MP_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < d->n_rows; i++)
+            r->weights[i] = (float)d->weights[i];
+    }
+    if (!r->o->class_balance)
+        return MP_OK;
+    if (!r->classification)
+        return mp_error_set(MP_ERR_ARG, "--class-balance is for classification tasks (this one "
+                            "is %s)", mp_task_type_name(r->res->task));
+    if (r->y)
+        return mp_error_set(MP_ERR_ARG, "--class-balance with sparse labels (a bench input): "
+                            "not supported");
+    return mp_train_class_lists(d, r->sets[0], (int32_t)r->sp.n[0], &r->pos, &r->n_pos,
+                                &r->neg, &r->n_neg);
+}
+
 /* Each member in turn (fit.c). */
 static mp_status train_members(train_run *r)
 {
@@ -667,16 +717,22 @@ static mp_status train_members(train_run *r)
     mp_train_result *res = r->res;
     if (!(res->best_epoch = mp_calloc((size_t)o->ensemble_size, sizeof(int))))
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    mp_status st0 = train_extras(r);
+    if (st0)
+        return st0;
     mp_fit_ctx c = {
         .o = o, .d = r->d, .e = r->e,
         .batches = { .f = r->f, .targets = r->tscaled, .labels = r->y, .n_tasks = r->d->n_tasks,
                      .features = r->e->features, .feat_dim = r->feat_dim,
                      .feature_scaler = &r->e->feature_scaler,
                      .graphs = o->model == MP_MODEL_DMPNN, .train = r->sets[0],
-                     .n_train = (int32_t)r->sp.n[0], .batch_size = o->batch_size },
+                     .n_train = (int32_t)r->sp.n[0], .batch_size = o->batch_size,
+                     .n_epoch = r->pos ? 2 * (r->n_pos < r->n_neg ? r->n_pos : r->n_neg) : 0,
+                     .weights = r->weights, .ineq = r->d->ineq },
         .val = r->sets[1], .n_val = (int32_t)r->sp.n[1], .metric = res->metric,
         .classification = r->classification, .eval_batch = r->eval_batch,
-        .progress = &r->prog,
+        .progress = &r->prog, .pos = r->pos, .neg = r->neg, .n_pos = r->n_pos,
+        .n_neg = r->n_neg, .multiclass = r->multiclass,
     };
     long steps = (long)mp_batch_data_steps(&c.batches);
     int k0 = 0;
@@ -714,12 +770,34 @@ static mp_status train_members(train_run *r)
     return MP_OK;
 }
 
+/* score_set for a multiclass head: the accuracy of its class probabilities. */
+static mp_status score_set_multiclass(train_run *r, int s, double *per_task, double *mean)
+{
+    size_t n = r->sp.n[s], t = r->d->n_tasks, C = (size_t)r->multiclass;
+    double *prob = mp_malloc(sizeof(double) * (n + 1) * t * C);
+    mp_status st = MP_OK;
+    *mean = NAN;
+    for (size_t i = 0; i < t; i++)
+        per_task[i] = NAN;
+    if (!prob)
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
+    else if (n > 0 &&
+             !(st = mp_ensemble_predict_values(r->e, r->f, r->sets[s], (int32_t)n, 0, 0,
+                                               r->eval_batch, prob, NULL)))
+        st = mp_fit_score_multiclass(r->d, r->sets[s], (int32_t)n, prob, r->multiclass,
+                                     per_task, mean);
+    mp_free(prob);
+    return st;
+}
+
 /* The whole ensemble's metric on set s (1 validation, 2 test), when the set
  * has molecules; NaN otherwise. */
 static mp_status score_set(train_run *r, int s, double *per_task, double *mean)
 {
     const mp_dataset *d = r->d;
     size_t n = r->sp.n[s], t = d->n_tasks, skipped;
+    if (r->multiclass)
+        return score_set_multiclass(r, s, per_task, mean);
     double *pred = mp_malloc(sizeof(double) * (n + 1) * t);
     double *sd = mp_malloc(sizeof(double) * (n + 1) * t);
     mp_score_status *why = mp_malloc(sizeof(mp_score_status) * t);
@@ -803,6 +881,10 @@ static void train_free(train_run *r, int failed)
     mp_kv_free(r->ck_kv);
     mp_checkpoint_free(&r->ck);
     mp_free(r->tscaled);
+    mp_free(r->weights);
+    mp_free(r->task_w);
+    mp_free(r->pos);
+    mp_free(r->neg);
     for (int s = 0; s < 3; s++)
         mp_free(r->sets[s]);
     if (!(r->o->inputs && r->o->inputs->split))

@@ -102,6 +102,22 @@ typedef struct {
     const mp_train_inputs *inputs;   /* NULL: read and featurize data_path     */
     mp_train_epoch_fn on_epoch;      /* NULL: none                             */
     void           *on_epoch_arg;
+    /* issue 11: task types, losses and training options, Chemprop's (the
+     * defaults keep v1's model and loop, bit for bit).  The task types
+     * are mp_task_type's; the sample-weight column is columns.weight_column. */
+    const char     *loss;            /* NULL: the task's default (heads.h names) */
+    int             n_classes;       /* multiclass: classes per task (0: the
+                                      * largest label + 1)                      */
+    double          loss_lambda;     /* 0: evidential / dirichlet regularization */
+    double          loss_eps;        /* 1e-8: evidential                       */
+    double          quantile_alpha;  /* 0.1: regression-quantile's interval    */
+    int             patience;        /* 0: off; N: stop after N epochs without
+                                      * a better validation score              */
+    double          grad_clip;       /* 0: off; the global gradient norm's bound */
+    int             class_balance;   /* 1: class-balanced epochs (classification) */
+    const char     *task_weights;    /* "w1,w2,.." one per task, or NULL        */
+    mp_act_kind     activation;      /* MP_ACT_RELU                            */
+    int             batch_norm, atom_messages, undirected;   /* 0 (D-MPNN)     */
 } mp_train_opts;
 
 mp_train_opts mp_train_opts_default(void);

@@ -5,7 +5,7 @@
  * loss curve, from every rank, so the test sees they agree); rank 0 also
  * saves the model into OUT.model/.
  *
- *   dist_train DATA OUT MODEL(dmpnn|ffn) EPOCHS BATCH
+ *   dist_train DATA OUT MODEL(dmpnn|ffn) EPOCHS BATCH [LOSS [WEIGHT_COLUMN]]
  */
 #include "core/dist.h"
 #include "run/trainer.h"
@@ -21,8 +21,8 @@ static void on_epoch(void *arg, int member, int epoch, double loss, double val)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: dist_train DATA OUT dmpnn|ffn EPOCHS BATCH\n");
+    if (argc < 6 || argc > 8) {
+        fprintf(stderr, "usage: dist_train DATA OUT dmpnn|ffn EPOCHS BATCH [LOSS [WCOL]]\n");
         return 2;
     }
     mp_status st = mp_dist_init();
@@ -47,6 +47,10 @@ int main(int argc, char **argv)
     t.threads = 1;
     t.quiet = 1;
     t.save_dir = mp_dist_rank() == 0 ? dir : NULL;
+    if (argc > 6)
+        t.loss = argv[6];
+    if (argc > 7)
+        t.columns.weight_column = argv[7];
     t.on_epoch = on_epoch;
     t.on_epoch_arg = fp;
     mp_train_result r;
