@@ -11,7 +11,8 @@
 #   bench/screen.sh [ROWS] [WORKDIR]
 #   env: MOLPROP_BIN (build/molprop), DATA_DIR (../shared/datasets),
 #        MODEL (a model file; default: a default-size D-MPNN, hidden 300,
-#        trained 1 epoch on ESOL here), RANKS ("1 2 4"), CORES (nproc),
+#        trained 1 epoch on ESOL here), RANKS ("1 2 4"; "" or no mpirun:
+#        none), CORES (nproc),
 #        GPU (auto: when nvidia-smi sees one; 0: never; 1: always)
 #
 # Prints a Markdown table (for bench/RESULTS.md) on stdout; logs on stderr.
@@ -20,9 +21,13 @@ rows=${1:-10000000}
 work=${2:-/tmp/molprop-screen}
 bin=${MOLPROP_BIN:-build/molprop}
 data=${DATA_DIR:-${MOLPROP_DATA_MIRROR:-../shared/datasets}}
-ranks=${RANKS:-1 2 4}
+ranks=${RANKS-1 2 4}
 cores=${CORES:-$(nproc)}
 gpu=${GPU:-auto}
+if [ -n "$ranks" ] && ! command -v mpirun >/dev/null 2>&1; then
+    echo "screen: no mpirun here (Debian: openmpi-bin): the rank runs are left out" >&2
+    ranks=""
+fi
 mkdir -p "$work"
 in="$work/rows-$rows.csv"
 
@@ -99,7 +104,7 @@ for r in $ranks; do
     same=$(cmp -s "$work/one.csv" "$work/mpi$r.csv" && echo yes || echo NO)
     set -- $(mib "$work/mpi$r.rss")
     echo "| cpu, mpirun -np $r | $r x $th | $secs | $rr | $1 | $2 | $same |"
-    [ -n "$rate1" ] || rate1=$rr
+    [ -n "$rate1" ] || { rate1=$rr; r_first=$r; }
     rate_max=$rr
     r_max=$r
     best=$(awk -v a="${best:-0}" -v b="$rr" 'BEGIN {print (b > a ? b : a)}')
@@ -123,7 +128,7 @@ rm -f "$work/one.csv"
 # what the measurement says about splitting the work, and the merge is a
 # byte copy (rank 0) at the end.
 echo
-echo "Scaling 1 -> $r_max ranks on $cores cores: $rate1 -> $rate_max molecules/s."
+[ -z "$rate1" ] || echo "Scaling $r_first -> $r_max ranks on $cores cores: $rate1 -> $rate_max molecules/s."
 echo
 echo "| nodes | molecules/s | molecules/day |"
 echo "|---|---|---|"
