@@ -12,6 +12,9 @@
 #   make test-san   the tests once, sanitizer build (build-san/)
 #   make demo       the main job: fetch ESOL and run molprop on it
 #   make CUDA=0     build without the CUDA backend even where nvcc exists
+#   make MPI=0      build without MPI even where Open MPI is installed
+#   make NCCL=1     build the CUDA backend's NCCL all-reduce (default: 1 when
+#                   nccl.h is found in the CUDA toolkit or /usr/include)
 #
 # Dependencies are Debian 12 packages; scripts/deps.sh installs any that are
 # missing (as root) or prints the apt-get command to run.
@@ -29,6 +32,9 @@ endif
 # oneDNN (Debian's libdnnl-dev) for the cpu backend's bf16 products
 # (cpu:bf16, src/backend/cpu_dnnl.c); without it those run in fp32 sgemm.
 DNNL     ?= $(shell test -f /usr/include/oneapi/dnnl/dnnl.h && echo 1 || echo 0)
+# MPI (src/core/dist.c): Open MPI found through pkg-config (Debian's
+# libopenmpi-dev); without it the build runs one process and says so.
+MPI      ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
 
 SAN      ?= 0
 FUZZ     ?= 0
@@ -70,11 +76,24 @@ LDLIBS   += -ldnnl
 endif
 LDFLAGS  += -fopenmp $(SANFLAGS)
 
+ifeq ($(MPI),1)
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
+LDLIBS     += $(shell pkg-config --libs ompi-c)
+endif
+
+# NCCL (src/gpu/nccl_cuda.cu): the data-parallel gradient sum on the GPUs;
+# found in the CUDA toolkit (or /usr/include).  Without it the sum goes
+# through the host and MPI.
+NCCL     ?= $(if $(filter 1,$(CUDA)),$(if $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),1,0),0)
+
 ifeq ($(CUDA),1)
 NVCCFLAGS := -O2 -std=c++17 -Iinclude -Isrc -DMP_HAVE_CUDA=1 \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC -MMD -MP
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+ifeq ($(NCCL),1)
+LDLIBS    += -lnccl
+endif
 endif
 
 MODULES  := core data graph featurize backend models run api bench hpopt
@@ -101,6 +120,17 @@ deps:
 $(BUILD)/cuda.stamp: FORCE
 	@mkdir -p $(dir $@)
 	@echo "CUDA=$(CUDA)" | cmp -s - $@ || echo "CUDA=$(CUDA)" > $@
+
+$(BUILD)/mpi.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo "MPI=$(MPI)" | cmp -s - $@ || echo "MPI=$(MPI)" > $@
+$(BUILD)/src/core/dist.o: $(BUILD)/mpi.stamp
+$(BUILD)/nccl.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo "NCCL=$(NCCL)" | cmp -s - $@ || echo "NCCL=$(NCCL)" > $@
+$(BUILD)/src/gpu/nccl_cuda.o: $(BUILD)/nccl.stamp
+$(BUILD)/src/gpu/nccl_cuda.o: NVCCFLAGS += -DMP_HAVE_NCCL=$(NCCL)
+$(BUILD)/src/core/dist.o: CPPFLAGS += -DMP_HAVE_MPI=$(MPI) $(MPI_CFLAGS)
 
 $(BUILD)/libmolprop.a: $(LIB_OBJ) $(BUILD)/cuda.stamp
 	@rm -f $@
@@ -169,8 +199,14 @@ export MOLPROP_SHARED MOLPROP_DATA_MIRROR
 # tests/install_example.sh (run by tests/test_install.c) installs this build
 # into a scratch prefix with these make variables and builds examples/
 # against it through pkg-config.
-test: $(BUILD)/run_tests $(BUILD)/molprop $(BUILD)/libmolprop.so
-	MOLPROP_BIN=$(abspath $(BUILD)/molprop) MOLPROP_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) BUILD=$(BUILD)" \
+# tests/test_dist.c launches this one alone and under mpirun.
+$(BUILD)/dist_train: $(BUILD)/tests/workers/dist_train.o $(BUILD)/libmolprop.a
+	$(CXX) $(LDFLAGS) -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
+
+test: $(BUILD)/run_tests $(BUILD)/molprop $(BUILD)/libmolprop.so $(BUILD)/dist_train
+	MOLPROP_DIST_TRAIN=$(abspath $(BUILD)/dist_train) \
+	MOLPROP_BIN=$(abspath $(BUILD)/molprop) MOLPROP_MAKEVARS="SAN=$(SAN) CUDA=$(CUDA) MPI=$(MPI) NCCL=$(NCCL) BUILD=$(BUILD)" \
+	    MOLPROP_MPI=$(MPI) \
 	    MOLPROP_EXAMPLE_CFLAGS="$(SANFLAGS)" ./$(BUILD)/run_tests $(T)
 
 test-san:
@@ -285,6 +321,6 @@ $(BUILD)/bench/desc_rate: bench/desc_rate.c $(BUILD)/libmolprop.a
 clean:
 	rm -rf build build-san build-nocuda build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/bench/gpu_ops.d $(BUILD)/bench/gpu_predict.d
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/tests/workers/dist_train.d $(BUILD)/bench/gpu_ops.d $(BUILD)/bench/gpu_predict.d
 
 FORCE:

@@ -256,6 +256,12 @@ mp_status mp_run_train(const mp_options *o, mp_summary **out);
  * "mols_per_second"; text "out". */
 mp_status mp_run_predict(const mp_options *o, mp_summary **out);
 
+/* `molprop predict --merge` (options of "predict-merge"): joins the parts
+ * "out".shard-I-of-N that mp_run_predict wrote with option "shard" I/N, in
+ * order, into "out" (atomically), after checking they are all there and of
+ * one run.  Summary: "n_rows", "n_invalid", "seconds"; text "out". */
+mp_status mp_run_predict_merge(const mp_options *o, mp_summary **out);
+
 /* Scores a saved model on a labelled CSV, or (options "preds" and
  * "uncertainty-metrics") a prediction file's uncertainties against it.
  * Summary: "n_rows", "n_invalid", "n_tasks"; text "metrics" (the metric

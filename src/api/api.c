@@ -15,7 +15,9 @@
 #include "run/ensemble.h"
 #include "run/fingerprint.h"
 #include "run/modelfile.h"
+#include "core/dist.h"
 #include "run/predict.h"
+#include "run/shard.h"
 #include "run/trainer.h"
 
 #include <cjson/cJSON.h>
@@ -373,6 +375,23 @@ mp_status mp_run_train(const mp_options *o, mp_summary **out)
     return run_train(o, out);
 }
 
+/* Under K > 1 MPI ranks (fit.c trains data-parallel): rank 0 writes the
+ * model and the metrics, the others nothing and quietly. */
+static mp_status dist_train_opts(mp_train_opts *t)
+{
+    if (mp_dist_size() == 1)
+        return MP_OK;
+    if (t->checkpoint_every > 0 || t->resume)
+        return mp_error_set(MP_ERR_ARG, "--checkpoint-every and --resume do not run over MPI "
+                            "ranks yet (%d ranks): train in one process to use them",
+                            mp_dist_size());
+    if (mp_dist_rank() != 0) {
+        t->save_dir = NULL;
+        t->quiet = 1;
+    }
+    return MP_OK;
+}
+
 static mp_status run_train(const mp_options *o, mp_summary **out)
 {
     mp_train_opts t = mp_train_opts_default();
@@ -381,6 +400,8 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
     if (st)
         return st;
     t.backend = backend;
+    if ((st = mp_dist_init()) || (st = dist_train_opts(&t)))
+        return st;
     mp_train_result r;
     if ((st = mp_train(&t, &r)))
         return st;
@@ -393,6 +414,7 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
         (void)((st = mp_summary_put_text(s, "metric", mp_metric_name(r.metric))) ||
                (st = mp_summary_put_text(s, "task", mp_task_type_name(r.task))) ||
                (st = mp_summary_put_text(s, "save_dir", t.save_dir)) ||
+               (st = mp_summary_put_number(s, "rank", (double)mp_dist_rank())) ||
                (st = mp_summary_put_number(s, "test", r.test_mean)) ||
                (st = mp_summary_put_number(s, "val", r.val_mean)) ||
                (st = mp_summary_put_number(s, "n_tasks", (double)r.n_tasks)) ||
@@ -436,9 +458,45 @@ mp_status mp_run_predict(const mp_options *o, mp_summary **out)
     mp_status st = mp_run_start(o, "predict", &p, backend, sizeof backend, out);
     if (!st) {
         p.backend = backend;
-        st = mp_predict_file(&p, &stats);
+        st = mp_predict_run(&p, &stats);   /* shard.c: one process, a shard or MPI ranks */
     }
-    return st ? st : stream_summary(&stats, p.out_path, out);
+    if (st)
+        return st;
+    char part[4300];
+    if (p.shard.count)
+        mp_shard_part_path(part, sizeof part, p.out_path, p.shard.index, p.shard.count);
+    mp_summary *s = NULL;
+    if (!(st = mp_summary_new(&s)))
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)stats.n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", (double)stats.n_invalid)) ||
+               (st = mp_summary_put_number(s, "seconds", stats.seconds)) ||
+               (st = mp_summary_put_number(s, "mols_per_second", stats.mols_per_second)) ||
+               (st = mp_summary_put_number(s, "rank", (double)mp_dist_rank())) ||
+               (st = mp_summary_put_text(s, "out", p.shard.count ? part : p.out_path)));
+    return mp_summary_finish(st, s, out);
+}
+
+mp_status mp_run_predict_merge(const mp_options *o, mp_summary **out)
+{
+    if (out)
+        *out = NULL;
+    mp_status st = mp_run_check(o, "predict-merge");
+    if (st)
+        return st;
+    mp_predict_merge_args a;
+    memset(&a, 0, sizeof a);
+    if ((st = mp_options_apply(o, &a)))
+        return st;
+    mp_predict_stats stats;
+    if ((st = mp_predict_merge(a.out_path, a.remove_parts, &stats)))
+        return st;
+    mp_summary *s = NULL;
+    if (!(st = mp_summary_new(&s)))
+        (void)((st = mp_summary_put_number(s, "n_rows", (double)stats.n_rows)) ||
+               (st = mp_summary_put_number(s, "n_invalid", (double)stats.n_invalid)) ||
+               (st = mp_summary_put_number(s, "seconds", stats.seconds)) ||
+               (st = mp_summary_put_text(s, "out", a.out_path)));
+    return mp_summary_finish(st, s, out);
 }
 
 mp_status mp_run_fingerprint(const mp_options *o, mp_summary **out)

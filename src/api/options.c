@@ -17,6 +17,7 @@
 #include "run/predict.h"
 #include "run/uncertainty.h"
 #include "run/resident.h"
+#include "run/shard.h"
 #include "run/trainer.h"
 
 #include <errno.h>
@@ -410,6 +411,23 @@ static const mp_option_def predict_table[] = {
     PRECISION,
     { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_predict_opts, quiet),
       .help = "no summary line" },
+    { "shard", MP_OPT_TEXT, "none", .parse = mp_shard_parse_option, .offset = AT(mp_predict_opts, shard),
+      .arg = "I/N", .help = "predict the I-th of N byte ranges of --data (0 <=\nI < N) into "
+                            "P.shard-I-of-N; join them with\n--merge (under mpirun the ranks "
+                            "are the shards);\nnone: all of it" },
+};
+
+/* `molprop predict --merge --out P`: the parts of --shard joined */
+static const mp_option_def predict_merge_table[] = {
+    { "merge", MP_OPT_BOOL, "false", .offset = AT(mp_predict_merge_args, merge),
+      .help = "join P.shard-0-of-N ... P.shard-(N-1)-of-N into\nP, in order (checked first: "
+              "all there, of one run)" },
+    { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_merge_args, out_path), .arg = "P",
+      .help = "the output the parts make (written atomically)", .flags = MP_OPTF_REQUIRED },
+    { "remove-parts", MP_OPT_BOOL, "false", .offset = AT(mp_predict_merge_args, remove_parts),
+      .help = "delete the parts once P is written" },
+    { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_predict_merge_args, quiet),
+      .help = "no summary line" },
 };
 
 static const mp_option_def eval_table[] = {
@@ -642,6 +660,7 @@ static const struct {
     TABLE("data", data_table),           TABLE("bench-compare", bench_compare_table),
     TABLE("bench-report", bench_report_table), TABLE("hpopt", hpopt_table),
     TABLE("fingerprint", fingerprint_table),
+    TABLE("predict-merge", predict_merge_table),   /* molprop predict --merge */
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
 

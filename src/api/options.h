@@ -126,6 +126,12 @@ typedef struct {
     const char *dest, *registry, *mirror, *url;
 } mp_data_args;
 
+/* `molprop predict --merge` (run/shard.h) */
+typedef struct {
+    const char *out_path;
+    int         merge, remove_parts, quiet;
+} mp_predict_merge_args;
+
 enum { MP_HP_KEEP_BEST, MP_HP_KEEP_ALL, MP_HP_KEEP_NONE };
 
 typedef struct {

@@ -508,6 +508,15 @@ struct mp_backend {
     void      (*fence_record)(mp_backend *b, int lane, int f);
     void      (*fence_wait)(mp_backend *b, int lane, int f);
     mp_status (*fence_sync)(mp_backend *b, int f);
+
+    /* ---- several processes (optional: NULL unless built for it) -------- */
+    /* buf[0..n) (element type, device) := sum over the MPI ranks r
+     * (core/dist.h), in rank order, of w[r] * rank r's buf (w: host, one
+     * weight per rank), each product rounded once; the same bits on every
+     * rank, as mp_dist_sum_float gives on the host.  cuda built with NCCL:
+     * an all-gather over a communicator bootstrapped through MPI, then one
+     * ordered sum per element.  Every rank must call it. */
+    mp_status (*rank_sum)(mp_backend *b, void *buf, size_t n, const float *w);
 };
 
 #define MP_FENCES 8

@@ -34,6 +34,11 @@ int cli_train(int argc, char **argv)
         return cli_fail_status(V, st);
     }
     const char *dir = mp_summary_text(s, "save_dir");
+    if (mp_summary_number(s, "rank") != 0) {   /* under mpirun rank 0 speaks for all */
+        mp_summary_free(s);
+        mp_options_free(o);
+        return 0;
+    }
     printf("test %s = %.6g (val %.6g), %.0f train / %.0f val / %.0f test molecules, "
            "train %.2f s (%.0f molecules/s)\n", mp_summary_text(s, "metric"),
            mp_summary_number(s, "test"), mp_summary_number(s, "val"),

@@ -62,6 +62,9 @@ struct mp_csv_reader {
     int    cb_toomany;      /* a record with more than max_fields fields     */
     uint64_t z_in_total, z_out_total; /* gzip: compressed bytes read, text made */
 
+    int      ranged;        /* mp_csv_set_range: read no further than `left`  */
+    uint64_t left;          /* bytes of the range not yet read               */
+
     mp_status failed;       /* sticky: after an error every call fails       */
     int    done;
 };
@@ -311,7 +314,11 @@ static mp_status fill(mp_csv_reader *r)
         return MP_OK;
     if (r->gz)
         return inflate_some(r, room);
-    size_t n = fread(r->text + r->len, 1, room, r->fp);
+    if (r->ranged && room > r->left)
+        room = (size_t)r->left;
+    size_t n = room ? fread(r->text + r->len, 1, room, r->fp) : 0;
+    if (r->ranged)
+        r->left -= n;
     if (n == 0 && ferror(r->fp)) {
         int retry;
         st = read_error(r, &retry);
@@ -525,6 +532,32 @@ mp_status mp_csv_next(mp_csv_reader *r, char ***fields, size_t *n_fields, size_t
         if (r->rec_done && record_take(r, fields, n_fields, line))
             return MP_OK;
     }
+}
+
+/* ===================================================================== */
+/* Byte ranges (shards)                                                   */
+/* ===================================================================== */
+
+mp_status mp_csv_set_range(mp_csv_reader *r, uint64_t start, uint64_t end, size_t line)
+{
+    if (r->gz || !r->own_fp)
+        return mp_error_set(MP_ERR_ARG, "%s: a byte range needs a plain file (%s): decompress "
+                            "it first", r->path, r->gz ? "this one is gzipped" :
+                            "standard input cannot seek");
+    if (end < start)
+        return mp_error_set(MP_ERR_INTERNAL, "%s: byte range %llu-%llu", r->path,
+                            (unsigned long long)start, (unsigned long long)end);
+    if (fseeko(r->fp, (off_t)start, SEEK_SET) != 0)
+        return fail(r, mp_error_set(MP_ERR_IO, "%s: cannot seek to byte %llu: %s", r->path,
+                                    (unsigned long long)start, strerror(errno)));
+    r->pos = r->len = 0;
+    r->eof = r->done = 0;
+    r->bom_checked = 1;
+    r->line = line;
+    r->prev_cr = r->in_record = 0;
+    r->ranged = 1;
+    r->left = end - start;
+    return MP_OK;
 }
 
 /* ===================================================================== */

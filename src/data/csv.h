@@ -55,6 +55,18 @@ const char *mp_csv_path(const mp_csv_reader *r);
 void mp_csv_set_limits(mp_csv_reader *r, size_t max_record, size_t max_fields);
 void mp_csv_close(mp_csv_reader *r);
 
+/*
+ * Restricts a plain-file reader to the bytes [start, end) of its file: the
+ * next record read is the first that starts at `start`, the reader reports
+ * the end of file at `end`.  start and end must be record boundaries (the
+ * byte after a line break outside quotes, or the file's size; shard.c finds
+ * them); `line` is the physical line at `start`, so messages keep the
+ * file's own line numbers.  Called after the header has been read.
+ * MP_ERR_ARG for gzip input or standard input (their bytes cannot be
+ * addressed), MP_ERR_IO when the seek fails.
+ */
+mp_status mp_csv_set_range(mp_csv_reader *r, uint64_t start, uint64_t end, size_t line);
+
 /* Writes one field to fp, quoting it (RFC 4180) when it holds a comma, a
  * quote, CR or LF, or leading/trailing space. */
 void mp_csv_write_field(FILE *fp, const char *s);

@@ -281,6 +281,8 @@ void mp_cu_rows_ops(mp_backend *b);
 void mp_cu_reduce_ops(mp_backend *b);
 void mp_cu_capture_ops(mp_backend *b);
 void mp_cu_stream_ops(mp_backend *b);
+void mp_cu_nccl_ops(mp_backend *b);      /* nccl_cuda.cu: rank_sum (NCCL=1 builds) */
+void mp_cu_pick_rank_device(void);       /* nccl_cuda.cu: a GPU per MPI rank      */
 void mp_cu_stream_close(gpu_ctx *c);
 
 /* dense_cuda.cu: one product of gemm on `lane` (0: the backend's stream and

@@ -288,6 +288,7 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     b->ctx = c;
     c->prec = prec;
     c->err = MP_OK;
+    mp_cu_pick_rank_device();
 
     cudaDeviceProp prop;
     if (!CUDA_OK(c, cudaGetDevice(&c->device)) ||
@@ -358,6 +359,7 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     mp_cu_layer_ops(b);
     mp_cu_stream_ops(b);
     mp_cu_capture_ops(b);
+    mp_cu_nccl_ops(b);
     *out = b;
     return MP_OK;
 }

@@ -958,6 +958,17 @@ mp_status mp_model_get_grads(const mp_model *m, float *dst)
     return download_floats((mp_model *)m, dst, m->grads, m->n_params);
 }
 
+mp_status mp_model_set_grads(mp_model *m, const float *src)
+{
+    return upload_floats(m, m->grads, src, m->n_params);
+}
+
+mp_status mp_model_rank_sum_grads(mp_model *m, const float *w, int *done)
+{
+    *done = m->b->rank_sum != NULL;
+    return *done ? m->b->rank_sum(m->b, m->grads, m->n_params, w) : MP_OK;
+}
+
 mp_status mp_model_set_params(mp_model *m, const float *src)
 {
     for (size_t i = 0; i < m->n_params; i++)

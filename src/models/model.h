@@ -303,6 +303,12 @@ const mp_model_config *mp_model_get_config(const mp_model *m);
 /* Copies the n_params parameters (or gradients) into host floats. */
 mp_status mp_model_get_params(const mp_model *m, float *dst);
 mp_status mp_model_get_grads(const mp_model *m, float *dst);
+/* Replaces the n_params gradients (data-parallel training: the ranks' sum). */
+mp_status mp_model_set_grads(mp_model *m, const float *src);
+/* Where the backend sums over MPI ranks on the device (ops.h rank_sum):
+ * the gradients := sum over the ranks of w[r] * rank r's, *done = 1;
+ * otherwise nothing and *done = 0 (the caller goes through the host). */
+mp_status mp_model_rank_sum_grads(mp_model *m, const float *w, int *done);
 /* Loads n_params parameters from host floats (e.g. read from a model file).
  * Leaves gradients and Adam state as they are. */
 mp_status mp_model_set_params(mp_model *m, const float *src);

@@ -139,6 +139,14 @@ mp_status mp_batch_source_state_set(mp_batch_source *s, const uint32_t *w, size_
  */
 mp_status mp_batch_source_host(mp_batch_source **out, mp_model *m, const mp_batch_data *d);
 
+/*
+ * The data-parallel source (batches_dist.c): under K > 1 MPI ranks each
+ * computes its slice of every batch on the host and the gradients are
+ * summed over the ranks in rank order (core/dist.h), so every rank's model
+ * takes the same steps.  Otherwise as the host source.
+ */
+mp_status mp_batch_source_dist(mp_batch_source **out, mp_model *m, const mp_batch_data *d);
+
 typedef struct {
     int     use_graph;     /* replay one captured CUDA graph per slot class (mp_resident_opts) */
     int32_t n_classes;     /* slot size classes at most, 1..MP_RESIDENT_MAX_CLASSES            */

@@ -5,6 +5,7 @@
  */
 #include "run/fit.h"
 
+#include "core/dist.h"
 #include "models/schedule.h"
 
 #include <math.h>
@@ -107,6 +108,15 @@ mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out)
     mp_backend *dev = c->e->backend;
     mp_model *m = c->e->members[k];
     int resident = o->resident < 0 ? !dev->host_memory : o->resident;
+    /* MPI ranks: each a slice of every batch, with host batches on any
+     * backend (the gradients summed on the GPUs with NCCL where built) */
+    if (mp_dist_size() > 1) {
+        if (o->resident > 0)
+            return mp_error_set(MP_ERR_ARG, "training over %d MPI ranks runs host batches: "
+                                "the device-resident source does not run over ranks yet "
+                                "(leave --resident at auto)", mp_dist_size());
+        return mp_batch_source_dist(out, m, &c->batches);
+    }
     /* the resident slots carry no sample weights or inequality flags, and
      * their padding molecules would enter batch norm's batch statistics:
      * the host source steps those runs (on any backend) */

@@ -2,6 +2,7 @@
  * predict.c - streaming prediction and evaluation with a saved model.
  */
 #include "run/predict.h"
+#include "run/shard.h"
 
 #include "models/heads.h"
 
@@ -136,6 +137,7 @@ typedef struct {
     chunk                  c;
     mp_featfile            file;          /* --features-path      */
     mp_unc_run             u;             /* uncertainty, calibration */
+    mp_shard               sh;            /* --shard: its range and part (shard.h) */
     int                    u_open;
     double                *mean, *std;    /* cap x n_tasks (std: the _unc values) */
     double                *lower, *upper; /* cap x n_tasks        */
@@ -231,6 +233,10 @@ static mp_status predict_open(predict_run *p)
     spec.no_targets = 1;
     if ((st = mp_columns_resolve(o->data_path, fields, nf, &spec, &p->smiles_col, NULL, NULL)))
         return st;
+    /* shards start on a batch boundary (on a chunk's when batches do not tile it) */
+    int32_t batch = PREDICT_BATCH_FOR(p->e);
+    if (o->shard.count && (st = mp_shard_begin(&p->sh, o, p->r, cap % batch ? cap : batch)))
+        return st;
     size_t t = p->e->n_tasks;
     p->c.smiles = mp_malloc(sizeof(char *) * (size_t)cap);
     p->c.line = mp_malloc(sizeof(size_t) * (size_t)cap);
@@ -245,10 +251,14 @@ static mp_status predict_open(predict_run *p)
         !p->upper)
         return mp_error_set(MP_ERR_NOMEM, "out of memory (chunk of %d rows)", cap);
     p->c.cap = cap;
-    if ((st = mp_afile_open(&p->out, o->out_path)))
+    if ((st = mp_afile_open(&p->out, o->shard.count ? p->sh.part_path : o->out_path)))
         return st;
     p->out_open = 1;
+    if (o->shard.count)
+        mp_shard_write_head(&p->sh, p->out.fp);
     write_header(p, fields[p->smiles_col]);
+    if (o->shard.count)
+        mp_shard_header_done(&p->sh, p->out.fp);
     return MP_OK;
 }
 
@@ -260,13 +270,14 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
     FILE *fp = p->out.fp;
     size_t t = p->e->n_tasks, V = (size_t)mp_ensemble_n_values(p->e);
     const mp_featfile *file = o->features_path ? &p->file : NULL;
-    if (file && p->stats->n_rows + (size_t)p->c.n > file->n_rows)
+    size_t row0 = (size_t)p->sh.row0 + p->stats->n_rows;   /* in the whole input */
+    if (file && row0 + (size_t)p->c.n > file->n_rows)
         return mp_error_set(MP_ERR_FORMAT, "%s: %zu rows of features, %s has more (one row of "
                             "features per input row)", o->features_path, file->n_rows,
                             o->data_path);
     mp_features *f = NULL;
-    mp_status st = predict_chunk(&p->u, &p->c, fo, file, &p->cols, (int64_t)p->stats->n_rows,
-                                 p->idx, p->mean, p->std, p->lower, p->upper, p->vals, &f);
+    mp_status st = predict_chunk(&p->u, &p->c, fo, file, &p->cols, (int64_t)row0, p->idx,
+                                 p->mean, p->std, p->lower, p->upper, p->vals, &f);
     if (st) {
         mp_features_free(f);
         return st;
@@ -338,18 +349,22 @@ static mp_status predict_rows(predict_run *p)
         if ((p->c.n == p->c.cap || (eof && p->c.n > 0)) && (st = predict_flush(p, &fo)))
             return st;
         if (eof) {
-            /* every column file covers the input, no more and no less */
+            /* every column file covers the input, no more and no less (a
+             * shard before the last cannot tell whether the file has rows
+             * to spare, only whether it has too few) */
+            size_t seen = (size_t)p->sh.row0 + p->stats->n_rows;
+            int last = !o->shard.count || o->shard.index == o->shard.count - 1;
             for (int k = 0; k < 2; k++) {
                 const mp_colfile *cf = &p->cols.file[k];
-                if (p->cols.has[k] && (cf->line ? cf->n_mols > (int32_t)p->stats->n_rows
-                                                : cf->n_mols != (int32_t)p->stats->n_rows))
+                size_t have = (size_t)cf->n_mols;
+                if (p->cols.has[k] && (cf->line ? last && have > seen
+                                                : (last ? have != seen : have < seen)))
                     return mp_error_set(MP_ERR_FORMAT, "%s: %d molecules for the %zu input "
-                                        "rows of %s", cf->path, (int)cf->n_mols,
-                                        p->stats->n_rows, o->data_path);
+                                        "rows of %s", cf->path, (int)cf->n_mols, seen,
+                                        o->data_path);
             }
-            if (o->features_path)
-                return mp_featfile_check_rows(&p->file, o->features_path, p->stats->n_rows,
-                                              o->data_path);
+            if (o->features_path && last)
+                return mp_featfile_check_rows(&p->file, o->features_path, seen, o->data_path);
             return MP_OK;
         }
     }
@@ -371,6 +386,8 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     if (st == MP_OK) {
         if (!o->quiet && stats->n_invalid > MAX_REPORTED_INVALID)
             fprintf(stderr, "... %zu invalid SMILES in all\n", stats->n_invalid);
+        if (o->shard.count)
+            mp_shard_write_tail(&p.sh, p.out.fp, stats);
         st = mp_afile_commit(&p.out);
         p.out_open = 0;
         stats->seconds = mp_time_now() - t0;

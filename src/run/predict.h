@@ -16,6 +16,12 @@
 extern "C" {
 #endif
 
+/* --shard I/N: this process predicts the I-th of N byte ranges of the
+ * input (run/shard.h); count 0: the whole input. */
+typedef struct {
+    int index, count;
+} mp_shard_spec;
+
 typedef struct {
     const char    *model_path;
     const char    *data_path;
@@ -37,6 +43,7 @@ typedef struct {
     const char    *atom_path;     /* user atom / bond columns for a model trained  *
                                    * with them (columns.h; NULL: none)             */
     const char    *bond_path;
+    mp_shard_spec  shard;         /* writes the part <out>.shard-I-of-N (shard.h) */
 } mp_predict_opts;
 
 typedef struct {

@@ -1,0 +1,140 @@
+#!/bin/sh
+# screen.sh - screening throughput (issue 14): `molprop predict` on a
+# generated file of ROWS rows (the SMILES of the shared datasets, repeated in
+# order), one process on all cores, then split over 1, 2 and 4 MPI ranks
+# (mpirun -np R, each rank cores/R threads, its byte range of the input),
+# and one process on the GPU when there is one.  Per run: wall seconds,
+# molecules/s, peak RSS (per rank and summed), and a check that the output
+# is byte for byte the one process's.  Ends with molecules per day projected
+# for N nodes from the measured per-node rate and the 1 -> 4 rank scaling.
+#
+#   bench/screen.sh [ROWS] [WORKDIR]
+#   env: MOLPROP_BIN (build/molprop), DATA_DIR (../shared/datasets),
+#        MODEL (a model file; default: a default-size D-MPNN, hidden 300,
+#        trained 1 epoch on ESOL here), RANKS ("1 2 4"; "" or no mpirun:
+#        none), CORES (nproc),
+#        GPU (auto: when nvidia-smi sees one; 0: never; 1: always)
+#
+# Prints a Markdown table (for bench/RESULTS.md) on stdout; logs on stderr.
+set -eu
+rows=${1:-10000000}
+work=${2:-/tmp/molprop-screen}
+bin=${MOLPROP_BIN:-build/molprop}
+data=${DATA_DIR:-${MOLPROP_DATA_MIRROR:-../shared/datasets}}
+ranks=${RANKS-1 2 4}
+cores=${CORES:-$(nproc)}
+gpu=${GPU:-auto}
+if [ -n "$ranks" ] && ! command -v mpirun >/dev/null 2>&1; then
+    echo "screen: no mpirun here (Debian: openmpi-bin): the rank runs are left out" >&2
+    ranks=""
+fi
+mkdir -p "$work"
+in="$work/rows-$rows.csv"
+
+if [ ! -s "$in" ]; then
+    python3 - "$data" "$rows" "$in" <<'PY'
+import csv, gzip, os, sys
+data, rows, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+smiles = []
+for name in sorted(os.listdir(data)):
+    if not name.endswith(".csv.gz"):
+        continue
+    with gzip.open(os.path.join(data, name), "rt", newline="") as f:
+        r = csv.reader(f)
+        head = next(r)
+        col = next((i for i, h in enumerate(head) if h.lower() == "smiles"), 0)
+        smiles.extend(row[col] for row in r if row)
+with open(out + ".part", "w", newline="") as f:
+    f.write("smiles\n")
+    for i in range(rows):
+        s = smiles[i % len(smiles)]
+        f.write('"%s"\n' % s.replace('"', '""') if ("," in s or '"' in s) else s + "\n")
+os.rename(out + ".part", out)
+print("screen: wrote %d rows (%d distinct SMILES) to %s" % (rows, len(smiles), out),
+      file=sys.stderr)
+PY
+fi
+
+model=${MODEL:-$work/model/model.mpm}
+if [ ! -s "$model" ]; then
+    echo "screen: training a default-size D-MPNN (1 epoch on ESOL) into $work/model" >&2
+    "$bin" train --data "$data/esol.csv.gz" --epochs 1 --quiet --save-dir "$work/model" >/dev/null
+fi
+
+now() { date +%s.%N; }
+# run NAME CMD...: wall seconds into $secs, the peak RSS lines (KB) into $work/NAME.rss
+run() {
+    name=$1
+    shift
+    t0=$(now)
+    "$@" 2> "$work/$name.err" || { cat "$work/$name.err" >&2; exit 1; }
+    t1=$(now)
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')
+    cat "$work/$name".rss.* 2>/dev/null | awk '/^maxrss / {print $2}' > "$work/$name.rss"
+    rm -f "$work/$name".rss.*
+}
+# timed NAME CMD...: CMD under /usr/bin/time, its peak RSS into NAME.rss.<rank>
+# (a file per rank: the ranks' stderr lines interleave)
+timed() {
+    name=$1
+    shift
+    /usr/bin/time -f "maxrss %M" -o "$work/$name.rss.${OMPI_COMM_WORLD_RANK:-0}" "$@"
+}
+rate() { awk -v n="$rows" -v s="$1" 'BEGIN {printf "%.0f", (s > 0 ? n / s : 0)}'; }
+mib() { awk '{m = $1 > m ? $1 : m; s += $1} END {printf "%.0f %.0f", m / 1024, s / 1024}' "$1"; }
+
+echo "| run | ranks x threads | wall s | molecules/s | peak RSS per rank (MiB) | sum (MiB) | output = 1 process |"
+echo "|---|---|---|---|---|---|---|"
+run one timed one "$bin" predict --model "$model" --data "$in" --out "$work/one.csv" --threads "$cores" --quiet
+one_rate=$(rate "$secs")
+set -- $(mib "$work/one.rss")
+echo "| cpu, 1 process | 1 x $cores | $secs | $one_rate | $1 | $2 | (reference) |"
+rate1=""
+best=$one_rate
+rate_max=""
+r_max=1
+for r in $ranks; do
+    th=$((cores / r))
+    [ "$th" -ge 1 ] || th=1
+    run "mpi$r" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$r" sh -c \
+        'work=$1; shift; /usr/bin/time -f "maxrss %M" -o "$work/$0.rss.$OMPI_COMM_WORLD_RANK" "$@"' \
+        "mpi$r" "$work" "$bin" predict \
+        --model "$model" --data "$in" --out "$work/mpi$r.csv" --threads "$th" --quiet
+    rr=$(rate "$secs")
+    same=$(cmp -s "$work/one.csv" "$work/mpi$r.csv" && echo yes || echo NO)
+    set -- $(mib "$work/mpi$r.rss")
+    echo "| cpu, mpirun -np $r | $r x $th | $secs | $rr | $1 | $2 | $same |"
+    [ -n "$rate1" ] || { rate1=$rr; r_first=$r; }
+    rate_max=$rr
+    r_max=$r
+    best=$(awk -v a="${best:-0}" -v b="$rr" 'BEGIN {print (b > a ? b : a)}')
+    rm -f "$work/mpi$r.csv"
+done
+node_rate=$best
+if [ "$gpu" = 1 ] || { [ "$gpu" = auto ] && command -v nvidia-smi >/dev/null 2>&1 &&
+                        nvidia-smi -L >/dev/null 2>&1; }; then
+    run gpu timed gpu "$bin" predict --model "$model" --data "$in" --out "$work/gpu.csv" --device gpu \
+        --threads "$cores" --quiet
+    gr=$(rate "$secs")
+    set -- $(mib "$work/gpu.rss")
+    echo "| gpu, 1 process | 1 x $cores | $secs | $gr | $1 | $2 | (gpu: fp32 rounding differs) |"
+    node_rate=$(awk -v a="$best" -v b="$gr" 'BEGIN {print (b > a ? b : a)}')
+    rm -f "$work/gpu.csv"
+fi
+rm -f "$work/one.csv"
+
+# The projection: shards share nothing but the input file, so N nodes run
+# N times one node's rate; the within-node scaling (1 -> r_max ranks) is
+# what the measurement says about splitting the work, and the merge is a
+# byte copy (rank 0) at the end.
+echo
+[ -z "$rate1" ] || echo "Scaling $r_first -> $r_max ranks on $cores cores: $rate1 -> $rate_max molecules/s."
+echo
+echo "| nodes | molecules/s | molecules/day |"
+echo "|---|---|---|"
+for n in 1 2 4 8 16 64; do
+    awk -v n="$n" -v r="$node_rate" 'BEGIN {printf "| %d | %.0f | %.3g |\n", n, n * r, n * r * 86400}'
+done
+echo
+echo "(projection: N x the best per-node rate measured above, $node_rate molecules/s; the shards"
+echo " share nothing but the input file; the final merge copies the outputs once.)"

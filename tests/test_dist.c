@@ -1,0 +1,232 @@
+/*
+ * test_dist.c - data-parallel training over MPI ranks (run/batches_dist.c,
+ * core/dist.c): the worker tests/workers/dist_train.c trained alone and
+ * under `mpirun -np 2|3` on the same global batch: every rank the same
+ * loss curve bit for bit, two runs of K ranks the same model file bit for
+ * bit, and each epoch's loss within 1e-5 relative of one process's; the
+ * command under mpirun writes its files once (rank 0) and prints one
+ * summary; sample weights split too, batch norm and the rmse loss are
+ * refused.  A build without MPI refuses to run as K ranks, saying why.
+ */
+#include "test.h"
+
+#include "core/core.h"
+#include "core/dist.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char out[65536];
+
+static const char *tmp(const char *name)
+{
+    static char buf[8][1200];
+    static int next;
+    char *b = buf[next++ % 8];
+    snprintf(b, sizeof buf[0], "%s/dist_%s", mp_test_tmpdir(), name);
+    return b;
+}
+
+static int shell(const char *fmt, ...)
+{
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    while (fread(cmd, 1, sizeof cmd, p) > 0) {
+    }
+    int status = pclose(p);
+    return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* detect_leaks=0: in a sanitizer build, Open MPI's plugins, unloaded at
+ * MPI_Finalize, leave blocks LeakSanitizer can neither name nor suppress
+ * (tests/lsan.supp); the one-process runs of the same code keep it on */
+#define MPIRUN "ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np"
+
+MP_TEST(dist_one_process_collectives_are_identities)
+{
+    CHECK_OK(mp_dist_init());
+    CHECK_EQ_INT(mp_dist_size(), 1);
+    CHECK_EQ_INT(mp_dist_rank(), 0);
+    float v[3] = { 1.5f, -2.0f, 3.25f };
+    CHECK_OK(mp_dist_sum_float(v, 3, NULL, NULL));
+    CHECK(v[0] == 1.5f && v[1] == -2.0f && v[2] == 3.25f);
+    const float w = 0.5f;
+    CHECK_OK(mp_dist_sum_float(v, 3, &w, NULL));
+    CHECK(v[0] == 0.75f && v[1] == -1.0f && v[2] == 1.625f);
+    uint64_t u[2] = { 7, 9 };
+    CHECK_OK(mp_dist_sum_u64(u, 2));
+    CHECK(u[0] == 7 && u[1] == 9);
+    CHECK_EQ_INT(mp_dist_all_ok(1), 1);
+    CHECK_EQ_INT(mp_dist_all_ok(0), 0);
+}
+
+/* The first 300 rows of esol, plain (the workers' data). */
+static const char *data300(void)
+{
+    const char *p = tmp("esol300.csv");
+    if (access(p, F_OK) != 0 &&
+        shell("zcat '%s' | head -301 > '%s'", mp_test_shared("datasets/esol.csv.gz"), p) != 0)
+        return NULL;
+    return p;
+}
+
+/* A loss log's epoch lines: up to 64 (loss, val) pairs; their count. */
+static int read_log(const char *path, double *loss, double *val, char **text)
+{
+    *text = mp_test_slurp(path, NULL);
+    if (!*text)
+        return -1;
+    int n = 0;
+    for (const char *p = *text; p && *p && n < 64; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        int member, epoch;
+        if (sscanf(p, "%d %d %lf %lf", &member, &epoch, &loss[n], &val[n]) == 4)
+            n++;
+    }
+    return n;
+}
+
+static void train_ranks_match(mp_test_result *mp__r, const char *model, int k,
+                              const char *extra)
+{
+    const char *bin = getenv("MOLPROP_DIST_TRAIN"), *data = data300();
+    CHECK_MSG(bin, "MOLPROP_DIST_TRAIN is not set (run the tests through make test)");
+    CHECK(data);
+    if (shell("command -v mpirun") != 0)
+        MP_SKIP("no mpirun (Debian: openmpi-bin)");
+    char one[1300], a[1300], b[1300], path[1400];
+    snprintf(one, sizeof one, "%s", tmp("one"));
+    snprintf(a, sizeof a, "%s_%s%d", tmp("a"), model, k);
+    snprintf(b, sizeof b, "%s_%s%d", tmp("b"), model, k);
+    if (*extra)   /* the weighted file: a sample weight column w */
+        CHECK_EQ_INT(shell("awk -F, 'NR == 1 {print $0 \",w\"} NR > 1 {print $0 \",\" "
+                           "(NR %% 5) * 0.5}' '%s' > '%s.w'", data, data), 0);
+    char dpath[1300];
+    snprintf(dpath, sizeof dpath, "%s%s", data, *extra ? ".w" : "");
+    data = dpath;
+    CHECK_MSG(shell("'%s' '%s' '%s' %s 3 50 %s", bin, data, one, model, extra) == 0, "%s", out);
+    if (!mp_dist_built_with_mpi()) {
+        CHECK(shell(MPIRUN " %d '%s' '%s' '%s' %s 3 50 %s", k, bin, data, a, model, extra) != 0);
+        CHECK_MSG(strstr(out, "built without MPI"), "%s", out);
+        return;
+    }
+    CHECK_MSG(shell(MPIRUN " %d '%s' '%s' '%s' %s 3 50 %s", k, bin, data, a, model, extra) == 0,
+              "%s", out);
+    CHECK_MSG(shell(MPIRUN " %d '%s' '%s' '%s' %s 3 50 %s", k, bin, data, b, model, extra) == 0,
+              "%s", out);
+    double l1[64], v1[64], la[64], va[64];
+    char *t1, *ta;
+    snprintf(path, sizeof path, "%s.rank0", one);
+    int n1 = read_log(path, l1, v1, &t1);
+    snprintf(path, sizeof path, "%s.rank0", a);
+    int na = read_log(path, la, va, &ta);
+    CHECK_EQ_INT(n1, 3);
+    CHECK_EQ_INT(na, 3);
+    for (int e = 0; e < 3; e++) {
+        CHECK_NEAR(la[e], l1[e], 0, 1e-5);
+        CHECK_NEAR(va[e], v1[e], 0, 1e-5);
+    }
+    /* the ranks differ from one process somewhere (a slice's sums), else
+     * this would not test the split */
+    int differs = 0;
+    for (int e = 0; e < 3; e++)
+        differs |= la[e] != l1[e];
+    CHECK_MSG(differs, "%d ranks gave one process's losses bit for bit", k);
+    /* every rank the same curve and validation (the same parameters), and
+     * a second run the same again */
+    for (int r = 1; r < k; r++) {
+        snprintf(path, sizeof path, "%s.rank%d", a, r);
+        char *tr = mp_test_slurp(path, NULL);
+        CHECK(tr);
+        CHECK_MSG(!strcmp(tr, ta), "rank %d's log differs from rank 0's:\n%s\n%s", r, tr, ta);
+        mp_free(tr);
+    }
+    snprintf(path, sizeof path, "%s.rank0", b);
+    char *tb = mp_test_slurp(path, NULL);
+    CHECK(tb);
+    CHECK_MSG(!strcmp(tb, ta), "two runs of %d ranks differ", k);
+    size_t ma, mb;
+    snprintf(path, sizeof path, "%s.model/model.mpm", a);
+    char *fa = mp_test_slurp(path, &ma);
+    snprintf(path, sizeof path, "%s.model/model.mpm", b);
+    char *fb = mp_test_slurp(path, &mb);
+    CHECK(fa && fb);
+    CHECK_MSG(ma == mb && !memcmp(fa, fb, ma), "two runs of %d ranks saved other models", k);
+    mp_free(fa);
+    mp_free(fb);
+    mp_free(tb);
+    mp_free(t1);
+    mp_free(ta);
+}
+
+MP_TEST(dist_train_dmpnn_2_ranks_match_one_process)
+{
+    train_ranks_match(mp__r, "dmpnn", 2, "");
+}
+
+MP_TEST(dist_train_dmpnn_3_ranks_match_one_process)
+{
+    train_ranks_match(mp__r, "dmpnn", 3, "");
+}
+
+/* sample weights (issue 11) and another loss split over the ranks too */
+MP_TEST(dist_train_weighted_mae_2_ranks_match_one_process)
+{
+    train_ranks_match(mp__r, "dmpnn", 2, "mae w");
+}
+
+MP_TEST(dist_train_ffn_2_ranks_match_one_process)
+{
+    train_ranks_match(mp__r, "ffn", 2, "");
+}
+
+MP_TEST(dist_train_cli_rank0_writes_alone)
+{
+    const char *data = data300(), *bin = getenv("MOLPROP_BIN");
+    CHECK(data && bin);
+    if (shell("command -v mpirun") != 0)
+        MP_SKIP("no mpirun (Debian: openmpi-bin)");
+    const char *dir = tmp("cli");
+    int rc = shell(MPIRUN " 2 '%s' train --data '%s' --epochs 2 --hidden 32 --threads 1 "
+                   "--save-dir '%s'", bin, data, dir);
+    if (!mp_dist_built_with_mpi()) {
+        CHECK(rc != 0);
+        CHECK_MSG(strstr(out, "built without MPI"), "%s", out);
+        CHECK(access(dir, F_OK) != 0);
+        return;
+    }
+    CHECK_MSG(rc == 0, "%s", out);
+    /* one summary, from rank 0; the epochs' lines once */
+    const char *first = strstr(out, "test rmse = ");
+    CHECK_MSG(first && !strstr(first + 1, "test rmse = "), "%s", out);
+    const char *ep = strstr(out, "epoch 2/2");
+    CHECK_MSG(ep && !strstr(ep + 1, "epoch 2/2"), "%s", out);
+    CHECK_EQ_INT(shell("ls -A '%s' | tr '\\n' ' '", dir), 0);
+    CHECK_MSG(!strcmp(out, "metrics.json model.mpm split.tsv "), "'%s'", out);
+    /* what does not run over ranks says so */
+    rc = shell(MPIRUN " 2 '%s' train --data '%s' --epochs 2 --save-dir '%s' "
+               "--checkpoint-every 1", bin, data, tmp("ck"));
+    CHECK(rc != 0);
+    CHECK_MSG(strstr(out, "do not run over MPI ranks"), "%s", out);
+    /* batch norm's statistics and the rmse loss are over the whole batch */
+    rc = shell(MPIRUN " 2 '%s' train --data '%s' --epochs 1 --save-dir '%s' --batch-norm", bin,
+               data, tmp("bn"));
+    CHECK(rc != 0);
+    CHECK_MSG(strstr(out, "batch norm is taken over the whole batch"), "%s", out);
+    CHECK(access(tmp("bn"), F_OK) != 0);
+    rc = shell(MPIRUN " 2 '%s' train --data '%s' --epochs 1 --save-dir '%s' --loss rmse", bin,
+               data, tmp("rmse"));
+    CHECK(rc != 0);
+    CHECK_MSG(strstr(out, "does not split"), "%s", out);
+}
