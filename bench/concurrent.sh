@@ -54,10 +54,10 @@ run() {
     fi
     t1=$(now)
     printf "%-28s %10.2f %10.2f\n" "$name" "$(train_s "$OUT/$name")" \
-        "$(echo "$t1 - $t0" | bc -l)" | tee -a "$OUT/times.tsv"
+        "$(awk -v a="$t1" -v b="$t0" 'BEGIN { print a - b }')" | tee -a "$OUT/times.tsv"
 }
 ratio() {   # ratio A B: train seconds of A over B
-    printf "%.2f" "$(echo "$(train_s "$OUT/$1") / $(train_s "$OUT/$2")" | bc -l)"
+    awk -v a="$(train_s "$OUT/$1")" -v b="$(train_s "$OUT/$2")" 'BEGIN { printf "%.2f", a / b }'
 }
 same() {    # same A B: the two model files byte for byte
     if cmp -s "$OUT/$1/model.mpm" "$OUT/$2/model.mpm"; then
@@ -112,7 +112,7 @@ if part hpopt; then
            --keep none --out "$OUT/hpopt" --data "$DATA/hiv.csv.gz" --epochs "$EPOCHS" \
            --device gpu --precision bf16 --quiet > "$OUT/hpopt.log" 2>&1; then
         t1=$(now)
-        printf "%-28s %10s %10.2f\n" hpopt-hiv-20 - "$(echo "$t1 - $t0" | bc -l)" \
+        printf "%-28s %10s %10.2f\n" hpopt-hiv-20 - "$(awk -v a="$t1" -v b="$t0" 'BEGIN { print a - b }')" \
             | tee -a "$OUT/times.tsv"
         echo "hpopt: goal < 180 s"
     else

@@ -9,7 +9,11 @@
 #   MOLPROP_BIN=build/molprop sh bench/unc_bench.sh /work/shared/datasets OUT [EPOCHS] [THREADS] [DEVICE] [HIDDEN]
 #
 # DATASETS="esol" runs one of them.  Writes OUT/unc.tsv (one line per
-# dataset, seed, method and metric).
+# dataset, seed, method and metric).  The heads (issue 11): per seed also an
+# ensemble of 3 with --task regression-mve and one with regression-evidential
+# (esol; predicted with --uncertainty mve, evidential, evidential-epistemic,
+# evidential-aleatoric) or classification-dirichlet (bbbp; --uncertainty
+# dirichlet), without dropout; HEADS=0 leaves them out.
 set -eu
 BIN=${MOLPROP_BIN:-build/molprop}
 DATA=$1
@@ -47,6 +51,33 @@ for ds in ${DATASETS:-esol bbbp}; do
           | awk -v ds=$ds -v s=$seed -v u=$u 'NF == 2 { printf "%s\t%s\t%s+zscaling\t%s\t%s\n", ds, s, u, $1, $2 }' >> "$TSV"
       fi
     done
+    if [ "${HEADS:-1}" = 1 ]; then
+      if [ $ds = esol ]; then heads="regression-mve:mve regression-evidential:evidential,evidential-epistemic,evidential-aleatoric"
+      else heads="classification-dirichlet:dirichlet"; fi
+      for h in $heads; do
+        task=${h%%:*}
+        "$BIN" train --data "$DATA/$ds.csv.gz" --split scaffold_balanced --seed $seed --task $task \
+          --ensemble-size 3 --epochs "$EPOCHS" --hidden "$HIDDEN" --threads "$THREADS" --device "$DEVICE" \
+          --quiet --save-dir "$d/$task" > /dev/null
+        for u in $(echo "${h#*:}" | tr ',' ' '); do
+          "$BIN" predict --model "$d/$task/model.mpm" --data "$d/sp/test.csv" --out "$d/$u.csv" \
+            --uncertainty $u --threads "$THREADS" --device "$DEVICE" --quiet
+          "$BIN" eval --preds "$d/$u.csv" --data "$d/sp/test.csv" --uncertainty-metrics $metrics \
+            | awk -v ds=$ds -v s=$seed -v u=$u 'NF == 2 { printf "%s\t%s\t%s\t%s\t%s\n", ds, s, u, $1, $2 }' >> "$TSV"
+          [ $ds = esol ] || continue
+          "$BIN" predict --model "$d/$task/model.mpm" --data "$d/sp/test.csv" --out "$d/$u-conf.csv" \
+            --uncertainty $u --calibrate conformal-adaptive --calibration-data "$d/sp/val.csv" \
+            --alpha 0.1 --threads "$THREADS" --device "$DEVICE" --quiet
+          "$BIN" eval --preds "$d/$u-conf.csv" --data "$d/sp/test.csv" --uncertainty-metrics coverage \
+            | awk -v ds=$ds -v s=$seed -v u=$u 'NF == 2 { printf "%s\t%s\t%s+conformal-adaptive\t%s\t%s\n", ds, s, u, $1, $2 }' >> "$TSV"
+          "$BIN" predict --model "$d/$task/model.mpm" --data "$d/sp/test.csv" --out "$d/$u-zs.csv" \
+            --uncertainty $u --calibrate zscaling --calibration-data "$d/sp/val.csv" \
+            --threads "$THREADS" --device "$DEVICE" --quiet
+          "$BIN" eval --preds "$d/$u-zs.csv" --data "$d/sp/test.csv" --uncertainty-metrics $metrics \
+            | awk -v ds=$ds -v s=$seed -v u=$u 'NF == 2 { printf "%s\t%s\t%s+zscaling\t%s\t%s\n", ds, s, u, $1, $2 }' >> "$TSV"
+        done
+      done
+    fi
     echo "$ds seed $seed done" >&2
   done
 done

@@ -11,7 +11,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     cp "$1" "$dest/bin/"
     ldd "$1" | awk '/=>/ {print $3}' | while read -r lib; do
         case "$lib" in
-            */libc.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libcuda*|*/libcublas*|*/libcudart*) ;;
+            */libnccl*|*/libc.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libcuda*|*/libcublas*|*/libcudart*) ;;
             *) cp -L "$lib" "$dest/lib/" ;;
         esac
     done
