@@ -52,6 +52,9 @@ typedef struct {
 
 /* The table of `verb` (n entries, headings included), or NULL. */
 const mp_option_def *mp_option_table(const char *verb, size_t *n);
+/* The verb of a table mp_option_table returned (static storage; NULL for
+ * any other pointer). */
+const char          *mp_option_table_verb(const mp_option_def *defs);
 
 /*
  * Writes every option of o that lands somewhere into the verb's struct at

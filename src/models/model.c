@@ -731,14 +731,6 @@ mp_status mp_model_set_task_weights(mp_model *m, const float *w)
     return upload_floats(m, m->task_w, w, (size_t)T);
 }
 
-mp_status mp_model_set_grad_clip(mp_model *m, double max_norm)
-{
-    if (!(max_norm >= 0 && isfinite(max_norm)))
-        return mp_error_set(MP_ERR_ARG, "gradient clipping norm %g (must be >= 0)", max_norm);
-    m->grad_clip = max_norm;
-    return MP_OK;
-}
-
 /* ===================================================================== */
 /* Device-resident steps                                                  */
 /* ===================================================================== */
@@ -884,8 +876,6 @@ void mp_model_step_bound(mp_model *m, const float *sched, int32_t *k_dev, void *
     b->step_end(b, k_dev, losses, m->a.loss);
 }
 
-long mp_model_adam_steps(const mp_model *m) { return m->adam_t; }
-void mp_model_add_adam_steps(mp_model *m, long n) { m->adam_t += n; }
 
 mp_status mp_model_set_frozen(mp_model *m, int encoder, int ffn_layers)
 {

@@ -6,6 +6,7 @@
 
 #include "models/model_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 void mp_model_state_free(mp_model_state *s)
@@ -60,3 +61,14 @@ mp_status mp_model_state_set(mp_model *m, const mp_model_state *s)
     m->drop_rng = s->dropout;
     return MP_OK;
 }
+
+mp_status mp_model_set_grad_clip(mp_model *m, double max_norm)
+{
+    if (!(max_norm >= 0 && isfinite(max_norm)))
+        return mp_error_set(MP_ERR_ARG, "gradient clipping norm %g (must be >= 0)", max_norm);
+    m->grad_clip = max_norm;
+    return MP_OK;
+}
+
+long mp_model_adam_steps(const mp_model *m) { return m->adam_t; }
+void mp_model_add_adam_steps(mp_model *m, long n) { m->adam_t += n; }

@@ -140,3 +140,15 @@ mp_status mp_train_class_lists(const mp_dataset *d, const int32_t *train, int32_
                             "classes (%d with a label 1, %d without)", d->path, *n_pos, *n_neg);
     return MP_OK;
 }
+
+/* (trainer.h) The featurization a run of these options needs. */
+mp_featurize_opts mp_train_featurize_opts(const mp_train_opts *o)
+{
+    mp_featurize_opts fo = { .layout = o->layout,
+                             .scaffolds = o->split.type == MP_SPLIT_SCAFFOLD_BALANCED,
+                             .n_threads = o->threads };
+    for (int v = 0; v < MP_N_VECS; v++)
+        if (o->features & (1u << v))
+            mp_vec_request((mp_vec)v, &fo);
+    return fo;
+}

@@ -1,7 +1,8 @@
 /*
  * train_head.h - issue 11's part of a training run (trainer.c calls these):
  * the head and layers of mp_train_opts into a model configuration, the
- * per-task loss weights, and Chemprop's class-balanced epochs' two lists.
+ * per-task loss weights, and Chemprop's class-balanced epochs' two lists;
+ * train_head.c also holds trainer.h's mp_train_featurize_opts.
  */
 #ifndef MP_TRAIN_HEAD_H
 #define MP_TRAIN_HEAD_H

@@ -479,17 +479,6 @@ static mp_status load_data(train_run *r)
     return check_labels(r);
 }
 
-mp_featurize_opts mp_train_featurize_opts(const mp_train_opts *o)
-{
-    mp_featurize_opts fo = { .layout = o->layout,
-                             .scaffolds = o->split.type == MP_SPLIT_SCAFFOLD_BALANCED,
-                             .n_threads = o->threads };
-    for (int v = 0; v < MP_N_VECS; v++)
-        if (o->features & (1u << v))
-            mp_vec_request((mp_vec)v, &fo);
-    return fo;
-}
-
 /* Every row featurized once; the valid ones into valid[0..*n_valid), the
  * invalid ones reported (the first MAX_REPORTED_INVALID) and counted. */
 static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
