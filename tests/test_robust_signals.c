@@ -15,6 +15,9 @@
  */
 #define _GNU_SOURCE
 #include "gpu_test.h"
+#include "models/heads.h"
+#include "run/modelfile.h"
+#include "run/trainer.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -798,4 +801,37 @@ MP_TEST(robust_signal_resume_refuses_other_options)
     CHECK_MSG(strstr(out, "hidden") != NULL, "the refusal does not name the option: %s", out);
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --resume '%s/nowhere' --quiet", dir), 1);
     CHECK_MSG(strstr(out, "nowhere") != NULL, "%s", out);
+}
+
+/* The options added after the first checkpoints (issue 11's heads and
+ * layers, the user columns ...) travel in the checkpoint too: a gelu,
+ * attentive, mve run stopped mid-way resumes as itself, not as a default
+ * relu / mean / regression run of the same shapes. */
+MP_TEST(robust_signal_resume_restores_the_later_options)
+{
+    NEED_BIN();
+    char dir[1024], cut[1100], log[1100], ck[1200];
+    test_dir("resume-later", dir, sizeof dir);
+    snprintf(cut, sizeof cut, "%s/cut", dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(ck, sizeof ck, "%s/checkpoint.mpc", cut);
+    const char *argv[] = { "train", "--data", mp_test_shared("datasets/esol.csv.gz"),
+                           "--epochs", "100000", "--hidden", "16", "--threads", "1",
+                           "--activation", "gelu", "--aggregation", "attentive",
+                           "--task", "regression-mve", "--patience", "7", "--grad-clip", "2.5",
+                           "--checkpoint-every", "1", "--save-dir", cut, NULL };
+    pid_t pid = spawn(dir, log, argv);
+    CHECK(pid > 0);
+    CHECK(wait_until(pid, exists, ck));
+    CHECK_EQ_INT(stop_with(pid, SIGINT), 130);
+    mp_train_opts o = mp_train_opts_default();
+    struct mp_kv *keep = NULL;
+    CHECK_OK(mp_train_opts_from_checkpoint(cut, &o, &keep));
+    CHECK_EQ_INT(o.activation, MP_ACT_GELU);
+    CHECK_EQ_INT(o.aggregation, MP_AGG_ATTENTIVE);
+    CHECK_EQ_INT(o.task, MP_TASK_REGRESSION_MVE);
+    CHECK_EQ_INT(o.patience, 7);
+    CHECK(o.grad_clip == 2.5);
+    CHECK(o.loss == NULL && o.batch_norm == 0);
+    mp_kv_free(keep);
 }

@@ -4,18 +4,56 @@
  */
 #include "run/resume.h"
 
+#include "models/heads.h"
 #include "run/checkpoint.h"
 
 #include <string.h>
 
 static const char *str_or(const char *s, const char *dflt) { return s ? s : dflt; }
 
+/* The options that came after the first checkpoints (the heads and
+ * training options of issue 11, the molecule features' scaling and file,
+ * transfer learning, the user columns), under "train." so that a
+ * checkpoint written before them (without these keys) still resumes:
+ * restored from the checkpoint, not compared with the command line. */
+static mp_status identity_more(const mp_train_opts *o, mp_kv *kv)
+{
+    mp_status st;
+    if ((st = mp_kv_set(kv, "train.loss", str_or(o->loss, ""))) ||
+        (st = mp_kv_set_int(kv, "train.n-classes", o->n_classes)) ||
+        (st = mp_kv_set_double(kv, "train.loss-lambda", o->loss_lambda)) ||
+        (st = mp_kv_set_double(kv, "train.loss-eps", o->loss_eps)) ||
+        (st = mp_kv_set_double(kv, "train.quantile-alpha", o->quantile_alpha)) ||
+        (st = mp_kv_set_int(kv, "train.patience", o->patience)) ||
+        (st = mp_kv_set_double(kv, "train.grad-clip", o->grad_clip)) ||
+        (st = mp_kv_set_int(kv, "train.class-balance", o->class_balance)) ||
+        (st = mp_kv_set(kv, "train.task-weights", str_or(o->task_weights, ""))) ||
+        (st = mp_kv_set(kv, "train.weight-column", str_or(o->columns.weight_column, ""))) ||
+        (st = mp_kv_set(kv, "train.activation", mp_act_name(o->activation))) ||
+        (st = mp_kv_set_int(kv, "train.batch-norm", o->batch_norm)) ||
+        (st = mp_kv_set_int(kv, "train.atom-messages", o->atom_messages)) ||
+        (st = mp_kv_set_int(kv, "train.undirected", o->undirected)) ||
+        (st = mp_kv_set_int(kv, "train.features-scaling", o->features_scaling)) ||
+        (st = mp_kv_set_int(kv, "train.no-features-scaling", o->no_features_scaling)) ||
+        (st = mp_kv_set(kv, "train.features-path", str_or(o->features_path, ""))) ||
+        (st = mp_kv_set(kv, "train.init-model", str_or(o->init_model, ""))) ||
+        (st = mp_kv_set_int(kv, "train.freeze-encoder", o->freeze_encoder)) ||
+        (st = mp_kv_set_int(kv, "train.freeze-ffn-layers", o->freeze_ffn_layers)) ||
+        (st = mp_kv_set(kv, "train.atom-descriptors-path", str_or(o->cols.atom_path, ""))) ||
+        (st = mp_kv_set_int(kv, "train.atom-descriptors", (int)o->cols.atom_mode)) ||
+        (st = mp_kv_set(kv, "train.bond-features-path", str_or(o->cols.bond_path, ""))) ||
+        (st = mp_kv_set_int(kv, "train.no-atom-descriptor-scaling", o->cols.no_atom_scaling)) ||
+        (st = mp_kv_set_int(kv, "train.no-bond-features-scaling", o->cols.no_bond_scaling)))
+        return st;
+    return MP_OK;
+}
+
 mp_status mp_train_identity_opts(const mp_train_opts *o, mp_kv *kv)
 {
     char feats[128];
     mp_feature_set_name(o->features, feats, sizeof feats);
-    static const char *const agg[3] = { "mean", "sum", "norm" };
-    int a = o->aggregation >= 0 && o->aggregation <= 2 ? (int)o->aggregation : 0;
+    static const char *const agg[4] = { "mean", "sum", "norm", "attentive" };
+    int a = o->aggregation >= 0 && o->aggregation <= 3 ? (int)o->aggregation : 0;
     mp_status st;
     if ((st = mp_kv_set(kv, "run.data", str_or(o->data_path, ""))) ||
         (st = mp_kv_set(kv, "opt.smiles-column", str_or(o->columns.smiles_column, ""))) ||
@@ -49,7 +87,7 @@ mp_status mp_train_identity_opts(const mp_train_opts *o, mp_kv *kv)
         (st = mp_kv_set_int(kv, "opt.graph", o->graph)) ||
         (st = mp_kv_set_int(kv, "opt.slot-classes", o->slot_classes)))
         return st;
-    return MP_OK;
+    return identity_more(o, kv);
 }
 
 /* ===================================================================== */
@@ -67,6 +105,52 @@ static mp_status get_int(const mp_kv *kv, const char *key, int *out)
 
 /* "" (as written for NULL) back to NULL. */
 static const char *null_if_empty(const char *s) { return s && *s ? s : NULL; }
+
+/* identity_more's keys back, each where the checkpoint has it (one
+ * written before them keeps the command's values: those runs had the
+ * defaults). */
+static mp_status more_from_kv(const mp_kv *kv, mp_train_opts *o)
+{
+    struct { const char *key; const char **field; } strs[] = {
+        { "train.loss", &o->loss }, { "train.task-weights", &o->task_weights },
+        { "train.weight-column", &o->columns.weight_column },
+        { "train.features-path", &o->features_path }, { "train.init-model", &o->init_model },
+        { "train.atom-descriptors-path", &o->cols.atom_path },
+        { "train.bond-features-path", &o->cols.bond_path },
+    };
+    int atom_mode = (int)o->cols.atom_mode;
+    struct { const char *key; int *field; } ints[] = {
+        { "train.n-classes", &o->n_classes }, { "train.patience", &o->patience },
+        { "train.class-balance", &o->class_balance }, { "train.batch-norm", &o->batch_norm },
+        { "train.atom-messages", &o->atom_messages }, { "train.undirected", &o->undirected },
+        { "train.features-scaling", &o->features_scaling },
+        { "train.no-features-scaling", &o->no_features_scaling },
+        { "train.freeze-encoder", &o->freeze_encoder },
+        { "train.freeze-ffn-layers", &o->freeze_ffn_layers },
+        { "train.atom-descriptors", &atom_mode },
+        { "train.no-atom-descriptor-scaling", &o->cols.no_atom_scaling },
+        { "train.no-bond-features-scaling", &o->cols.no_bond_scaling },
+    };
+    struct { const char *key; double *field; } reals[] = {
+        { "train.loss-lambda", &o->loss_lambda }, { "train.loss-eps", &o->loss_eps },
+        { "train.quantile-alpha", &o->quantile_alpha }, { "train.grad-clip", &o->grad_clip },
+    };
+    mp_status st;
+    const char *s;
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+        if ((s = mp_kv_get(kv, strs[i].key)))
+            *strs[i].field = null_if_empty(s);
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (mp_kv_get(kv, ints[i].key) && (st = get_int(kv, ints[i].key, ints[i].field)))
+            return st;
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
+        if (mp_kv_get(kv, reals[i].key) && (st = mp_kv_get_double(kv, reals[i].key, reals[i].field)))
+            return st;
+    o->cols.atom_mode = (mp_atom_cols_mode)atom_mode;
+    if ((s = mp_kv_get(kv, "train.activation")) && (st = mp_act_parse(s, &o->activation)))
+        return mp_error_set(MP_ERR_FORMAT, "%s: train.activation '%s' unknown", mp_kv_origin(kv), s);
+    return MP_OK;
+}
 
 static mp_status opts_from_kv(const mp_kv *kv, mp_train_opts *o)
 {
@@ -122,7 +206,7 @@ static mp_status opts_from_kv(const mp_kv *kv, mp_train_opts *o)
         return st;
     o->seed = (uint64_t)seed;
     o->aggregation = !strcmp(s, "sum") ? MP_AGG_SUM : !strcmp(s, "norm") ? MP_AGG_NORM
-                                                                          : MP_AGG_MEAN;
+                     : !strcmp(s, "attentive") ? MP_AGG_ATTENTIVE : MP_AGG_MEAN;
     if ((st = get_int(kv, "opt.ensemble-size", &o->ensemble_size)) ||
         (st = mp_kv_get_str(kv, "opt.backend", &s)))
         return st;
@@ -138,7 +222,7 @@ static mp_status opts_from_kv(const mp_kv *kv, mp_train_opts *o)
     if (n_sizes != 3)
         return mp_error_set(MP_ERR_FORMAT, "%s: opt.split-sizes holds %zu values",
                             mp_kv_origin(kv), n_sizes);
-    return MP_OK;
+    return more_from_kv(kv, o);
 }
 
 mp_status mp_train_opts_from_checkpoint(const char *dir, mp_train_opts *o, mp_kv **keep)
