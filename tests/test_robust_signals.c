@@ -234,21 +234,41 @@ MP_TEST(robust_signal_train_sigint_removes_save_dir)
     CHECK_MSG(!exists(save), "%s is left behind", save);
 }
 
+/* The runs of an endless checkpointing ESOL training (hidden 16, one
+ * thread, every epoch checkpointed, `extra` options added) in
+ * test_dir(tag): save = dir/run, its log and checkpoint file. */
+typedef struct {
+    char dir[1024], save[1100], log[1100], ck[1200];
+} ck_run;
+
+/* Starts it and stops it with sig once its first checkpoint exists: the
+ * exit status, -1 when it never got that far. */
+static int checkpointed_train_stopped(ck_run *r, const char *tag, const char *const *extra,
+                                      int sig)
+{
+    test_dir(tag, r->dir, sizeof r->dir);
+    snprintf(r->save, sizeof r->save, "%s/run", r->dir);
+    snprintf(r->log, sizeof r->log, "%s/log", r->dir);
+    snprintf(r->ck, sizeof r->ck, "%s/checkpoint.mpc", r->save);
+    const char *argv[40] = { "train", "--data", mp_test_shared("datasets/esol.csv.gz"),
+                             "--epochs", "100000", "--hidden", "16", "--threads", "1",
+                             "--checkpoint-every", "1", "--save-dir", r->save };
+    int n = 13;
+    for (int i = 0; extra && extra[i] && n < 39; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t pid = spawn(r->dir, r->log, argv);
+    if (pid <= 0 || !wait_until(pid, exists, r->ck))
+        return -1;
+    return stop_with(pid, sig);
+}
+
 MP_TEST(robust_signal_train_sigterm_keeps_checkpoint)
 {
     NEED_BIN();
-    char dir[1024], save[1100], log[1100], ck[1200];
-    test_dir("train-ck", dir, sizeof dir);
-    snprintf(save, sizeof save, "%s/run", dir);
-    snprintf(log, sizeof log, "%s/log", dir);
-    snprintf(ck, sizeof ck, "%s/checkpoint.mpc", save);
-    const char *argv[] = { "train", "--data", mp_test_shared("datasets/esol.csv.gz"),
-                           "--epochs", "100000", "--hidden", "16", "--threads", "1",
-                           "--checkpoint-every", "1", "--save-dir", save, NULL };
-    pid_t pid = spawn(dir, log, argv);
-    CHECK(pid > 0);
-    CHECK(wait_until(pid, exists, ck));
-    CHECK_EQ_INT(stop_with(pid, SIGTERM), 143);
+    ck_run r;
+    CHECK_EQ_INT(checkpointed_train_stopped(&r, "train-ck", NULL, SIGTERM), 143);
+    const char *save = r.save, *log = r.log, *ck = r.ck;
     CHECK_STOP_LINE(log, "train", "SIGTERM");
     /* the checkpoint stays (the message says how to go on), nothing else */
     file_needle f = { log, "--resume" };
@@ -785,18 +805,10 @@ MP_TEST(robust_signal_gpu_train_killed_resumes_bitwise)
 MP_TEST(robust_signal_resume_refuses_other_options)
 {
     NEED_BIN();
-    char dir[1024], cut[1100], log[1100], ck[1200], out[8192];
-    test_dir("resume-other", dir, sizeof dir);
-    snprintf(cut, sizeof cut, "%s/cut", dir);
-    snprintf(log, sizeof log, "%s/log", dir);
-    snprintf(ck, sizeof ck, "%s/checkpoint.mpc", cut);
-    const char *argv[] = { "train", "--data", mp_test_shared("datasets/esol.csv.gz"),
-                           "--epochs", "100000", "--hidden", "16", "--threads", "1",
-                           "--checkpoint-every", "1", "--save-dir", cut, NULL };
-    pid_t pid = spawn(dir, log, argv);
-    CHECK(pid > 0);
-    CHECK(wait_until(pid, exists, ck));
-    CHECK_EQ_INT(stop_with(pid, SIGINT), 130);
+    char out[8192];
+    ck_run r;
+    CHECK_EQ_INT(checkpointed_train_stopped(&r, "resume-other", NULL, SIGINT), 130);
+    const char *cut = r.save, *dir = r.dir;
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --resume '%s' --hidden 32 --quiet", cut), 1);
     CHECK_MSG(strstr(out, "hidden") != NULL, "the refusal does not name the option: %s", out);
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --resume '%s/nowhere' --quiet", dir), 1);
@@ -810,20 +822,12 @@ MP_TEST(robust_signal_resume_refuses_other_options)
 MP_TEST(robust_signal_resume_restores_the_later_options)
 {
     NEED_BIN();
-    char dir[1024], cut[1100], log[1100], ck[1200];
-    test_dir("resume-later", dir, sizeof dir);
-    snprintf(cut, sizeof cut, "%s/cut", dir);
-    snprintf(log, sizeof log, "%s/log", dir);
-    snprintf(ck, sizeof ck, "%s/checkpoint.mpc", cut);
-    const char *argv[] = { "train", "--data", mp_test_shared("datasets/esol.csv.gz"),
-                           "--epochs", "100000", "--hidden", "16", "--threads", "1",
-                           "--activation", "gelu", "--aggregation", "attentive",
-                           "--task", "regression-mve", "--patience", "7", "--grad-clip", "2.5",
-                           "--checkpoint-every", "1", "--save-dir", cut, NULL };
-    pid_t pid = spawn(dir, log, argv);
-    CHECK(pid > 0);
-    CHECK(wait_until(pid, exists, ck));
-    CHECK_EQ_INT(stop_with(pid, SIGINT), 130);
+    static const char *const later[] = { "--activation", "gelu", "--aggregation", "attentive",
+                                         "--task", "regression-mve", "--patience", "7",
+                                         "--grad-clip", "2.5", NULL };
+    ck_run r;
+    CHECK_EQ_INT(checkpointed_train_stopped(&r, "resume-later", later, SIGINT), 130);
+    const char *cut = r.save;
     mp_train_opts o = mp_train_opts_default();
     struct mp_kv *keep = NULL;
     CHECK_OK(mp_train_opts_from_checkpoint(cut, &o, &keep));
