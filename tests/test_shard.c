@@ -312,6 +312,61 @@ MP_TEST(shard_parts_merge_to_one_process_output)
     mp_free(want);
 }
 
+/* --chunk-rows changes how many rows are held at a time, never the output:
+ * the chunks are whole batches (256 rows on the cpu), so 1 (one batch),
+ * 300 (two), 100000 (the whole file) and the default give the same bytes
+ * and report the same invalid lines; a sharded run with small chunks still
+ * merges to it.  Values out of range are refused. */
+MP_TEST(predict_chunk_rows_do_not_change_the_output)
+{
+    const char *data, *model = model_and_input(&data);
+    CHECK_MSG(model, "model: %s", out);
+    char *msgs1 = NULL, *want = one_process(model, data, "chunk_one.csv", &msgs1);
+    CHECK_MSG(want, "predict: %s", out);
+    mp_buf lines1 = { 0 };
+    invalid_lines(msgs1, &lines1);
+    CHECK(lines1.len > 0);
+    const int rows[] = { 1, 300, 100000 };
+    for (int k = 0; k < 3; k++) {
+        const char *p = tmp("chunk_k.csv");
+        CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --model '%s' --data '%s' --out '%s' "
+                                 "--threads 1 --chunk-rows %d", model, data, p, rows[k]), 0);
+        mp_buf lines = { 0 };
+        invalid_lines(out, &lines);
+        CHECK_MSG(lines.len == lines1.len && !memcmp(lines.data, lines1.data, lines.len),
+                  "--chunk-rows %d reports other invalid lines", rows[k]);
+        mp_buf_free(&lines);
+        size_t len;
+        char *got = mp_test_slurp(p, &len);
+        CHECK(got);
+        CHECK_MSG(len == strlen(want) && !memcmp(got, want, len), "--chunk-rows %d: another "
+                  "output than the default chunks'", rows[k]);
+        mp_free(got);
+    }
+    const char *p = tmp("chunk_sh.csv");
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --model '%s' --data '%s' --out '%s' "
+                                 "--threads 1 --chunk-rows 1 --shard %d/3", model, data, p, i),
+                     0);
+    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --merge --out '%s' --remove-parts", p), 0);
+    size_t len;
+    char *got = mp_test_slurp(p, &len);
+    CHECK(got);
+    CHECK_MSG(len == strlen(want) && !memcmp(got, want, len), "shards of one-batch chunks "
+              "merged differ from one process");
+    mp_free(got);
+    const char *bad[] = { "0", "-5", "2000000", "many" };
+    for (int k = 0; k < 4; k++) {
+        CHECK(mp_test_cli(out, sizeof out, "predict --model '%s' --data '%s' --out '%s' "
+                          "--chunk-rows %s", model, data, tmp("chunk_bad.csv"), bad[k]) != 0);
+        CHECK_MSG(strstr(out, "--chunk-rows"), "%s", out);
+        CHECK(access(tmp("chunk_bad.csv"), F_OK) != 0);
+    }
+    mp_buf_free(&lines1);
+    mp_free(msgs1);
+    mp_free(want);
+}
+
 MP_TEST(shard_merge_refuses_bad_parts)
 {
     const char *data, *model = model_and_input(&data);

@@ -411,6 +411,11 @@ static const mp_option_def predict_table[] = {
     PRECISION,
     { "quiet", MP_OPT_BOOL, "false", .offset = AT(mp_predict_opts, quiet),
       .help = "no summary line" },
+    { "chunk-rows", MP_OPT_INT, "auto", 1, 1048576, .offset = AT(mp_predict_opts, chunk_rows),
+      .arg = "N", .help = "rows read, featurized and held at a time (memory\ngrows with it), "
+                          "rounded up to whole batches\n(256 rows; 4096 on a GPU): the "
+                          "predictions do\nnot depend on it; auto: 8192 (16384 on a GPU)",
+      .flags = MP_OPTF_AUTO },
     { "shard", MP_OPT_TEXT, "none", .parse = mp_shard_parse_option, .offset = AT(mp_predict_opts, shard),
       .arg = "I/N", .help = "predict the I-th of N byte ranges of --data (0 <=\nI < N) into "
                             "P.shard-I-of-N; join them with\n--merge (under mpirun the ranks "
@@ -473,6 +478,10 @@ static const mp_option_def fingerprint_table[] = {
     { "member", MP_OPT_INT, "0", 0, 255, .offset = AT(mp_fingerprint_opts, member), .arg = "K",
       .help = "the ensemble member whose vectors are written" },
     SMILES_COLUMN(mp_fingerprint_opts, columns.smiles_column),
+    { "chunk-rows", MP_OPT_INT, "auto", 1, 1048576, .offset = AT(mp_fingerprint_opts,
+      chunk_rows), .arg = "N", .help = "rows read and held at a time, rounded up to whole\n"
+                                      "batches (256; 4096 on a GPU); auto: 8192",
+      .flags = MP_OPTF_AUTO },
     THREADS(mp_fingerprint_opts, threads),
     DEVICE,
     PRECISION,

@@ -181,8 +181,9 @@ static mp_status fp_open(fp_run *p)
     spec.no_targets = 1;
     if ((st = mp_columns_resolve(o->data_path, fields, nf, &spec, &p->smiles_col, NULL, NULL)))
         return st;
-    int32_t cap = o->chunk_rows > 0 ? o->chunk_rows : FP_CHUNK;
     int32_t batch = p->e->backend->host_memory ? FP_BATCH_HOST : FP_BATCH_DEVICE;
+    int32_t cap = o->chunk_rows > 0 ? o->chunk_rows : FP_CHUNK;
+    cap = (int32_t)(((int64_t)cap + batch - 1) / batch * batch);   /* whole batches */
     p->cap = cap;
     p->smiles = mp_calloc((size_t)cap, sizeof(char *));
     p->line = mp_malloc(sizeof(size_t) * (size_t)cap);

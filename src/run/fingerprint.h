@@ -19,7 +19,7 @@ typedef struct {
     int            member;        /* ensemble member (0)                        */
     const char    *backend;
     int            threads;
-    int32_t        chunk_rows;    /* 0: 8192                                    */
+    int32_t        chunk_rows;    /* 0: 8192; rounded up to whole batches       */
     int            quiet;
 } mp_fingerprint_opts;
 

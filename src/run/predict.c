@@ -14,7 +14,8 @@
 #include <string.h>
 
 #define DEFAULT_CHUNK 8192
-#define DEFAULT_CHUNK_GPU 65536  /* a device backend streams batches: fewer pipeline fills */
+#define DEFAULT_CHUNK_GPU 16384  /* four device batches: the featurizing threads, not the
+                                  * GPU, set the pace, and 65,536 rows cost ~100 MiB more */
 #define PREDICT_BATCH 256        /* molecules per forward: bounds the activation memory */
 #define PREDICT_BATCH_GPU 4096   /* a device backend: fewer, fuller launches */
 #define PREDICT_BATCH_FOR(e) ((e)->backend->host_memory ? PREDICT_BATCH : PREDICT_BATCH_GPU)
@@ -220,8 +221,12 @@ static mp_status predict_open(predict_run *p)
             return st;
         p->cols.has[k] = paths[k] != NULL;
     }
+    /* a whole number of batches: then the batches, and so the predictions'
+     * bits, are the same for every chunk size */
+    int32_t batch = PREDICT_BATCH_FOR(p->e);
     if (cap <= 0)
         cap = p->e->backend->host_memory ? DEFAULT_CHUNK : DEFAULT_CHUNK_GPU;
+    cap = (int32_t)(((int64_t)cap + batch - 1) / batch * batch);
     char **fields;
     size_t nf, line;
     if ((st = mp_csv_open(&p->r, o->data_path)) || (st = mp_csv_next(p->r, &fields, &nf, &line)))
@@ -233,9 +238,8 @@ static mp_status predict_open(predict_run *p)
     spec.no_targets = 1;
     if ((st = mp_columns_resolve(o->data_path, fields, nf, &spec, &p->smiles_col, NULL, NULL)))
         return st;
-    /* shards start on a batch boundary (on a chunk's when batches do not tile it) */
-    int32_t batch = PREDICT_BATCH_FOR(p->e);
-    if (o->shard.count && (st = mp_shard_begin(&p->sh, o, p->r, cap % batch ? cap : batch)))
+    /* shards start on a batch boundary (the chunks are whole batches) */
+    if (o->shard.count && (st = mp_shard_begin(&p->sh, o, p->r, batch)))
         return st;
     size_t t = p->e->n_tasks;
     p->c.smiles = mp_malloc(sizeof(char *) * (size_t)cap);

@@ -38,7 +38,8 @@ typedef struct {
     double         alpha;         /* intervals' error rate (0.1)                  */
     const char    *backend;       /* "cpu" (default), "cuda[:...]"                */
     int            threads;       /* 0: default                                   */
-    int32_t        chunk_rows;    /* 0: 8192 (a device backend: 65536)            */
+    int32_t        chunk_rows;    /* rows read and featurized at a time, rounded   *
+                                   * up to whole batches; 0: 8192 (a device: 16384) */
     int            quiet;
     const char    *atom_path;     /* user atom / bond columns for a model trained  *
                                    * with them (columns.h; NULL: none)             */
