@@ -11,7 +11,8 @@
 #
 # Environment: MOLPROP_BIN (default build/molprop), DATA_DIR (default
 # $MOLPROP_DATA_MIRROR, else ../shared/datasets), MODEL, THREADS (--threads,
-# default auto: all cores), DEVICE (--device, default cpu), RSS_LOG (where
+# default auto: all cores), DEVICE (--device, default cpu), CHUNK_ROWS
+# (--chunk-rows, default auto), RSS_LOG (where
 # the RSS samples go, default WORKDIR/rss.log).
 #
 # Needs no /usr/bin/time: the peak RSS is the kernel's own count, read by a
@@ -30,6 +31,7 @@ bin=${MOLPROP_BIN:-build/molprop}
 data=${DATA_DIR:-${MOLPROP_DATA_MIRROR:-../shared/datasets}}
 threads=${THREADS:-auto}
 device=${DEVICE:-cpu}
+chunk=${CHUNK_ROWS:-auto}
 mkdir -p "$work"
 rss_log=${RSS_LOG:-$work/rss.log}
 have_python=0
@@ -94,7 +96,7 @@ fi
 # ("seconds VmRSS_kB VmHWM_kB bytes_of_predictions_written"), so a run cut
 # short shows its rate and its memory so far.
 set -- "$bin" predict --model "$model" --data "$in" --out "$work/pred.csv" \
-    --threads "$threads" --device "$device" --quiet
+    --threads "$threads" --device "$device" --chunk-rows "$chunk" --quiet
 rm -f "$work/peak.txt"
 if [ $have_python = 1 ]; then
     python3 - "$work/peak.txt" "$rss_log" "$@" <<'PY' || true

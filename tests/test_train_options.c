@@ -444,3 +444,29 @@ MP_TEST(modelfile_version_1_loads_and_predicts_as_before)
         CHECK_MSG(!memmem(m, n, keys[i], strlen(keys[i])), "key%s in a default model", keys[i]);
     free(m);
 }
+
+/* The device validation batch (fit.c mp_fit_eval_batch): Chemprop's default
+ * D-MPNN keeps 4096 (3 GB of activations for hiv-sized molecules); hidden
+ * 2400 at depth 6 (37 GB at 4096) halves to 512 (4.7 GB, under 8 GiB), but
+ * never below the training batch; an FFN and an empty store keep 4096. */
+MP_TEST(train_device_eval_batch_bounded_by_activations)
+{
+    mp_graphs g = { 0 };
+    g.n_mols = 1000;     /* hiv-like: 25 atoms, 55 directed edges a molecule */
+    g.n_atoms = 25000;
+    g.n_edges = 55000;
+    mp_model_config c = mp_model_config_default();
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096), 4096);
+    c.hidden = 2400;
+    c.depth = 6;
+    /* 4 * 2400 * (15 * 55 + 5 * 25) = 9.12 MB a molecule: 512 is the first
+     * halving under 8 GiB */
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096), 512);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 1000, 4096), 1024);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 4096, 4096), 4096);
+    c.kind = MP_MODEL_FFN;
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096), 4096);
+    c.kind = MP_MODEL_DMPNN;
+    mp_graphs empty = { 0 };
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &empty, 50, 4096), 4096);
+}

@@ -112,6 +112,15 @@ mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *b
  * dropout, o->slot_classes classes. */
 mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out);
 
+/* The validation/test batch on a device backend: `eval` molecules (4096),
+ * halved, not below the training batch, while the D-MPNN's activations
+ * for it would pass 8 GiB (about (2 depth + 3) h floats per directed edge
+ * and 5 h per atom, at g's mean molecule): Chemprop's largest search
+ * configurations (hidden 2400, depth 6) need 30 GiB at 4096 and leave no
+ * room for the trials beside them.  From sizes alone: deterministic. */
+int32_t mp_fit_eval_batch(const mp_model_config *c, const mp_graphs *g, int32_t batch,
+                          int32_t eval);
+
 /* The activations member k needs for the largest training and validation
  * batches (mp_model_reserve), reserved once before its first step. */
 mp_status mp_fit_reserve(const mp_fit_ctx *c, int k);

@@ -13,9 +13,9 @@
 #include <math.h>
 #include <string.h>
 
-#define DEFAULT_CHUNK 8192
-#define DEFAULT_CHUNK_GPU 16384  /* four device batches: the featurizing threads, not the
-                                  * GPU, set the pace, and 65,536 rows cost ~100 MiB more */
+#define DEFAULT_CHUNK 8192       /* rows held at a time, on a GPU too: 65,536 rows
+                                  * predicted 15% faster there but cost 130 MiB more
+                                  * (bench/RESULTS.md, 10 million rows) */
 #define PREDICT_BATCH 256        /* molecules per forward: bounds the activation memory */
 #define PREDICT_BATCH_GPU 4096   /* a device backend: fewer, fuller launches */
 #define PREDICT_BATCH_FOR(e) ((e)->backend->host_memory ? PREDICT_BATCH : PREDICT_BATCH_GPU)
@@ -225,7 +225,7 @@ static mp_status predict_open(predict_run *p)
      * bits, are the same for every chunk size */
     int32_t batch = PREDICT_BATCH_FOR(p->e);
     if (cap <= 0)
-        cap = p->e->backend->host_memory ? DEFAULT_CHUNK : DEFAULT_CHUNK_GPU;
+        cap = DEFAULT_CHUNK;
     cap = (int32_t)(((int64_t)cap + batch - 1) / batch * batch);
     char **fields;
     size_t nf, line;

@@ -39,7 +39,7 @@ typedef struct {
     const char    *backend;       /* "cpu" (default), "cuda[:...]"                */
     int            threads;       /* 0: default                                   */
     int32_t        chunk_rows;    /* rows read and featurized at a time, rounded   *
-                                   * up to whole batches; 0: 8192 (a device: 16384) */
+                                   * up to whole batches; 0: 8192                  */
     int            quiet;
     const char    *atom_path;     /* user atom / bond columns for a model trained  *
                                    * with them (columns.h; NULL: none)             */

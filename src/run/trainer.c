@@ -660,7 +660,9 @@ static mp_status build_ensemble(train_run *r)
     for (size_t t = 0; t < d->n_tasks; t++)
         if (!(e->task_names[t] = mp_strdup(d->task_names[t])))
             return mp_error_set(MP_ERR_NOMEM, "out of memory");
-    r->eval_batch = e->backend->host_memory ? EVAL_BATCH : EVAL_BATCH_GPU;
+    r->eval_batch = e->backend->host_memory ? EVAL_BATCH
+                                            : mp_fit_eval_batch(&cfg, &r->f->g, o->batch_size,
+                                                                EVAL_BATCH_GPU);
     return mp_transfer_init(e, o);
 }
 
