@@ -168,6 +168,12 @@ static mp_status fit_calibration(mp_unc_run *u)
             double target = d->targets[(size_t)idx[r] * d->n_tasks + col[k]];
             if (isnan(target))
                 continue;
+            if (is_mc(e) && !(target >= 0 && target < (double)C && target == floor(target))) {
+                st = mp_error_set(MP_ERR_ARG, "%s:%zu: label %g of '%s' in '%s' is not a class "
+                                  "(0 to %zu; calibrating %s)", d->path, d->line[idx[r]], target,
+                                  d->smiles[idx[r]], e->task_names[k], C - 1, o->model_path);
+                goto done;
+            }
             y[m] = target;
             ri[m++] = r;
         }
