@@ -12,6 +12,7 @@
 #include "test.h"
 #include "data/dataset.h"
 #include "featurize/featurize.h"
+#include "gpu/gpu.h"
 #include "run/ensemble.h"
 
 #include <math.h>
@@ -508,4 +509,70 @@ MP_TEST(unc_mc_cli_misuse_is_refused)
     CHECK(mp_test_cli(out, sizeof out, "eval --preds '%s' --data '%s/test.csv' "
                       "--uncertainty-metrics coverage", pred, dir) != 0);
     CHECK_MSG(strstr(out, "in_set"), "%s", out);
+}
+
+/* ===================================================================== */
+/* The cuda backend                                                       */
+/* ===================================================================== */
+
+/* The prediction files a (cpu) and b (gpu) agree: same columns and rows,
+ * every number within tol of the cpu's (relative to 1 + |x|), and the 0/1
+ * set columns on all but *flips cells (a class at the set's edge). */
+static int files_agree(const char *a, const char *b, double tol, int *flips)
+{
+    mp_dataset *A = load(a), *B = load(b);
+    int ok = A && B && A->n_rows == B->n_rows && A->n_tasks == B->n_tasks;
+    *flips = 0;
+    for (size_t j = 0; ok && j < A->n_tasks; j++) {
+        int set = strstr(A->task_names[j], "_in_set") != NULL;
+        ok = !strcmp(A->task_names[j], B->task_names[j]);
+        for (size_t i = 0; ok && i < A->n_rows; i++) {
+            double x = A->targets[i * A->n_tasks + j], y = B->targets[i * B->n_tasks + j];
+            if (set || !strcmp(A->task_names[j], "sol"))
+                *flips += x != y;   /* a set's edge, or the most probable class */
+            else
+                ok = fabs(x - y) <= tol * (1 + fabs(x));
+        }
+    }
+    mp_dataset_free(A);
+    mp_dataset_free(B);
+    return ok;
+}
+
+MP_TEST(gpu_unc_mc_multiclass_matches_cpu)
+{
+    char why[300];
+    if (!mp_backend_cuda_available(why, sizeof why)) {
+        const char *req = getenv("MOLPROP_REQUIRE_GPU");
+        if (req && *req && strcmp(req, "0") != 0)
+            MP_FAIL("no GPU (MOLPROP_REQUIRE_GPU=1): %s", why);
+        MP_SKIP(why);
+    }
+    const char *dir = mc_setup();
+    CHECK_MSG(dir, "setup: %s", out);
+    static const struct {
+        const char *model, *args;
+    } runs[] = {
+        { "m2", "--uncertainty ensemble --calibrate conformal-multiclass" },
+        { "m2", "--uncertainty dropout --calibrate conformal-adaptive" },
+        { "m2", "--calibrate isotonic-multiclass" },
+        { "md", "--uncertainty dirichlet" },
+    };
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        char a[1300], b[1300];
+        snprintf(a, sizeof a, "%s/gpu_cpu_%zu.csv", dir, k);
+        snprintf(b, sizeof b, "%s/gpu_gpu_%zu.csv", dir, k);
+        for (int g = 0; g < 2; g++)
+            CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --model '%s/%s/model.mpm' --data "
+                                     "'%s/test.csv' --out '%s' %s --calibration-data "
+                                     "'%s/val.csv' --quiet%s", dir, runs[k].model, dir,
+                                     g ? b : a, runs[k].args, dir,
+                                     g ? " --device gpu --precision fp32" : ""), 0);
+        int flips;
+        /* isotonic maps are steps: a probability at a step may land on
+         * either side, so only its sums and classes are compared loosely */
+        int ok = files_agree(a, b, k == 2 ? 1.0 : 1e-4, &flips);
+        CHECK_MSG(ok, "'%s': the gpu's numbers differ from the cpu's", runs[k].args);
+        CHECK_MSG(flips <= 3, "'%s': %d set / class cells differ", runs[k].args, flips);
+    }
 }
