@@ -387,7 +387,8 @@ static const mp_option_def predict_table[] = {
       .parse = parse_unc_method, .offset = AT(mp_predict_opts, uncertainty), .arg = "E",
       .help = "add <task>_unc columns: ensemble (variance over\nmembers), dropout (MC dropout "
               "variance), mve,\nevidential[-epistemic|-aleatoric], quantile,\ndirichlet "
-              "(models with those heads)" },
+              "(models with those heads); a multiclass\nmodel: ensemble and dropout per class "
+              "into\n<task>_class<k>_unc, dirichlet's u = C/S" },
     { "dropout-samples", MP_OPT_INT, "10", 2, 10000, .offset = AT(mp_predict_opts,
       dropout_samples), .arg = "N", .help = "dropout: stochastic passes per member" },
     { "dropout-p", MP_OPT_REAL, "0.1", 0.0, 0.99, .offset = AT(mp_predict_opts, dropout_p),
@@ -396,11 +397,14 @@ static const mp_option_def predict_table[] = {
       dropout_seed), .arg = "N", .help = "dropout: seed of the passes' masks",
       .flags = MP_OPTF_U64 },
     { "calibrate", MP_OPT_CHOICE, "none",
-      .choices = "none|zscaling|zelikman|mve-weighting|conformal|conformal-adaptive|platt|isotonic",
+      .choices = "none|zscaling|zelikman|mve-weighting|conformal|conformal-adaptive|platt|isotonic|"
+                 "conformal-multiclass|isotonic-multiclass",
       .parse = parse_calibrator, .offset = AT(mp_predict_opts, calibrate), .arg = "C",
-      .help = "fit a calibrator on --calibration-data: zscaling,\nzelikman, conformal, "
-              "conformal-adaptive\n(regression; the last three write <task>_lower,\n<task>_upper), "
-              "platt, isotonic (classification)" },
+      .help = "fit a calibrator on --calibration-data: zscaling,\nzelikman, mve-weighting "
+              "(--uncertainty mve,\nevidential or dropout), conformal,\nconformal-adaptive "
+              "(regression; zelikman and the\nconformal ones write <task>_lower, _upper), "
+              "platt,\nisotonic (binary classification),\nconformal-multiclass, conformal-adaptive "
+              "(sets:\n<task>_class<k>_in_set), isotonic-multiclass\n(multiclass)" },
     { "calibration-data", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, calibration_data),
       .arg = "F", .help = "labelled CSV (columns named like the tasks)" },
     { "alpha", MP_OPT_REAL, "0.1", 1e-6, 0.999999, .offset = AT(mp_predict_opts, alpha),
@@ -444,7 +448,7 @@ static const mp_option_def eval_table[] = {
     { "uncertainty-metrics", MP_OPT_LIST, NULL,
       .offset = AT(mp_eval_args, unc_metrics), .arg = "L",
       .help = "with --preds: nll, miscalibration-area, ence,\nspearman, coverage "
-              "(comma-separated)" },
+              "(comma-separated; a\nmulticlass task: nll, coverage)" },
     { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, data_path), .arg = "F",
       .help = "CSV or gzipped CSV with the SMILES and the task\ncolumns",
       .flags = MP_OPTF_REQUIRED },

@@ -256,6 +256,26 @@ double mp_unc_spearman(const double *pred, const double *var, const double *y, s
     return sxy / sqrt(sxx * syy);
 }
 
+double mp_unc_nll_multiclass(const double *prob, const double *y, size_t n, int C)
+{
+    if (n == 0)
+        return NAN;
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s -= log(prob[i * (size_t)C + (size_t)y[i]]);
+    return s / (double)n;
+}
+
+double mp_unc_coverage_sets(const double *in_set, const double *y, size_t n, int C)
+{
+    if (n == 0)
+        return NAN;
+    size_t in = 0;
+    for (size_t i = 0; i < n; i++)
+        in += in_set[i * (size_t)C + (size_t)y[i]] > 0;
+    return (double)in / (double)n;
+}
+
 double mp_unc_coverage(const double *lower, const double *upper, const double *y, size_t n)
 {
     if (n == 0)

@@ -69,6 +69,13 @@ double mp_unc_spearman(const double *pred, const double *var, const double *y, s
 
 /* Fraction of molecules with lower_i <= y_i <= upper_i. */
 double mp_unc_coverage(const double *lower, const double *upper, const double *y, size_t n);
+/* Multiclass, one task of C classes: prob [n x C] the class probabilities,
+ * y the class labels (0 .. C-1).  The mean over i of -log prob[i][y_i]
+ * (Chemprop's nll-multiclass), and the fraction of molecules whose class
+ * is in their prediction set (in_set [n x C], nonzero = in the set;
+ * Chemprop's conformal-coverage-multiclass). */
+double mp_unc_nll_multiclass(const double *prob, const double *y, size_t n, int C);
+double mp_unc_coverage_sets(const double *in_set, const double *y, size_t n, int C);
 
 /* The inverse error function on (-1, 1) (+-inf at +-1, NaN outside), to
  * double precision (a rational start refined by Newton steps on erf). */

@@ -15,7 +15,7 @@
 
 static const char *const cal_names[MP_CAL_COUNT] = {
     "none", "zscaling", "zelikman", "mve-weighting", "conformal", "conformal-adaptive",
-    "platt", "isotonic"
+    "platt", "isotonic", "conformal-multiclass", "isotonic-multiclass"
 };
 
 mp_status mp_calibrator_parse(const char *s, mp_calibrator *out)
@@ -34,7 +34,8 @@ mp_status mp_calibrator_parse(const char *s, mp_calibrator *out)
         return MP_OK;
     }
     return mp_error_set(MP_ERR_ARG, "unknown calibration '%s' (zscaling, zelikman, "
-                        "mve-weighting, conformal, conformal-adaptive, platt, isotonic)", s);
+                        "mve-weighting, conformal, conformal-adaptive, platt, isotonic, "
+                        "conformal-multiclass, isotonic-multiclass)", s);
 }
 
 const char *mp_calibrator_name(mp_calibrator c)
@@ -50,6 +51,12 @@ int mp_calibrator_is_classification(mp_calibrator c)
 int mp_calibrator_makes_interval(mp_calibrator c)
 {
     return c == MP_CAL_ZELIKMAN || c == MP_CAL_CONFORMAL || c == MP_CAL_CONFORMAL_ADAPTIVE;
+}
+
+int mp_calibrator_fits_multiclass(mp_calibrator c)
+{
+    return c == MP_CAL_CONFORMAL_MULTICLASS || c == MP_CAL_CONFORMAL_ADAPTIVE ||
+           c == MP_CAL_ISOTONIC_MULTICLASS;
 }
 
 /* ===================================================================== */
@@ -541,4 +548,107 @@ void mp_calibration_free(mp_calibration *c)
     c->w = c->iso_x = c->iso_y = NULL;
     c->n_w = 0;
     c->n_iso = 0;
+}
+
+/* ===================================================================== */
+/* Multiclass                                                             */
+/* ===================================================================== */
+
+/* The conformal score of class k for one molecule's probabilities p: -p_k
+ * (conformal-multiclass) or the APS mass (conformal-adaptive); aps: a
+ * buffer of n_classes. */
+static double mc_score(mp_calibrator kind, const double *p, int n_classes, int k, double *aps)
+{
+    if (kind == MP_CAL_CONFORMAL_MULTICLASS)
+        return -p[k];
+    mp_conformal_aps_scores(p, n_classes, aps);
+    return aps[k];
+}
+
+mp_status mp_mc_calibration_fit(mp_mc_calibration *c, mp_calibrator kind, double alpha,
+                                int n_classes, const double *prob, const double *y, size_t n)
+{
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+    c->alpha = alpha;
+    c->n_classes = n_classes;
+    const char *name = mp_calibrator_name(kind);
+    if (!mp_calibrator_fits_multiclass(kind))
+        return mp_error_set(MP_ERR_ARG, "calibration: %s does not calibrate a multiclass model "
+                            "(conformal-multiclass, conformal-adaptive, isotonic-multiclass)",
+                            name);
+    if (n_classes < 2 || n_classes > 256)
+        return mp_error_set(MP_ERR_ARG, "calibration (%s): %d classes (2 to 256)", name,
+                            n_classes);
+    if (n == 0)
+        return mp_error_set(MP_ERR_ARG, "calibration (%s): no labelled molecules", name);
+    if (!(alpha > 0 && alpha < 1))
+        return mp_error_set(MP_ERR_ARG, "calibration: alpha = %g (must be in (0, 1))", alpha);
+    for (size_t i = 0; i < n; i++)
+        if (!(y[i] >= 0 && y[i] < n_classes && y[i] == floor(y[i])))
+            return mp_error_set(MP_ERR_ARG, "calibration (%s): label %g of molecule %zu is not "
+                                "a class (0 to %d)", name, y[i], i, n_classes - 1);
+    size_t C = (size_t)n_classes;
+    double *s = mp_malloc(sizeof(double) * (n > C ? n : C) * 2);
+    if (!s)
+        return mp_error_set(MP_ERR_NOMEM, "calibration: out of memory");
+    mp_status st = MP_OK;
+    if (kind == MP_CAL_ISOTONIC_MULTICLASS) {
+        /* one vs. all: class k's probabilities against [y == k] */
+        double *x = s, *t = s + n;
+        if (!(c->iso = mp_calloc(C, sizeof *c->iso)))
+            st = mp_error_set(MP_ERR_NOMEM, "calibration: out of memory");
+        for (size_t k = 0; st == MP_OK && k < C; k++) {
+            for (size_t i = 0; i < n; i++) {
+                x[i] = prob[i * C + k];
+                t[i] = y[i] == (double)k;
+            }
+            c->iso[k].kind = MP_CAL_ISOTONIC;
+            st = fit_isotonic(&c->iso[k], x, t, n);
+        }
+    } else {
+        double *aps = s + (n > C ? n : C);
+        for (size_t i = 0; i < n; i++)
+            s[i] = mc_score(kind, prob + i * C, n_classes, (int)y[i], aps);
+        c->qhat = mp_quantile_higher(s, n, mp_conformal_level(n, alpha));
+    }
+    mp_free(s);
+    if (st)
+        mp_mc_calibration_free(c);
+    return st;
+}
+
+void mp_mc_calibration_apply(const mp_mc_calibration *c, const double *prob, size_t n,
+                             double *prob_out, double *in_set)
+{
+    size_t C = (size_t)c->n_classes;
+    double aps[256], cal[256];
+    for (size_t i = 0; i < n; i++) {
+        const double *p = prob + i * C;
+        int bad = 0;
+        for (size_t k = 0; k < C; k++)
+            bad |= isnan(p[k]);
+        if (c->kind == MP_CAL_ISOTONIC_MULTICLASS) {
+            double sum = 0;
+            for (size_t k = 0; k < C; k++)
+                sum += (cal[k] = iso_eval(&c->iso[k], p[k]));
+            for (size_t k = 0; prob_out && k < C; k++)
+                prob_out[i * C + k] = bad ? NAN : cal[k] / sum;
+        } else if (in_set) {
+            if (c->kind == MP_CAL_CONFORMAL_ADAPTIVE && !bad)
+                mp_conformal_aps_scores(p, (int)C, aps);
+            for (size_t k = 0; k < C; k++) {
+                double sc = c->kind == MP_CAL_CONFORMAL_ADAPTIVE ? aps[k] : -p[k];
+                in_set[i * C + k] = bad ? NAN : sc <= c->qhat;
+            }
+        }
+    }
+}
+
+void mp_mc_calibration_free(mp_mc_calibration *c)
+{
+    for (int k = 0; c->iso && k < c->n_classes; k++)
+        mp_calibration_free(&c->iso[k]);
+    mp_free(c->iso);
+    c->iso = NULL;
 }

@@ -30,6 +30,17 @@
  *                       out_of_bounds clip): pool-adjacent-violators on the
  *                       calibration set, linear interpolation between its
  *                       points
+ * Multiclass (uncertainty = the C class probabilities; mp_mc_calibration):
+ *   conformal-multiclass  score s = -p_y (the true class's probability,
+ *                       negated); qhat its ceil((n+1)(1-alpha))/n quantile
+ *                       ("higher"); the prediction set {k : -p_k <= qhat}
+ *   conformal-adaptive  the same with the APS score (mp_conformal_aps_scores:
+ *                       the probability mass of the classes at least as
+ *                       likely as k); set {k : score_k <= qhat}
+ *   isotonic-multiclass one binary isotonic map per class (one vs. all:
+ *                       label [y == k]), the C calibrated values divided by
+ *                       their sum (0 / 0 gives NaN, as Chemprop's does)
+ * Chemprop v2.3.1 has no Platt scaling for multiclass models.
  */
 #ifndef MP_CALIBRATE_H
 #define MP_CALIBRATE_H
@@ -49,18 +60,24 @@ typedef enum {
     MP_CAL_CONFORMAL_ADAPTIVE,
     MP_CAL_PLATT,
     MP_CAL_ISOTONIC,
+    MP_CAL_CONFORMAL_MULTICLASS,
+    MP_CAL_ISOTONIC_MULTICLASS,
     MP_CAL_COUNT
 } mp_calibrator;
 
 /* "zscaling", "zelikman" ("zelikman-interval"), "mve-weighting",
  * "conformal" ("conformal-regression"), "conformal-adaptive", "platt",
- * "isotonic", "none"; MP_ERR_ARG listing them. */
+ * "isotonic", "conformal-multiclass", "isotonic-multiclass", "none";
+ * MP_ERR_ARG listing them. */
 mp_status   mp_calibrator_parse(const char *s, mp_calibrator *out);
 const char *mp_calibrator_name(mp_calibrator c);
 /* 1 for the classification calibrators (platt, isotonic). */
 int         mp_calibrator_is_classification(mp_calibrator c);
 /* 1 for those that make intervals (zelikman, conformal, conformal-adaptive). */
 int         mp_calibrator_makes_interval(mp_calibrator c);
+/* 1 for the calibrators of a multiclass model (conformal-multiclass,
+ * conformal-adaptive, isotonic-multiclass: mp_mc_calibration_fit). */
+int         mp_calibrator_fits_multiclass(mp_calibrator c);
 
 /* One task's fitted calibrator. */
 typedef struct {
@@ -101,6 +118,32 @@ mp_status mp_calibration_fit(mp_calibration *c, mp_calibrator kind, double alpha
 void      mp_calibration_apply(const mp_calibration *c, const mp_cal_inputs *in,
                                double *unc_out, double *lower, double *upper);
 void      mp_calibration_free(mp_calibration *c);
+
+/* One multiclass task's fitted calibrator (conformal-multiclass,
+ * conformal-adaptive, isotonic-multiclass). */
+typedef struct {
+    mp_calibrator   kind;
+    double          alpha;
+    int             n_classes;
+    double          qhat;    /* the conformal ones: the score's quantile      */
+    mp_calibration *iso;     /* isotonic-multiclass: n_classes binary maps   */
+} mp_mc_calibration;
+
+/*
+ * Fits calibrator `kind` (one of mp_calibrator_fits_multiclass) at error
+ * rate alpha in (0, 1) on n molecules: prob [n x n_classes] (each row the
+ * class probabilities), y [n] the class labels (integers 0 .. n_classes-1).
+ * MP_ERR_ARG naming the molecule for a label that is not a class, or for
+ * an empty set; MP_ERR_NOMEM.  c owns what it allocates.
+ */
+mp_status mp_mc_calibration_fit(mp_mc_calibration *c, mp_calibrator kind, double alpha,
+                                int n_classes, const double *prob, const double *y, size_t n);
+/* Applies c to n rows of prob [n x n_classes]: the conformal ones write
+ * in_set [n x n_classes] (1: class k is in the prediction set, else 0; NaN
+ * for a NaN row), isotonic-multiclass writes prob_out (may alias prob). */
+void      mp_mc_calibration_apply(const mp_mc_calibration *c, const double *prob, size_t n,
+                                  double *prob_out, double *in_set);
+void      mp_mc_calibration_free(mp_mc_calibration *c);
 
 /* ===================================================================== */
 /* Building blocks (exported for the tests)                               */

@@ -131,6 +131,7 @@ typedef struct {
     double          mc_p;
     uint64_t        mc_seed;
     int64_t         mc_row0;
+    int             predict_raw;  /* during mp_ensemble_predict_raw only      */
 } mp_ensemble;
 
 /* Opens backend `backend_name` ("cpu", "cuda", "cuda:bf16", ...) and an empty
@@ -204,6 +205,15 @@ int       mp_ensemble_n_values(const mp_ensemble *e);
 mp_status mp_ensemble_predict_values(mp_ensemble *e, const mp_features *f, const int32_t *mols,
                                      int32_t n, int first, int count, int32_t batch_size,
                                      double *vals, double *std);
+
+/* Member `member`'s raw outputs (the FFN's last layer, heads.h's layouts)
+ * of molecules mols[0..n) as doubles into raw [n x outputs]; NaN rows for
+ * invalid molecules.  For the heads whose outputs are as many as their
+ * values (MP_ERR_ARG otherwise; every head of heads.h today); the
+ * uncertainty estimators that need more than the values read them
+ * (multiclass-dirichlet's u = C / S). */
+mp_status mp_ensemble_predict_raw(mp_ensemble *e, const mp_features *f, const int32_t *mols,
+                                  int32_t n, int member, int32_t batch_size, double *raw);
 
 /* Model file (.mpm; modelio.c, in the format of modelfile.h): written
  * atomically; loading checks everything against the header and opens

@@ -36,6 +36,11 @@ int mp_ensemble_n_values(const mp_ensemble *e)
 static void member_values(const mp_ensemble *e, const float *out, double *val, int32_t nb)
 {
     size_t t = e->n_tasks;
+    if (e->predict_raw) {   /* mp_ensemble_predict_raw: the outputs as they are */
+        for (size_t i = 0; i < (size_t)nb * raw_width(e); i++)
+            val[i] = out[i];
+        return;
+    }
     if (e->cfg.task != MP_MODEL_REGRESSION && e->cfg.task != MP_MODEL_CLASSIFICATION) {
         int reg = mp_head_is_regression(e->cfg.task);
         mp_head_predict(e->cfg.task, (int)t, e->cfg.n_classes, out, nb,
@@ -753,6 +758,19 @@ mp_status mp_ensemble_predict_values(mp_ensemble *e, const mp_features *f, const
                                      double *vals, double *std)
 {
     return predict_values(e, f, mols, n, first, count, batch_size, vals, std, NULL);
+}
+
+mp_status mp_ensemble_predict_raw(mp_ensemble *e, const mp_features *f, const int32_t *mols,
+                                  int32_t n, int member, int32_t batch_size, double *raw)
+{
+    if (raw_width(e) != val_width(e))
+        return mp_error_set(MP_ERR_ARG, "predict: a %s head has %zu outputs per molecule and "
+                            "%zu values: no raw prediction", mp_model_task_name(e->cfg.task),
+                            raw_width(e), val_width(e));
+    e->predict_raw = 1;
+    mp_status st = predict_values(e, f, mols, n, member, 1, batch_size, raw, NULL, NULL);
+    e->predict_raw = 0;
+    return st;
 }
 
 mp_status mp_ensemble_predict_stream(mp_ensemble *e, const mp_features *f, const int32_t *mols,

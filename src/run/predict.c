@@ -176,6 +176,7 @@ static void write_header(predict_run *p, const char *smiles_name)
             fputc(',', fp);
             mp_csv_write_field(fp, name);
         }
+    mp_unc_run_write_header(&p->u, fp);   /* a multiclass model's per-class columns */
     fputc('\n', fp);
 }
 
@@ -316,6 +317,7 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
                 fputc(',', fp);
                 write_number(fp, extra[s][(size_t)i * t + k]);
             }
+        mp_unc_run_write_row(&p->u, fp, (size_t)i);
         fputc('\n', fp);
     }
     mp_features_free(f);

@@ -79,8 +79,16 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats);
 typedef struct {
     const mp_predict_opts *o;
     mp_ensemble           *e;
-    void                  *cal;    /* n_tasks mp_calibration (calibrate.h) */
+    void                  *cal;    /* n_tasks mp_calibration, or for a multiclass
+                                    * model mp_mc_calibration (calibrate.h) */
     int                    unc_cols, interval_cols;   /* what the output has */
+    int                    class_unc_cols, set_cols;  /* multiclass: _class<k>_unc,
+                                                       * _class<k>_in_set       */
+    /* the last chunk's (owned; mp_unc_run_write_row reads them): */
+    double                *class_unc;   /* n x tasks x classes: the variances */
+    double                *in_set;      /* n x tasks x classes: 1 / 0         */
+    double                *member_unc;  /* members x n x tasks (mve-weighting) */
+    size_t                 cap;         /* rows they hold                     */
 } mp_unc_run;
 
 /* Checks that the method and the calibrator fit the model (MP_ERR_ARG
@@ -91,6 +99,12 @@ void      mp_unc_run_free(mp_unc_run *u);
 mp_status mp_unc_run_predict(mp_unc_run *u, const mp_features *f, const int32_t *mols,
                              int32_t n, int32_t batch_size, int64_t row0, double *mean,
                              double *unc, double *lower, double *upper, double *vals);
+/* A multiclass model's per-class columns, after the _unc / _lower / _upper
+ * ones: <task>_class<k>_unc (ensemble, dropout), then <task>_class<k>_in_set
+ * (the conformal calibrators' prediction sets); the header (each name
+ * preceded by a comma) and row i of the last chunk.  Nothing otherwise. */
+void      mp_unc_run_write_header(const mp_unc_run *u, FILE *fp);
+void      mp_unc_run_write_row(const mp_unc_run *u, FILE *fp, size_t i);
 
 /*
  * `molprop eval --preds P --data T --uncertainty-metrics nll,...`: the

@@ -129,3 +129,29 @@ void mp_unc_from_head(mp_unc_method method, const double *head, int m, size_t ce
             upper[c] = method == MP_UNC_QUANTILE ? up / m : NAN;
     }
 }
+
+/* As heads.c computes it, so that the probabilities match a plain
+ * prediction's bit for bit. */
+static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
+
+void mp_unc_multiclass_dirichlet(const double *raw, int m, size_t cells, int C, double *prob,
+                                 double *u)
+{
+    for (size_t c = 0; c < cells; c++) {
+        double *pc = prob + c * (size_t)C, us = 0;
+        for (int j = 0; j < C; j++)
+            pc[j] = 0;
+        for (int k = 0; k < m; k++) {
+            const double *z = raw + ((size_t)k * cells + c) * (size_t)C;
+            double s = 0;
+            for (int j = 0; j < C; j++)
+                s += softplus(z[j]) + 1;
+            for (int j = 0; j < C; j++)
+                pc[j] += (softplus(z[j]) + 1) / s;
+            us += C / s;
+        }
+        for (int j = 0; j < C; j++)
+            pc[j] /= m;
+        u[c] = us / m;
+    }
+}

@@ -20,7 +20,14 @@
  *                         [mean - interval/2, mean + interval/2], averaged
  *                         over members; unc = the half interval
  *   dirichlet             head (probability, u = K / S): means over members
+ *                         (classification-dirichlet; multiclass-dirichlet:
+ *                         the C class probabilities alpha_k / S and one
+ *                         u = C / S per task, mp_unc_multiclass_dirichlet)
  *
+ * Multiclass models (multiclass, multiclass-dirichlet): ensemble and
+ * dropout apply to each class probability (mean and variance per class,
+ * as above, over the C values of each task); dirichlet to
+ * multiclass-dirichlet models.
  * Regression uncertainties are variances (Chemprop's convention); a
  * quantile model's is its half interval; a Dirichlet one's u.
  */
@@ -73,6 +80,17 @@ void mp_unc_from_head(mp_unc_method method, const double *head, int m, size_t ce
                       double *mean, double *unc, double *lower, double *upper);
 /* Values per task that method's head gives (2 or 4), 1 otherwise. */
 int  mp_unc_head_values(mp_unc_method method);
+
+/*
+ * Chemprop's MulticlassDirichletEstimator from the raw outputs of m
+ * members: raw holds, per member, cells = n x T tasks of C evidences (member
+ * k's evidence of class j of cell c at raw[(k cells + c) C + j]).  alpha_j =
+ * softplus(z_j) + 1, S = sum_j alpha_j; prob [cells x C] gets the member
+ * mean of alpha_j / S (what heads.h predicts), u [cells] the member mean of
+ * C / S.  A NaN row (an invalid molecule) gives NaN.
+ */
+void mp_unc_multiclass_dirichlet(const double *raw, int m, size_t cells, int C, double *prob,
+                                 double *u);
 
 #ifdef __cplusplus
 }
