@@ -44,7 +44,7 @@ case "$bin" in /*) ;; *) bin=$(pwd)/$bin ;; esac
 mkdir -p "$work"
 in="$work/rows-$rows.csv"
 
-if [ ! -s "$in" ]; then
+if [ ! -s "$in" ] && command -v python3 >/dev/null 2>&1; then
     python3 - "$data" "$rows" "$in" <<'PY'
 import csv, gzip, os, sys
 data, rows, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -66,6 +66,19 @@ os.rename(out + ".part", out)
 print("screen: wrote %d rows (%d distinct SMILES) to %s" % (rows, len(smiles), out),
       file=sys.stderr)
 PY
+elif [ ! -s "$in" ]; then
+    # no python3 (the GPU machine): awk, rows with a quote character skipped
+    for f in "$data"/*.csv.gz; do
+        gzip -dc "$f" | awk -F, 'NR == 1 { c = 1; for (i = 1; i <= NF; i++)
+                                              if (tolower($i) == "smiles") c = i; next }
+                                 NF && !/"/ { print $c }'
+    done > "$work/smiles.txt"
+    awk -v n="$rows" '{ s[k++] = $0 }
+        END { if (!k) exit 1; print "smiles"; for (i = 0; i < n; i++) print s[i % k] }' \
+        "$work/smiles.txt" > "$in.part"
+    mv "$in.part" "$in"
+    echo "screen: wrote $rows rows ($(wc -l < "$work/smiles.txt") distinct SMILES, awk) to $in" >&2
+    rm -f "$work/smiles.txt"
 fi
 
 model=${MODEL:-$work/model/model.mpm}
