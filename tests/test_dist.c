@@ -300,7 +300,7 @@ static void resume_over_ranks(mp_test_result *mp__r, int threads)
         snprintf(launch, sizeof launch, MPIRUN " 2 '%s' train --threads 1", bin);
     snprintf(ref, sizeof ref, "%s", tmp(threads ? "ref_t" : "ref_m"));
     snprintf(cut, sizeof cut, "%s", tmp(threads ? "cut_t" : "cut_m"));
-    snprintf(opts, sizeof opts, "--data '%s' --epochs 100 --hidden 16 --dropout 0.1 --quiet",
+    snprintf(opts, sizeof opts, "--data '%s' --epochs 60 --hidden 16 --dropout 0.1 --quiet",
              esol);
     CHECK_MSG(shell("rm -rf '%s' '%s' && %s %s --save-dir '%s'", ref, cut, launch, opts, ref) ==
               0, "%s", out);

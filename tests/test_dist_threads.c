@@ -15,6 +15,7 @@
 #include "core/dist.h"
 #include "gpu/gpu.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -171,6 +172,24 @@ MP_TEST(dist_threads_cli_devices_write_once_and_repeat)
     size_t na, nb;
     char *fa = mp_test_slurp(pa, &na), *fb = mp_test_slurp(pb, &nb);
     CHECK_MSG(fa && fb && na == nb && !memcmp(fa, fb, na), "two runs of 2 thread ranks differ");
+    /* the data read and featurized once for both threads: the model of 2
+     * MPI ranks, each reading its own */
+    if (mp_dist_built_with_mpi() && system("command -v mpirun > /dev/null 2>&1") == 0) {
+        const char *m = tmp("m");
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root "
+                 "--oversubscribe -np 2 '%s' train --data '%s' --epochs 2 --hidden 24 "
+                 "--threads 1 --quiet --save-dir '%s' > /dev/null 2>&1", getenv("MOLPROP_BIN"),
+                 esol, m);
+        CHECK_EQ_INT(system(cmd), 0);
+        char pm[1300];
+        snprintf(pm, sizeof pm, "%s/model.mpm", m);
+        size_t nm;
+        char *fm = mp_test_slurp(pm, &nm);
+        CHECK_MSG(fm && fa && nm == na && !memcmp(fm, fa, na),
+                  "--devices 2 and mpirun -np 2 saved other models");
+        mp_free(fm);
+    }
     mp_free(fa);
     mp_free(fb);
 }

@@ -18,6 +18,7 @@
 #include "core/dist.h"
 #include "run/predict.h"
 #include "run/shard.h"
+#include "run/train_head.h"
 #include "run/trainer.h"
 
 #include <cjson/cJSON.h>
@@ -409,7 +410,8 @@ static mp_status devices_opt(const mp_options *o, const char *backend, int *n, i
             dev[k] = (int)v;
             p = *end ? end + 1 : end;
         }
-        if (mp_options_is_set(o, "devices") && *n != k)
+        /* devices = 1 may be a config file's default: --gpus sets N then */
+        if (mp_options_is_set(o, "devices") && *n != k && *n != 1)
             return mp_error_set(MP_ERR_ARG, "--devices %d with --gpus %s (%d GPUs): leave one out",
                                 *n, gpus, k);
         *n = k;
@@ -466,6 +468,36 @@ static mp_status train_rank(void *arg, int rank)
     return st;
 }
 
+/* The thread ranks read and featurize the data once, here, and share it
+ * read-only (mp_train_inputs, as the benchmark's runs do: the same run bit
+ * for bit), where the run allows it: not with a features file or user
+ * atom / bond columns (those are read, and scaled, per run). */
+static mp_status shared_inputs(const mp_train_opts *t, mp_dataset **d, mp_features **f,
+                               double *seconds)
+{
+    *d = NULL;
+    *f = NULL;
+    if (t->inputs || t->features_path || t->cols.atom_path || t->cols.bond_path)
+        return MP_OK;
+    double t0 = mp_time_now();
+    mp_column_spec cs = t->columns;
+    cs.inequalities = mp_train_loss_is_bounded(t->loss);
+    mp_status st = mp_dataset_load(d, t->data_path, &cs);
+    if (st == MP_OK && (*d)->n_rows > INT32_MAX)
+        st = mp_error_set(MP_ERR_ARG, "%s: too many rows for one training run", t->data_path);
+    mp_featurize_opts fo = mp_train_featurize_opts(t);
+    if (st == MP_OK)
+        st = mp_featurize(f, (const char *const *)(*d)->smiles, (int32_t)(*d)->n_rows, &fo);
+    if (st) {
+        mp_features_free(*f);
+        mp_dataset_free(*d);
+        *d = NULL;
+        *f = NULL;
+    }
+    *seconds = mp_time_now() - t0;
+    return st;
+}
+
 static mp_status run_train(const mp_options *o, mp_summary **out)
 {
     mp_train_opts t = mp_train_opts_default();
@@ -487,12 +519,27 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
         if ((st = mp_backend_open(&b, backend)))
             return st;
         mp_backend_close(b);
-        if ((st = mp_dist_run_threads(n, dev, train_rank, &R))) {
+        mp_dataset *d;
+        mp_features *f;
+        double secs = 0;
+        if ((st = shared_inputs(&t, &d, &f, &secs)))
+            return st;
+        mp_train_inputs in = { .dataset = d, .features = f };
+        mp_train_opts tr = t;
+        if (d)
+            tr.inputs = &in;
+        R.t = &tr;
+        st = mp_dist_run_threads(n, dev, train_rank, &R);
+        mp_features_free(f);
+        mp_dataset_free(d);
+        if (st) {
             if (R.have_r0)
                 mp_train_result_free(&R.r0);
             return st;
         }
         r = R.r0;
+        if (d)
+            r.featurize_seconds = secs;
     } else {
         dist_train_opts(&t);
         if ((st = mp_train(&t, &r)))
