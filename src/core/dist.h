@@ -1,9 +1,11 @@
 /*
- * dist.h - the processes of one run: MPI when molprop was built with it
- * (MP_HAVE_MPI, Open MPI's libopenmpi-dev) and started by a launcher
- * (mpirun, srun), one process otherwise.  Sharded prediction (run/shard.c)
- * and data-parallel training (run/fit.c) talk to the other ranks through
- * these calls only; without MPI they are the one-process identities.
+ * dist.h - the ranks of one run: MPI processes when molprop was built with
+ * MPI (MP_HAVE_MPI, Open MPI's libopenmpi-dev) and started by a launcher
+ * (mpirun, srun), or the threads of one process (mp_dist_run_threads below:
+ * `train --devices N`), one process otherwise.  Sharded prediction
+ * (run/shard.c) and data-parallel training (run/fit.c) talk to the other
+ * ranks through these calls only, whichever kind they are; without either
+ * they are the one-process identities.
  *
  * Every collective here is deterministic: a reduction gathers every rank's
  * values and adds them in rank order on every rank, so K ranks give the same
