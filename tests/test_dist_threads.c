@@ -214,8 +214,8 @@ MP_TEST(dist_threads_cli_refuses_what_is_not_there)
     CHECK(mp_test_cli(out, sizeof out, "train --data '%s' --gpus 0,x --save-dir '%s'", esol,
                       tmp("g")) != 0);
     CHECK_MSG(strstr(out, "expected GPU indices"), "%s", out);
-    CHECK(mp_test_cli(out, sizeof out, "train --data '%s' --devices 3 --gpus 0,1 --save-dir '%s'", esol,
-                      tmp("g")) != 0);
+    CHECK(mp_test_cli(out, sizeof out, "train --data '%s' --devices 3 --gpus 0,1 "
+                      "--save-dir '%s'", esol, tmp("g")) != 0);
     CHECK_MSG(strstr(out, "leave one out"), "%s", out);
     CHECK(mp_test_cli(out, sizeof out, "train --data '%s' --gpus 1 --save-dir '%s'", esol,
                       tmp("g")) != 0);
