@@ -1,20 +1,27 @@
 #!/bin/sh
 # screen.sh - screening throughput (issue 14): `molprop predict` on a
 # generated file of ROWS rows (the SMILES of the shared datasets, repeated in
-# order), one process on all cores, then split over 1, 2 and 4 MPI ranks
-# (mpirun -np R, each rank cores/R threads, its byte range of the input),
+# order), one process on all cores, then split K ways for K in RANKS (1 2 4),
+# each of the K cores/K threads and its byte range of the input, either
+#   mpi:    mpirun -np K molprop predict (rank 0 joins the parts), or
+#   shards: K concurrent `molprop predict --shard I/K` processes, then one
+#           `predict --merge` (timed with them): no MPI needed,
 # and one process on the GPU when there is one.  Per run: wall seconds,
 # molecules/s, peak RSS (per rank and summed), and a check that the output
 # is byte for byte the one process's.  Ends with molecules per day projected
-# for N nodes from the measured per-node rate and the 1 -> 4 rank scaling.
+# for N nodes from the measured per-node rate and the 1 -> 4 scaling.
 #
 #   bench/screen.sh [ROWS] [WORKDIR]
 #   env: MOLPROP_BIN (build/molprop), DATA_DIR (../shared/datasets),
 #        MODEL (a model file; default: a default-size D-MPNN, hidden 300,
-#        trained 1 epoch on ESOL here), RANKS ("1 2 4"; "" or no mpirun:
-#        none), CORES (nproc),
-#        GPU (auto: when nvidia-smi sees one; 0: never; 1: always)
+#        trained 1 epoch on ESOL here), RANKS ("1 2 4"; "": none),
+#        LAUNCH (auto: mpi where an mpirun is found, else shards; mpi;
+#        shards), MPIRUN (the mpirun to use: default mpirun on PATH; the
+#        bundle of scripts/device_mpi_bundle.sh is .dev/mpi/bin/mpirun),
+#        CORES (nproc), GPU (auto: when nvidia-smi sees one; 0: never; 1: always)
 #
+# Peak RSS: /usr/bin/time where it is installed, else VmHWM of
+# /proc/PID/status sampled every 0.2 s (marked "sampled").
 # Prints a Markdown table (for bench/RESULTS.md) on stdout; logs on stderr.
 set -eu
 rows=${1:-10000000}
@@ -24,14 +31,20 @@ data=${DATA_DIR:-${MOLPROP_DATA_MIRROR:-../shared/datasets}}
 ranks=${RANKS-1 2 4}
 cores=${CORES:-$(nproc)}
 gpu=${GPU:-auto}
-if [ -n "$ranks" ] && ! command -v mpirun >/dev/null 2>&1; then
-    echo "screen: no mpirun here (Debian: openmpi-bin): the rank runs are left out" >&2
-    ranks=""
-fi
+launch=${LAUNCH:-auto}
+mpirun=${MPIRUN:-$(command -v mpirun 2>/dev/null || true)}
+case "$launch" in
+    auto) if [ -n "$mpirun" ]; then launch=mpi; else launch=shards; fi ;;
+    mpi) [ -n "$mpirun" ] || { echo "screen: LAUNCH=mpi but no mpirun (set MPIRUN)" >&2; exit 2; } ;;
+    shards) ;;
+    *) echo "screen: LAUNCH=$launch: expected auto, mpi or shards" >&2; exit 2 ;;
+esac
+[ "$launch" = mpi ] || echo "screen: no MPI: the K-way runs are K --shard processes + --merge" >&2
+case "$bin" in /*) ;; *) bin=$(pwd)/$bin ;; esac
 mkdir -p "$work"
 in="$work/rows-$rows.csv"
 
-if [ ! -s "$in" ]; then
+if [ ! -s "$in" ] && command -v python3 >/dev/null 2>&1; then
     python3 - "$data" "$rows" "$in" <<'PY'
 import csv, gzip, os, sys
 data, rows, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -53,6 +66,19 @@ os.rename(out + ".part", out)
 print("screen: wrote %d rows (%d distinct SMILES) to %s" % (rows, len(smiles), out),
       file=sys.stderr)
 PY
+elif [ ! -s "$in" ]; then
+    # no python3 (the GPU machine): awk, rows with a quote character skipped
+    for f in "$data"/*.csv.gz; do
+        gzip -dc "$f" | awk -F, 'NR == 1 { c = 1; for (i = 1; i <= NF; i++)
+                                              if (tolower($i) == "smiles") c = i; next }
+                                 NF && !/"/ { print $c }'
+    done > "$work/smiles.txt"
+    awk -v n="$rows" '{ s[k++] = $0 }
+        END { if (!k) exit 1; print "smiles"; for (i = 0; i < n; i++) print s[i % k] }' \
+        "$work/smiles.txt" > "$in.part"
+    mv "$in.part" "$in"
+    echo "screen: wrote $rows rows ($(wc -l < "$work/smiles.txt") distinct SMILES, awk) to $in" >&2
+    rm -f "$work/smiles.txt"
 fi
 
 model=${MODEL:-$work/model/model.mpm}
@@ -60,6 +86,30 @@ if [ ! -s "$model" ]; then
     echo "screen: training a default-size D-MPNN (1 epoch on ESOL) into $work/model" >&2
     "$bin" train --data "$data/esol.csv.gz" --epochs 1 --quiet --save-dir "$work/model" >/dev/null
 fi
+
+# rss.sh OUT CMD...: runs CMD, then writes "maxrss KB" into OUT
+cat > "$work/rss.sh" <<'EOF'
+#!/bin/sh
+out=$1
+shift
+if [ -x /usr/bin/time ]; then
+    exec /usr/bin/time -f "maxrss %M" -o "$out" "$@"
+fi
+"$@" &
+pid=$!
+peak=0
+while kill -0 "$pid" 2>/dev/null; do
+    v=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+    [ -n "$v" ] && [ "$v" -gt "$peak" ] && peak=$v
+    sleep 0.2
+done
+rc=0
+wait "$pid" || rc=$?
+echo "maxrss $peak" > "$out"
+exit $rc
+EOF
+chmod +x "$work/rss.sh"
+rss_how=$([ -x /usr/bin/time ] && echo "" || echo " (sampled)")
 
 now() { date +%s.%N; }
 # run NAME CMD...: wall seconds into $secs, the peak RSS lines (KB) into $work/NAME.rss
@@ -78,12 +128,26 @@ run() {
 timed() {
     name=$1
     shift
-    /usr/bin/time -f "maxrss %M" -o "$work/$name.rss.${OMPI_COMM_WORLD_RANK:-0}" "$@"
+    "$work/rss.sh" "$work/$name.rss.${OMPI_COMM_WORLD_RANK:-0}" "$@"
+}
+# shards NAME K TH: K concurrent --shard I/K processes of TH threads, then the merge
+shards() {
+    name=$1 k=$2 th=$3 i=0 pids=""
+    while [ "$i" -lt "$k" ]; do
+        "$work/rss.sh" "$work/$name.rss.$i" "$bin" predict --model "$model" --data "$in" \
+            --out "$work/$name.csv" --shard "$i/$k" --threads "$th" --quiet &
+        pids="$pids $!"
+        i=$((i + 1))
+    done
+    fail=0
+    for p in $pids; do wait "$p" || fail=1; done
+    [ "$fail" = 0 ] || return 1
+    "$bin" predict --merge --out "$work/$name.csv" --remove-parts --quiet
 }
 rate() { awk -v n="$rows" -v s="$1" 'BEGIN {printf "%.0f", (s > 0 ? n / s : 0)}'; }
 mib() { awk '{m = $1 > m ? $1 : m; s += $1} END {printf "%.0f %.0f", m / 1024, s / 1024}' "$1"; }
 
-echo "| run | ranks x threads | wall s | molecules/s | peak RSS per rank (MiB) | sum (MiB) | output = 1 process |"
+echo "| run | ranks x threads | wall s | molecules/s | peak RSS per rank (MiB)$rss_how | sum (MiB) | output = 1 process |"
 echo "|---|---|---|---|---|---|---|"
 run one timed one "$bin" predict --model "$model" --data "$in" --out "$work/one.csv" --threads "$cores" --quiet
 one_rate=$(rate "$secs")
@@ -96,14 +160,20 @@ r_max=1
 for r in $ranks; do
     th=$((cores / r))
     [ "$th" -ge 1 ] || th=1
-    run "mpi$r" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$r" sh -c \
-        'work=$1; shift; /usr/bin/time -f "maxrss %M" -o "$work/$0.rss.$OMPI_COMM_WORLD_RANK" "$@"' \
-        "mpi$r" "$work" "$bin" predict \
-        --model "$model" --data "$in" --out "$work/mpi$r.csv" --threads "$th" --quiet
+    if [ "$launch" = mpi ]; then
+        run "mpi$r" "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$r" sh -c \
+            'work=$1; shift; "$work/rss.sh" "$work/$0.rss.$OMPI_COMM_WORLD_RANK" "$@"' \
+            "mpi$r" "$work" "$bin" predict \
+            --model "$model" --data "$in" --out "$work/mpi$r.csv" --threads "$th" --quiet
+        label="cpu, mpirun -np $r"
+    else
+        run "mpi$r" shards "mpi$r" "$r" "$th"
+        label="cpu, $r --shard processes + --merge (no MPI)"
+    fi
     rr=$(rate "$secs")
     same=$(cmp -s "$work/one.csv" "$work/mpi$r.csv" && echo yes || echo NO)
     set -- $(mib "$work/mpi$r.rss")
-    echo "| cpu, mpirun -np $r | $r x $th | $secs | $rr | $1 | $2 | $same |"
+    echo "| $label | $r x $th | $secs | $rr | $1 | $2 | $same |"
     [ -n "$rate1" ] || { rate1=$rr; r_first=$r; }
     rate_max=$rr
     r_max=$r
@@ -128,7 +198,7 @@ rm -f "$work/one.csv"
 # what the measurement says about splitting the work, and the merge is a
 # byte copy (rank 0) at the end.
 echo
-[ -z "$rate1" ] || echo "Scaling $r_first -> $r_max ranks on $cores cores: $rate1 -> $rate_max molecules/s."
+[ -z "$rate1" ] || echo "Scaling $r_first -> $r_max ranks ($launch) on $cores cores: $rate1 -> $rate_max molecules/s."
 echo
 echo "| nodes | molecules/s | molecules/day |"
 echo "|---|---|---|"

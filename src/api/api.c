@@ -18,6 +18,7 @@
 #include "core/dist.h"
 #include "run/predict.h"
 #include "run/shard.h"
+#include "run/train_head.h"
 #include "run/trainer.h"
 
 #include <cjson/cJSON.h>
@@ -375,21 +376,126 @@ mp_status mp_run_train(const mp_options *o, mp_summary **out)
     return run_train(o, out);
 }
 
-/* Under K > 1 MPI ranks (fit.c trains data-parallel): rank 0 writes the
- * model and the metrics, the others nothing and quietly. */
-static mp_status dist_train_opts(mp_train_opts *t)
+/* Under K > 1 ranks (MPI processes or --devices threads; fit.c trains
+ * data-parallel): rank 0 writes the model, the metrics and the
+ * checkpoints, the others nothing and quietly (they read a checkpoint to
+ * resume: every rank restores it). */
+static void dist_train_opts(mp_train_opts *t)
 {
-    if (mp_dist_size() == 1)
-        return MP_OK;
-    if (t->checkpoint_every > 0 || t->resume)
-        return mp_error_set(MP_ERR_ARG, "--checkpoint-every and --resume do not run over MPI "
-                            "ranks yet (%d ranks): train in one process to use them",
-                            mp_dist_size());
-    if (mp_dist_rank() != 0) {
-        t->save_dir = NULL;
+    if (mp_dist_size() > 1 && mp_dist_rank() != 0) {
+        t->read_only = 1;
         t->quiet = 1;
     }
+}
+
+#define MAX_DEVICES 64
+
+/* --devices N / --gpus a,b,..: the thread ranks and their GPUs (n 1: a
+ * plain run).  A GPU backend must see every GPU asked for. */
+static mp_status devices_opt(const mp_options *o, const char *backend, int *n, int *dev)
+{
+    const char *gpus = mp_options_get(o, "gpus"), *nd = mp_options_get(o, "devices");
+    *n = nd ? atoi(nd) : 1;
+    if (gpus) {
+        int k = 0;
+        for (const char *p = gpus; *p; k++) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 0 || v > 1023 || (*end && *end != ',') || k == MAX_DEVICES)
+                return mp_error_set(MP_ERR_ARG, "--gpus %s: expected GPU indices 0,1,.. (at most "
+                                    "%d)", gpus, MAX_DEVICES);
+            for (int j = 0; j < k; j++)
+                if (dev[j] == (int)v)
+                    return mp_error_set(MP_ERR_ARG, "--gpus %s: GPU %ld twice", gpus, v);
+            dev[k] = (int)v;
+            p = *end ? end + 1 : end;
+        }
+        /* devices = 1 may be a config file's default: --gpus sets N then */
+        if (mp_options_is_set(o, "devices") && *n != k && *n != 1)
+            return mp_error_set(MP_ERR_ARG, "--devices %d with --gpus %s (%d GPUs): leave one out",
+                                *n, gpus, k);
+        *n = k;
+        if (k == 1 && dev[0] != 0)
+            return mp_error_set(MP_ERR_ARG, "--gpus %s alone is a plain one-GPU run: choose "
+                                "its GPU with CUDA_VISIBLE_DEVICES=%d instead", gpus, dev[0]);
+    } else {
+        for (int r = 0; r < *n; r++)
+            dev[r] = r;
+    }
+    if (*n > 1 && mp_dist_size() > 1)
+        return mp_error_set(MP_ERR_ARG, "--devices %d under %d MPI ranks: start one MPI rank per "
+                            "GPU instead (each takes its node's next GPU)", *n, mp_dist_size());
+    int have = mp_backend_devices(backend), top = 0;
+    for (int r = 0; r < *n; r++)
+        top = dev[r] > top ? dev[r] : top;
+    if (have >= 0 && (*n > 1 || gpus) && top >= have) {
+        char what[80];
+        if (gpus)
+            snprintf(what, sizeof what, "--gpus %.60s", gpus);
+        else
+            snprintf(what, sizeof what, "--devices %d", *n);
+        return mp_error_set(MP_ERR_ARG, "%s: this machine has %d GPU%s%s", what, have,
+                            have == 1 ? "" : "s",
+                            have == 0 ? " (or this molprop was built without CUDA)" : "");
+    }
     return MP_OK;
+}
+
+/* The thread ranks of --devices N: each trains its copy (mp_train, with
+ * the same options but for rank 0's writing) on a share of the threads. */
+typedef struct {
+    const mp_train_opts *t;
+    int                  threads;   /* each rank's                        */
+    mp_train_result      r0;        /* rank 0's                           */
+    int                  have_r0;
+} rank_runs;
+
+static mp_status train_rank(void *arg, int rank)
+{
+    rank_runs *R = arg;
+    mp_train_opts t = *R->t;
+    dist_train_opts(&t);
+    t.threads = 0;
+    mp_threads_set_local(R->threads);
+    mp_train_result r;
+    mp_status st = mp_train(&t, &r);
+    if (st == MP_OK && rank == 0) {
+        R->r0 = r;
+        R->have_r0 = 1;
+    } else if (st == MP_OK) {
+        mp_train_result_free(&r);
+    }
+    return st;
+}
+
+/* The thread ranks read and featurize the data once, here, and share it
+ * read-only (mp_train_inputs, as the benchmark's runs do: the same run bit
+ * for bit), where the run allows it: not with a features file or user
+ * atom / bond columns (those are read, and scaled, per run). */
+static mp_status shared_inputs(const mp_train_opts *t, mp_dataset **d, mp_features **f,
+                               double *seconds)
+{
+    *d = NULL;
+    *f = NULL;
+    if (t->inputs || t->features_path || t->cols.atom_path || t->cols.bond_path)
+        return MP_OK;
+    double t0 = mp_time_now();
+    mp_column_spec cs = t->columns;
+    cs.inequalities = mp_train_loss_is_bounded(t->loss);
+    mp_status st = mp_dataset_load(d, t->data_path, &cs);
+    if (st == MP_OK && (*d)->n_rows > INT32_MAX)
+        st = mp_error_set(MP_ERR_ARG, "%s: too many rows for one training run", t->data_path);
+    mp_featurize_opts fo = mp_train_featurize_opts(t);
+    if (st == MP_OK)
+        st = mp_featurize(f, (const char *const *)(*d)->smiles, (int32_t)(*d)->n_rows, &fo);
+    if (st) {
+        mp_features_free(*f);
+        mp_dataset_free(*d);
+        *d = NULL;
+        *f = NULL;
+    }
+    *seconds = mp_time_now() - t0;
+    return st;
 }
 
 static mp_status run_train(const mp_options *o, mp_summary **out)
@@ -400,13 +506,47 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
     if (st)
         return st;
     t.backend = backend;
-    if ((st = mp_dist_init()) || (st = dist_train_opts(&t)))
+    int n = 1, dev[MAX_DEVICES];
+    if ((st = mp_dist_init()) || (st = devices_opt(o, backend, &n, dev)))
         return st;
     mp_train_result r;
-    if ((st = mp_train(&t, &r)))
-        return st;
+    if (n > 1) {
+        int all = t.threads > 0 ? t.threads : mp_threads_get();
+        rank_runs R = { .t = &t, .threads = all / n > 0 ? all / n : 1 };
+        /* the backend's first open (OpenBLAS's kernels, the CUDA runtime)
+         * here, before the threads */
+        mp_backend *b = NULL;
+        if ((st = mp_backend_open(&b, backend)))
+            return st;
+        mp_backend_close(b);
+        mp_dataset *d;
+        mp_features *f;
+        double secs = 0;
+        if ((st = shared_inputs(&t, &d, &f, &secs)))
+            return st;
+        mp_train_inputs in = { .dataset = d, .features = f };
+        mp_train_opts tr = t;
+        if (d)
+            tr.inputs = &in;
+        R.t = &tr;
+        st = mp_dist_run_threads(n, dev, train_rank, &R);
+        mp_features_free(f);
+        mp_dataset_free(d);
+        if (st) {
+            if (R.have_r0)
+                mp_train_result_free(&R.r0);
+            return st;
+        }
+        r = R.r0;
+        if (d)
+            r.featurize_seconds = secs;
+    } else {
+        dist_train_opts(&t);
+        if ((st = mp_train(&t, &r)))
+            return st;
+    }
     mp_summary *s = NULL;
-    if (t.save_dir)
+    if (t.save_dir && !t.read_only)
         st = record_config(o, &r, t.save_dir);
     if (!st)
         st = mp_summary_new(&s);

@@ -298,6 +298,12 @@ static const mp_option_def train_table[] = {
     THREADS(mp_train_opts, threads),
     DEVICE,
     PRECISION,
+    { "devices", MP_OPT_INT, "1", 1, 64, .offset = -1, .arg = "N",
+      .help = "data-parallel training in this process: N\nthreads, each a copy of the model on "
+              "its own\nGPU (--device gpu; the cpu: N thread ranks\nsharing --threads), "
+              "every batch split across\nthem, the gradients summed in rank order" },
+    { "gpus", MP_OPT_LIST, NULL, .offset = -1, .arg = "0,1,..",
+      .help = "the GPUs of --devices, one per rank (sets N)" },
     { "resident", MP_OPT_CHOICE, "auto", .choices = "auto|on|off", .values = tristate_values,
       .offset = AT(mp_train_opts, resident), .arg = "on|off",
       .help = "keep each epoch on the device and run its steps\nthere; auto: on with --device gpu" },

@@ -83,6 +83,12 @@ int mp_backend_available(const char *name, char *why, size_t n)
     return p->available(why, n);
 }
 
+int mp_backend_devices(const char *name)
+{
+    const mp_backend_provider *p = mp_backend_find(name);
+    return !p ? 0 : p->devices ? p->devices() : -1;
+}
+
 void mp_backend_close(mp_backend *b)
 {
     if (b)

@@ -636,5 +636,5 @@ static int cpu_available(char *why, size_t n)
 
 const mp_backend_provider mp_backend_cpu_provider = {
     "cpu", "cpu[:fp32|bf16]", "OpenBLAS + OpenMP, fp32; bf16 products through oneDNN",
-    cpu_open_name, cpu_available,
+    cpu_open_name, cpu_available, NULL,
 };

@@ -586,6 +586,11 @@ void      mp_backend_close(mp_backend *b);
  * runtime version", "molprop was built without CUDA", "unknown backend"). */
 int mp_backend_available(const char *name, char *why, size_t n);
 
+/* How many devices backend `name` sees here (the GPUs for gpu / cuda; 0
+ * when none or it is not built), -1 for a host backend (cpu, ref: any
+ * number of thread ranks share the host), 0 for an unknown name. */
+int mp_backend_devices(const char *name);
+
 /*
  * What a backend module exports to the registry (backend.c lists the linked
  * modules).  names: the names it answers to, comma-separated (each may also
@@ -599,6 +604,7 @@ typedef struct {
     const char *about;
     mp_status (*open)(mp_backend **out, const char *name);
     int       (*available)(char *why, size_t n);
+    int       (*devices)(void);   /* the devices it sees; NULL: the host's */
 } mp_backend_provider;
 
 extern const mp_backend_provider mp_backend_cpu_provider;   /* cpu.c    */

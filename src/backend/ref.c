@@ -524,5 +524,5 @@ static int ref_available(char *why, size_t n)
 const mp_backend_provider mp_backend_ref_provider = {
     "ref, ref64", "ref[:bf16], ref64[:bf16]",
     "plain loops in float or double (bf16 storage with :bf16): the test oracle", ref_open_name,
-    ref_available,
+    ref_available, NULL,
 };

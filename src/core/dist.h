@@ -1,9 +1,11 @@
 /*
- * dist.h - the processes of one run: MPI when molprop was built with it
- * (MP_HAVE_MPI, Open MPI's libopenmpi-dev) and started by a launcher
- * (mpirun, srun), one process otherwise.  Sharded prediction (run/shard.c)
- * and data-parallel training (run/fit.c) talk to the other ranks through
- * these calls only; without MPI they are the one-process identities.
+ * dist.h - the ranks of one run: MPI processes when molprop was built with
+ * MPI (MP_HAVE_MPI, Open MPI's libopenmpi-dev) and started by a launcher
+ * (mpirun, srun), or the threads of one process (mp_dist_run_threads below:
+ * `train --devices N`), one process otherwise.  Sharded prediction
+ * (run/shard.c) and data-parallel training (run/fit.c) talk to the other
+ * ranks through these calls only, whichever kind they are; without either
+ * they are the one-process identities.
  *
  * Every collective here is deterministic: a reduction gathers every rank's
  * values and adds them in rank order on every rank, so K ranks give the same
@@ -55,6 +57,28 @@ mp_status mp_dist_sum_float(float *v, size_t n, const float *w, float *scratch);
 int       mp_dist_local_rank(void);
 mp_status mp_dist_bcast(void *buf, size_t bytes, int root);
 mp_status mp_dist_barrier(void);
+
+/*
+ * Threads as ranks (train --devices N): mp_dist_run_threads starts n
+ * threads, thread r rank r of n, and calls fn(arg, r) in each; every call
+ * above made from one of them (and only from them: a thread they start is
+ * outside the group) talks to the group in shared memory, with the same
+ * rank-order sums as MPI, so a run gives the same bits over n threads as
+ * over n MPI processes.  device: n GPU indices (thread r's
+ * mp_dist_device()), NULL for 0, 1, ... n-1.  Returns when every thread
+ * has; a thread that fails wakes the others' collectives (they fail with
+ * "another rank failed"), and the status and message returned are the
+ * first failure's, preferring a rank's own over that echo.  n <= 1 calls
+ * fn(arg, 0) in the caller's thread, outside any group.  Refused under MPI
+ * ranks (one process per GPU there).
+ */
+typedef mp_status (*mp_dist_thread_fn)(void *arg, int rank);
+mp_status mp_dist_run_threads(int n, const int *device, mp_dist_thread_fn fn, void *arg);
+/* 1 in a thread of mp_dist_run_threads' group. */
+int       mp_dist_in_threads(void);
+/* The GPU this rank takes: its device in a thread group, its local rank
+ * under MPI (the caller takes it modulo the GPUs it sees), 0 otherwise. */
+int       mp_dist_device(void);
 
 #ifdef __cplusplus
 }

@@ -80,6 +80,10 @@ mp_status mp_precision_parse(const char *s, mp_precision *out);
  */
 int mp_backend_cuda_available(char *why, size_t n);
 
+/* The GPUs this process sees (CUDA_VISIBLE_DEVICES counts), 0 when none
+ * or the driver cannot say.  Leaves no CUDA error behind. */
+int mp_backend_cuda_device_count(void);
+
 /*
  * Opens the CUDA backend on the current device (device 0 unless the caller
  * chose another with cudaSetDevice; CUDA_VISIBLE_DEVICES picks among several)

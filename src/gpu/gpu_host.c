@@ -58,5 +58,5 @@ static int gpu_available(char *why, size_t n)
 
 const mp_backend_provider mp_backend_gpu_provider = {
     "gpu, cuda", "gpu[:fp32|tf32|bf16]", "NVIDIA GPUs: CUDA, cuBLAS(Lt) and our kernels",
-    mp_backend_cuda_open_name, gpu_available,
+    mp_backend_cuda_open_name, gpu_available, mp_backend_cuda_device_count,
 };

@@ -17,6 +17,8 @@ int mp_backend_cuda_available(char *why, size_t n)
     return 0;
 }
 
+int mp_backend_cuda_device_count(void) { return 0; }
+
 mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
 {
     *out = NULL;

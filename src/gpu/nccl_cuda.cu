@@ -4,8 +4,10 @@
  * the CUDA toolkit); without it the op stays NULL and data-parallel
  * training goes through the host (run/batches_dist.c).
  *
- * One communicator per process (one GPU per rank), made at the first sum:
- * rank 0's ncclUniqueId broadcast over MPI (core/dist.h), ncclCommInitRank.
+ * One communicator per rank (one GPU per rank), made at the first sum:
+ * rank 0's ncclUniqueId broadcast to the others (core/dist.h: over MPI, or
+ * in memory between the thread ranks of `train --devices N`), then
+ * ncclCommInitRank on every rank.
  * Determinism: NCCL's all-reduce adds in an order that depends on its
  * algorithm, protocol and topology; an all-gather only copies bytes, so the
  * sum runs here, per element in rank order, on every rank alike.  Memory:
@@ -24,11 +26,34 @@
 
 #define MAX_RANKS 1024
 
-static ncclComm_t g_comm;
-static int        g_comm_ok;
-static float     *g_gather;      /* n x ranks, on this rank's GPU */
-static size_t     g_gather_n;
-static float     *g_w;           /* the weights, on the GPU       */
+/* One rank's communicator and buffers: per thread, so that the thread
+ * ranks of `train --devices N` (core/dist.h) each hold their own; a thread
+ * rank's are released when its thread ends (an MPI rank's at exit, by the
+ * driver). */
+struct rank_comm {
+    ncclComm_t comm;
+    int        ok;
+    int        thread_rank;   /* made in a thread rank: released with it */
+    float     *gather;        /* n x ranks, on this rank's GPU */
+    size_t     gather_n;
+    float     *w;             /* the weights, on the GPU       */
+    ~rank_comm()
+    {
+        if (!thread_rank)
+            return;
+        if (ok)
+            (void)ncclCommDestroy(comm);
+        cudaFree(gather);
+        cudaFree(w);
+        (void)cudaGetLastError();
+    }
+};
+static thread_local rank_comm g_rc;
+#define g_comm     g_rc.comm
+#define g_comm_ok  g_rc.ok
+#define g_gather   g_rc.gather
+#define g_gather_n g_rc.gather_n
+#define g_w        g_rc.w
 
 __global__ void ordered_sum(float *__restrict__ out, const float *__restrict__ all,
                             const float *__restrict__ w, size_t n, int ranks)
@@ -62,9 +87,12 @@ static mp_status comm_open(void)
     mp_status st = mp_dist_bcast(&id, sizeof id, 0);
     if (st)
         return st;
+    /* thread ranks: each thread on its own GPU (mp_cu_pick_rank_device),
+     * all of them in this call at once, with the id shared in memory */
     if ((r = ncclCommInitRank(&g_comm, mp_dist_size(), id, mp_dist_rank())) != ncclSuccess)
         return nccl_fail("ncclCommInitRank", r);
     g_comm_ok = 1;
+    g_rc.thread_rank = mp_dist_in_threads();
     return MP_OK;
 }
 
@@ -117,11 +145,15 @@ void mp_cu_nccl_ops(mp_backend *b) { (void)b; }
 
 /* Under K > 1 MPI ranks each rank takes a GPU of its node in turn (local
  * rank modulo the GPUs it sees), before the backend opens on the current
- * device.  Left alone otherwise (CUDA_VISIBLE_DEVICES may have chosen). */
+ * device; a thread rank of `train --devices N` takes its own (--gpus, or
+ * its rank: the caller checked they exist).  Left alone otherwise
+ * (CUDA_VISIBLE_DEVICES may have chosen). */
 void mp_cu_pick_rank_device(void)
 {
     int count = 0;
-    if (mp_dist_size() > 1 && cudaGetDeviceCount(&count) == cudaSuccess && count > 1)
-        (void)cudaSetDevice(mp_dist_local_rank() % count);
+    if (mp_dist_in_threads())
+        (void)cudaSetDevice(mp_dist_device());
+    else if (mp_dist_size() > 1 && cudaGetDeviceCount(&count) == cudaSuccess && count > 1)
+        (void)cudaSetDevice(mp_dist_device() % count);
     (void)cudaGetLastError();
 }

@@ -171,6 +171,16 @@ static void say(char *why, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
+extern "C" int mp_backend_cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
 extern "C" int mp_backend_cuda_available(char *why, size_t n)
 {
     int count = 0, dev = 0;

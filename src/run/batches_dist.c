@@ -28,6 +28,7 @@
 #include "run/batches.h"
 
 #include "core/dist.h"
+#include "models/model_impl.h"
 
 #include <math.h>
 #include <string.h>
@@ -95,6 +96,12 @@ static mp_status dist_step(dist_source *h, int32_t s, double *loss)
                                             h->ineq ? h->ineq + (size_t)lo * t : NULL, &l)))
             return st;
         part = l * (double)mine;
+    } else {
+        /* an empty slice (a last batch smaller than the ranks): its dropout
+         * keys drawn all the same, so every rank's stream stays where rank
+         * 0's is (a checkpoint holds rank 0's, restored on every rank) */
+        for (int k = mp_model_drop_layers(m); k > 0; k--)
+            (void)mp_rng_u64(&m->drop_rng);
     }
     /* every rank's weight C_r / C, counted here from the batch's targets */
     for (int r = 0; r < h->size; r++) {

@@ -4,6 +4,8 @@
  */
 #include "run/resume.h"
 
+#include "core/dist.h"
+
 #include "models/heads.h"
 #include "run/checkpoint.h"
 
@@ -86,6 +88,11 @@ mp_status mp_train_identity_opts(const mp_train_opts *o, mp_kv *kv)
         (st = mp_kv_set_int(kv, "opt.resident", o->resident)) ||
         (st = mp_kv_set_int(kv, "opt.graph", o->graph)) ||
         (st = mp_kv_set_int(kv, "opt.slot-classes", o->slot_classes)))
+        return st;
+    /* data-parallel ranks (core/dist.h) slice every batch: a run continues
+     * bit for bit over as many ranks as it was stopped with (the key only
+     * over K > 1, so one process's checkpoints are as before) */
+    if (mp_dist_size() > 1 && (st = mp_kv_set_int(kv, "opt.ranks", mp_dist_size())))
         return st;
     return identity_more(o, kv);
 }

@@ -9,6 +9,7 @@
 #include "data/featfile.h"
 #include "data/registry.h"
 #include "models/heads.h"
+#include "core/dist.h"
 #include "run/checkpoint.h"
 #include "run/fit.h"
 #include "run/members.h"
@@ -306,7 +307,7 @@ typedef struct {
 static mp_status open_save_dir(train_run *r)
 {
     const char *dir = r->o->save_dir;
-    if (!dir)
+    if (!dir || r->o->read_only)
         return MP_OK;
     /* missing parents first ("runs/esol" from a fresh checkout); they stay */
     char parent[4096];
@@ -386,8 +387,13 @@ static mp_status write_checkpoint(void *arg, const mp_fit_state *s)
 {
     train_run *r = arg;
     mp_status st = mp_ck_table_set_state(&r->table, s);
-    if (st == MP_OK)
+    /* over data-parallel ranks every rank holds the same state: rank 0
+     * writes it, and a failed write stops them all at once */
+    if (st == MP_OK && !r->o->read_only)
         st = mp_ck_table_write(&r->table, r->ck_path, r->id, &r->sp);
+    if (mp_dist_size() > 1 && !mp_dist_all_ok(st == MP_OK) && st == MP_OK)
+        st = mp_error_set(MP_ERR_IO, "rank %d: rank 0 could not write %s (its message says "
+                          "why)", mp_dist_rank(), r->ck_path);
     if (st == MP_OK)
         r->ck_written = 1;
     return st;
@@ -806,6 +812,8 @@ static mp_status train_members(train_run *r)
     }
     int threads = o->threads > 0 ? o->threads : mp_threads_get();
     r->member_jobs = mp_members_jobs(o->member_jobs, n_todo, r->e->backend, threads);
+    if (mp_dist_size() > 1)   /* the ranks' collectives come from one thread each */
+        r->member_jobs = 1;
     mp_members_opts mo = { .c = &c, .members = todo, .n = n_todo, .jobs = r->member_jobs,
                            .threads = threads, .states = r->ck.states,
                            .n_states = r->resuming ? r->ck.n_states : 0,
@@ -893,7 +901,7 @@ static mp_status save_outputs(train_run *r)
     const char *dir = r->o->save_dir;
     char path[4096];
     mp_status st;
-    if (!dir)
+    if (!dir || r->o->read_only)
         return MP_OK;
     snprintf(path, sizeof path, "%s/%s", dir, outputs[0]);
     if ((st = mp_ensemble_save(r->e, path)))
@@ -916,7 +924,7 @@ static mp_status save_outputs(train_run *r)
  * success, the checkpoint is not needed. */
 static void train_free(train_run *r, int failed)
 {
-    if (!failed && r->ck_path[0])
+    if (!failed && r->ck_path[0] && !r->o->read_only)
         (void)unlink(r->ck_path);
     if (failed) {
         char path[4096];

@@ -95,6 +95,10 @@ typedef struct {
     const char     *save_dir;        /* NULL: nothing written (NULL with       *
                                       * resume: the resumed directory)          */
     int             quiet;           /* 1: no progress output                  */
+    int             read_only;       /* 1: a rank other than 0 of data-parallel *
+                                      * training (core/dist.h): save_dir is     *
+                                      * rank 0's; this rank reads its checkpoint *
+                                      * when resuming and writes nothing there  */
     int             checkpoint_every; /* epochs between checkpoints (0: none): *
                                       * save_dir/checkpoint.mpc, replaced       *
                                       * atomically, removed when the run ends   *
