@@ -381,9 +381,10 @@ static mp_status dist_train_opts(mp_train_opts *t)
 {
     if (mp_dist_size() == 1)
         return MP_OK;
-    if (t->checkpoint_every > 0 || t->resume)
-        return mp_error_set(MP_ERR_ARG, "--checkpoint-every and --resume do not run over MPI "
-                            "ranks yet (%d ranks): train in one process to use them",
+    if (t->checkpoint_every > 0 || t->stop_after > 0 || t->resume)
+        return mp_error_set(MP_ERR_ARG, "--checkpoint-every, --stop-after and --resume do not "
+                            "run over MPI ranks yet (%d ranks): train in one process to use "
+                            "them",
                             mp_dist_size());
     if (mp_dist_rank() != 0) {
         t->save_dir = NULL;
@@ -417,6 +418,7 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
                (st = mp_summary_put_number(s, "rank", (double)mp_dist_rank())) ||
                (st = mp_summary_put_number(s, "test", r.test_mean)) ||
                (st = mp_summary_put_number(s, "val", r.val_mean)) ||
+               (st = mp_summary_put_number(s, "stopped_epoch", r.stopped_epoch)) ||
                (st = mp_summary_put_number(s, "n_tasks", (double)r.n_tasks)) ||
                (st = mp_summary_put_number(s, "n_train", (double)r.n_train)) ||
                (st = mp_summary_put_number(s, "n_val", (double)r.n_val)) ||
