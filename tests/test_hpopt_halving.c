@@ -9,6 +9,7 @@
  * refused with messages).
  */
 #include "test.h"
+#include "gpu_test.h"
 #include "internal.h"   /* every module header */
 
 #include <signal.h>
@@ -44,9 +45,10 @@ static int exists(const char *path)
 /* train --stop-after                                                     */
 /* ===================================================================== */
 
-static mp_train_opts small_opts(const char *dir)
+static mp_train_opts small_opts(const char *backend, const char *dir)
 {
     mp_train_opts o = mp_train_opts_default();
+    o.backend = backend;
     o.data_path = mp_test_shared("datasets/esol.csv.gz");
     o.epochs = 5;
     o.hidden = 24;
@@ -59,21 +61,45 @@ static mp_train_opts small_opts(const char *dir)
     return o;
 }
 
-MP_TEST(train_stop_after_and_resume_is_the_straight_run_bitwise)
+/* The epochs a run trained: how many (all members), the first. */
+typedef struct {
+    int n, first;
+} epochs_seen;
+
+static void count_epoch(void *arg, int member, int epoch, double loss, double val)
 {
-    char ref[1300], cut[1300], ck[1300], model[1300];
-    snprintf(ref, sizeof ref, "%s/model.mpm", tmp("sa-ref"));
-    snprintf(cut, sizeof cut, "%s/model.mpm", tmp("sa-cut"));
-    snprintf(ck, sizeof ck, "%s/checkpoint.mpc", tmp("sa-cut"));
-    snprintf(model, sizeof model, "%s/stopped.mpm", mp_test_tmpdir());
+    epochs_seen *e = arg;
+    (void)member;
+    (void)loss;
+    (void)val;
+    __atomic_fetch_add(&e->n, 1, __ATOMIC_RELAXED);
+    int f = __atomic_load_n(&e->first, __ATOMIC_RELAXED);
+    while ((f == 0 || epoch < f) &&
+           !__atomic_compare_exchange_n(&e->first, &f, epoch, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+        ;
+}
+
+/* On `backend` (into tmp/<name>-ref, -cut): the straight run; the run
+ * stopped after epoch 2, resumed to the same stop (no epoch), to epoch 4,
+ * to the end: the straight run's model, byte for byte. */
+static void stop_after_bitwise(mp_test_result *mp__r, const char *backend, const char *name)
+{
+    char ref[1300], cut[1300], ck[1300], model[1300], dref[1100], dcut[1100];
+    snprintf(dref, sizeof dref, "%s/%s-ref", mp_test_tmpdir(), name);
+    snprintf(dcut, sizeof dcut, "%s/%s-cut", mp_test_tmpdir(), name);
+    snprintf(ref, sizeof ref, "%s/model.mpm", dref);
+    snprintf(cut, sizeof cut, "%s/model.mpm", dcut);
+    snprintf(ck, sizeof ck, "%s/checkpoint.mpc", dcut);
+    snprintf(model, sizeof model, "%s/%s-stopped.mpm", mp_test_tmpdir(), name);
     mp_train_result r;
-    mp_train_opts a = small_opts(tmp("sa-ref"));
+    mp_train_opts a = small_opts(backend, dref);
     CHECK_OK(mp_train(&a, &r));
     CHECK_EQ_INT(r.stopped_epoch, 0);
     mp_train_result_free(&r);
 
     /* stopped after epoch 2 of 5: scored and saved, the checkpoint kept */
-    mp_train_opts b = small_opts(tmp("sa-cut"));
+    mp_train_opts b = small_opts(backend, dcut);
     b.stop_after = 2;
     CHECK_OK(mp_train(&b, &r));
     CHECK_EQ_INT(r.stopped_epoch, 2);
@@ -84,8 +110,12 @@ MP_TEST(train_stop_after_and_resume_is_the_straight_run_bitwise)
     CHECK(rename(cut, model) == 0);
 
     /* resumed to the same stop: no epoch trained, the same model again */
+    epochs_seen seen = { 0, 0 };
+    b.on_epoch = count_epoch;
+    b.on_epoch_arg = &seen;
     b.resume = b.save_dir;
     CHECK_OK(mp_train(&b, &r));
+    CHECK_MSG(seen.n == 0, "a resume to where the run stopped trained %d epochs", seen.n);
     CHECK_EQ_INT(r.stopped_epoch, 2);
     mp_train_result_free(&r);
     CHECK_MSG(same_file(model, cut), "a resume to where it stopped changed the model");
@@ -94,6 +124,9 @@ MP_TEST(train_stop_after_and_resume_is_the_straight_run_bitwise)
     b.stop_after = 4;
     CHECK_OK(mp_train(&b, &r));
     CHECK_EQ_INT(r.stopped_epoch, 4);
+    /* on from the checkpoint: epochs 3 and 4 of both members, no more */
+    CHECK_MSG(seen.n == 4 && seen.first == 3, "resumed to epoch 4: %d member epochs from epoch "
+              "%d", seen.n, seen.first);
     mp_train_result_free(&r);
     b.stop_after = 0;
     CHECK_OK(mp_train(&b, &r));
@@ -104,10 +137,29 @@ MP_TEST(train_stop_after_and_resume_is_the_straight_run_bitwise)
     CHECK_MSG(!exists(ck), "the run that ended left its checkpoint");
 }
 
+MP_TEST(train_stop_after_and_resume_is_the_straight_run_bitwise)
+{
+    stop_after_bitwise(mp__r, "cpu", "sa");
+}
+
+/* make test-gpu: the resident source with captured graphs, the members
+ * side by side on their streams, in fp32 and bf16 */
+MP_TEST(gpu_train_stop_after_and_resume_is_the_straight_run_bitwise)
+{
+    MP_NEED_GPU();
+    stop_after_bitwise(mp__r, "cuda", "gsa");
+}
+
+MP_TEST(gpu_train_stop_after_bf16_is_the_straight_run_bitwise)
+{
+    MP_NEED_GPU();
+    stop_after_bitwise(mp__r, "cuda:bf16", "gsa16");
+}
+
 MP_TEST(train_stop_after_bad_values_are_refused)
 {
     mp_train_result r;
-    mp_train_opts o = small_opts(tmp("sa-bad"));
+    mp_train_opts o = small_opts("cpu", tmp("sa-bad"));
     o.stop_after = 6;
     CHECK(mp_train(&o, &r) == MP_ERR_ARG);
     CHECK_MSG(strstr(mp_error_message(), "stop-after") && strstr(mp_error_message(), "(5)"),
@@ -166,8 +218,8 @@ static const char *space_file(void)
 }
 
 /* A halving search of 5 trials of 9 epochs (rungs 1, 3, 9, eta 3) into out. */
-static mp_status search(const char *out, const char *method, int jobs, const char *keep,
-                        mp_summary **s)
+static mp_status search_on(const char *device, const char *out, const char *method, int jobs,
+                           const char *keep, mp_summary **s)
 {
     mp_options *hp = NULL, *base = NULL;
     char j[16];
@@ -179,6 +231,7 @@ static mp_status search(const char *out, const char *method, int jobs, const cha
         (st = mp_options_set(base, "batch-size", "25")) ||
         (st = mp_options_set(base, "threads", "1")) ||
         (st = mp_options_set(base, "quiet", "true")) ||
+        (device && (st = mp_options_set(base, "device", device))) ||
         (st = mp_options_set(hp, "space", space_file())) ||
         (st = mp_options_set(hp, "method", method)) ||
         (st = mp_options_set(hp, "startup-trials", "2")) ||
@@ -192,6 +245,12 @@ done:
     mp_options_free(hp);
     mp_options_free(base);
     return st;
+}
+
+static mp_status search(const char *out, const char *method, int jobs, const char *keep,
+                        mp_summary **s)
+{
+    return search_on(NULL, out, method, jobs, keep, s);
 }
 
 /* The lines of OUT/trials.jsonl without their "seconds", sorted when asked
@@ -240,12 +299,18 @@ static int count(const char *text, const char *needle)
     return n;
 }
 
-MP_TEST(hpopt_halving_records_rungs_and_stops)
+/* A search on `device` (NULL: the cpu) with --jobs `jobs`: its file's rungs
+ * and stops, and the trial that reached the last rung against its
+ * configuration trained straight. */
+static void halving_records(mp_test_result *mp__r, const char *device, int jobs,
+                            const char *name)
 {
     CHECK(small_esol() != NULL);
-    const char *out = tmp("halving-a");
+    char out[1100], straight[1100];
+    snprintf(out, sizeof out, "%s/%s", mp_test_tmpdir(), name);
+    snprintf(straight, sizeof straight, "%s/%s-straight", mp_test_tmpdir(), name);
     mp_summary *s = NULL;
-    CHECK_OK(search(out, "random", 1, "all", &s));
+    CHECK_OK(search_on(device, out, "random", jobs, "all", &s));
     CHECK(mp_summary_number(s, "stopped") == 4);
     char *t = trials_text(out, 0);
     CHECK(t != NULL);
@@ -280,19 +345,31 @@ MP_TEST(hpopt_halving_records_rungs_and_stops)
     mp_summary *ts = NULL;
     CHECK_OK(mp_options_create(&o, "train"));
     CHECK_OK(mp_options_read_config(o, mp_summary_text(s, "best_config")));
-    CHECK_OK(mp_options_set(o, "save-dir", tmp("halving-straight")));
+    CHECK_OK(mp_options_set(o, "save-dir", straight));
     CHECK_OK(mp_options_set(o, "quiet", "true"));
     CHECK_OK(mp_run_train(o, &ts));
     mp_options_free(o);
     mp_summary_free(ts);
     char a[1300], b[1300];
     snprintf(a, sizeof a, "%s/trials/%03d/model.mpm", out, best);
-    snprintf(b, sizeof b, "%s/model.mpm", tmp("halving-straight"));
+    snprintf(b, sizeof b, "%s/model.mpm", straight);
     CHECK_MSG(same_file(a, b), "trial %d's model differs from its configuration trained "
               "straight", best);
     snprintf(a, sizeof a, "%s/trials/%03d/checkpoint.mpc", out, best);
     CHECK_MSG(!exists(a), "the finished trial kept its checkpoint");
     mp_summary_free(s);
+}
+
+MP_TEST(hpopt_halving_records_rungs_and_stops)
+{
+    halving_records(mp__r, NULL, 1, "halving-a");
+}
+
+/* make test-gpu: trials side by side on the GPU, each on its own stream */
+MP_TEST(gpu_hpopt_halving_records_rungs_and_stops)
+{
+    MP_NEED_GPU();
+    halving_records(mp__r, "gpu", 2, "gpu-halving");
 }
 
 MP_TEST(hpopt_halving_is_the_same_for_a_seed_and_jobs)
