@@ -218,8 +218,8 @@ static const char *space_file(void)
 }
 
 /* A halving search of 5 trials of 9 epochs (rungs 1, 3, 9, eta 3) into out. */
-static mp_status search_on(const char *device, const char *out, const char *method, int jobs,
-                           const char *keep, mp_summary **s)
+static mp_status search_on(const char *device, const char *trials, const char *out,
+                           const char *method, int jobs, const char *keep, mp_summary **s)
 {
     mp_options *hp = NULL, *base = NULL;
     char j[16];
@@ -235,7 +235,7 @@ static mp_status search_on(const char *device, const char *out, const char *meth
         (st = mp_options_set(hp, "space", space_file())) ||
         (st = mp_options_set(hp, "method", method)) ||
         (st = mp_options_set(hp, "startup-trials", "2")) ||
-        (st = mp_options_set(hp, "trials", "5")) || (st = mp_options_set(hp, "jobs", j)) ||
+        (st = mp_options_set(hp, "trials", trials)) || (st = mp_options_set(hp, "jobs", j)) ||
         (st = mp_options_set(hp, "keep", keep)) || (st = mp_options_set(hp, "out", out)) ||
         (st = mp_options_set(hp, "halving", "true")) ||
         (st = mp_options_set(hp, "halving-min-epochs", "1")))
@@ -250,7 +250,7 @@ done:
 static mp_status search(const char *out, const char *method, int jobs, const char *keep,
                         mp_summary **s)
 {
-    return search_on(NULL, out, method, jobs, keep, s);
+    return search_on(NULL, "5", out, method, jobs, keep, s);
 }
 
 /* The lines of OUT/trials.jsonl without their "seconds", sorted when asked
@@ -310,7 +310,7 @@ static void halving_records(mp_test_result *mp__r, const char *device, int jobs,
     snprintf(out, sizeof out, "%s/%s", mp_test_tmpdir(), name);
     snprintf(straight, sizeof straight, "%s/%s-straight", mp_test_tmpdir(), name);
     mp_summary *s = NULL;
-    CHECK_OK(search_on(device, out, "random", jobs, "all", &s));
+    CHECK_OK(search_on(device, "5", out, "random", jobs, "all", &s));
     CHECK(mp_summary_number(s, "stopped") == 4);
     char *t = trials_text(out, 0);
     CHECK(t != NULL);
@@ -401,6 +401,15 @@ MP_TEST(hpopt_halving_resumes_to_the_uninterrupted_search)
     mp_summary_free(s);
     char *ref = trials_text(tmp("halving-ref"), 0);
     CHECK(ref != NULL);
+    /* the same search again: nothing to do, the file as it was */
+    CHECK_OK(search(tmp("halving-ref"), "tpe", 1, "best", &s));
+    mp_summary_free(s);
+    char *again = trials_text(tmp("halving-ref"), 0);
+    CHECK_MSG(again && !strcmp(again, ref), "a rerun of a finished search changed its file");
+    mp_free(again);
+    /* more trials would change its rankings: refused as another search */
+    CHECK(search_on(NULL, "6", tmp("halving-ref"), "tpe", 1, "best", &s) == MP_ERR_ARG);
+    CHECK_MSG(strstr(mp_error_message(), "records another search"), "%s", mp_error_message());
     /* stopped in rung 0, in rung 1 and in the last rung */
     static const double at[] = { 0.3, 0.8, 0.95 };
     int last = 0;

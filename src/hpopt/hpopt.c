@@ -21,6 +21,9 @@
  * better.  A trial that runs out of memory or ends with a NaN score is
  * "failed" (kept in the file, ignored by TPE); any other error stops the
  * search with the trial named.
+ *
+ * --halving (halving.c): the trials trained rung by rung, the weak ones
+ * stopped; a line per trial and rung, one per stop.
  */
 #define _XOPEN_SOURCE 700   /* nftw */
 #define _DEFAULT_SOURCE     /* truncate, fsync */
@@ -141,6 +144,8 @@ static char *identity(const mp_hpopt_args *a, const mp_hp_space *s, const mp_opt
         cJSON *h = cJSON_CreateObject();
         cJSON_AddNumberToObject(h, "eta", a->halving_eta);
         cJSON_AddNumberToObject(h, "min_epochs", a->halving_min);   /* 0: auto */
+        /* its rankings are over all the trials: no extending it */
+        cJSON_AddNumberToObject(h, "trials", a->trials);
         cJSON_AddItemToObject(root, "halving", h);
     }
     cJSON *train = cJSON_CreateObject();
@@ -179,8 +184,8 @@ static mp_status check_identity(const mp_hpopt_args *a, const mp_hp_space *s,
         st = mp_error_set(MP_ERR_IO, "cannot read %s: %s", path, strerror(errno));
     else if (strcmp(have, want) != 0)
         st = mp_error_set(MP_ERR_ARG, "%s records another search (method, seeds, --jobs, the "
-                          "space, halving or the train options differ): continue it with the same "
-                          "options, or give another --out", path);
+                          "space, the train options or --halving and its --trials differ): "
+                          "continue it with the same options, or give another --out", path);
     mp_free(have);
     mp_free(want);
     return st;
