@@ -81,9 +81,11 @@ mp_status mp_hp_interrupted(const search *S, int i);
 int       mp_hp_best_trial(const search *S);
 
 /*
- * Halving (halving.c).  mp_hp_halving_open: the rungs of the base's epochs
- * (MP_ERR_ARG for options that give none); mp_hp_halving_load: a line of a halving search's file (why: set when it
- * does not fit); mp_hp_halving_run: the whole search.
+ * Halving (halving.c).  mp_hp_halving_open: S->h, the rungs of the base's
+ * epochs (MP_ERR_ARG for options that give none); mp_hp_halving_load: a
+ * line of a halving search's file, status HP_* (*why set when it does not
+ * fit the lines before); mp_hp_halving_run: the whole search, the trials
+ * file's lines skipped.
  */
 mp_status mp_hp_halving_open(search *S);
 void      mp_hp_halving_free(search *S);
