@@ -247,7 +247,9 @@ void        mp_summary_free(mp_summary *s);
  * under "config") and split.tsv.  Summary: texts "metric", "task",
  * "save_dir"; numbers "test" and "val" (the metric, mean over tasks),
  * "n_tasks", "n_train", "n_val", "n_test", "n_invalid",
- * "featurize_seconds", "train_seconds", "train_mols_per_second".
+ * "featurize_seconds", "train_seconds", "train_mols_per_second",
+ * "stopped_epoch" (with "stop-after" K: K when the run was stopped there,
+ * resumable with "resume"; 0 when it ran to its end).
  */
 mp_status mp_run_train(const mp_options *o, mp_summary **out);
 
@@ -348,9 +350,14 @@ mp_status mp_run_bench_report(const mp_options *o, mp_summary **s);
  * appended as it finishes: a rerun with the same options continues where
  * the last one stopped, and one with more "trials" goes on), <out>/best.ini
  * (a [train] section for mp_options_read_config) and the trials' model
- * directories under <out>/trials (option "keep").  Summary: numbers
- * "best_trial", "best_val", "best_test", "trials", "failed"; texts
- * "metric", "best_config", "trials_file".
+ * directories under <out>/trials (option "keep").  With option "halving",
+ * successive halving: every trial trained to the first rung of epochs
+ * (the train option "stop-after", the checkpoint kept), the best 1 in
+ * "halving-eta" of each rung continued ("resume") to the next, up to the
+ * full epochs; a line per trial and rung, and one per stopped trial
+ * (README: hpopt).  Summary: numbers "best_trial", "best_val",
+ * "best_test", "trials", "failed", "stopped"; texts "metric",
+ * "best_config", "trials_file".
  */
 mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary **out);
 

@@ -1,13 +1,15 @@
 /*
  * backend_ops_harness.h - the op table's harness (test_backend_ops.c has
  * the method): tensors on a tested backend and on ref64, random inputs,
- * poisoned outputs, the comparison and the rerun for equal bytes.  Static
- * functions, included by the op-table test files.
+ * poisoned outputs, the comparison and the rerun for equal bytes, and the
+ * table runner with its test macro (BO_TABLE_TEST).  Static functions,
+ * included by the op-table test files.
  */
 #ifndef MP_BACKEND_OPS_HARNESS_H
 #define MP_BACKEND_OPS_HARNESS_H
 
 #include "test.h"
+#include "gpu_test.h"
 
 #include "backend/ops.h"
 
@@ -324,5 +326,70 @@ BO_STATIC int n_st(const bo *x) { return x->b[0]->act_st == MP_ST_BF16 ? 2 : 1; 
 BO_STATIC mp_stype st_at(int i) { return i ? MP_ST_BF16 : MP_ST_ELEM; }
 BO_STATIC const char *st_str(mp_stype st) { return st == MP_ST_BF16 ? "bf16" : "elem"; }
 BO_STATIC double tol_st(mp_stype st) { return st == MP_ST_BF16 ? TOL_BF16 : TOL_ELEM; }
+
+/* ===================================================================== */
+/* The table                                                              */
+/* ===================================================================== */
+
+/* An entry of a file's op table: a name for its line, and its cases. */
+typedef struct {
+    const char *name;
+    void (*run)(bo *x);
+} bo_case;
+
+/* Runs cases[0..n_cases) on backend `spec` against ref64, the inputs drawn
+ * from the stream (seed, spec->prec); a line per entry.  Returns 0 with the
+ * message in err (or the skip reason, *skip set). */
+BO_STATIC int bo_table(const be_spec *spec, const bo_case *cases, size_t n_cases, uint64_t seed,
+                       int *skip, char *err, size_t n)
+{
+    bo x;
+    memset(&x, 0, sizeof x);
+    x.spec = spec;
+    *skip = 0;
+    char why[256];
+    if (!mp_backend_available(spec->name, why, sizeof why)) {
+        *skip = 1;
+        snprintf(err, n, "%s: %s", spec->name, why);
+        return 0;
+    }
+    if (mp_backend_open(&x.b[0], spec->name) != MP_OK ||
+        mp_backend_open(&x.b[1], "ref64") != MP_OK) {
+        snprintf(err, n, "%s: %s", spec->name, mp_error_message());
+        mp_backend_close(x.b[0]);
+        return 0;
+    }
+    mp_rng_seed(&x.rng, seed, (uint64_t)spec->prec);
+    for (size_t i = 0; i < n_cases && !x.failed; i++) {
+        int before = x.cases;
+        cases[i].run(&x);
+        bo_reset(&x);
+        printf("    %s: %-48s %5d cases%s\n", spec->name, cases[i].name, x.cases - before,
+               x.failed ? "  FAILED" : "");
+    }
+    mp_threads_set(0);
+    snprintf(err, n, "%s", x.err);
+    mp_backend_close(x.b[0]);
+    mp_backend_close(x.b[1]);
+    return !x.failed;
+}
+
+/* Test `tname`: the table `cases` (an array of bo_case) with `seed` on
+ * backend `bname` (products in precision `prec`, the large sizes when
+ * `big`; skipped without a GPU when `gpu`). */
+#define BO_TABLE_TEST(tname, bname, prec, big, gpu, cases, seed)                     \
+    MP_TEST(tname)                                                                 \
+    {                                                                              \
+        static const be_spec spec = { bname, prec, big };                         \
+        char err_[1300];                                                           \
+        int skip_;                                                                 \
+        if (gpu)                                                                   \
+            MP_NEED_GPU();                                                         \
+        int ok_ = bo_table(&spec, cases, sizeof cases / sizeof cases[0], seed, &skip_, \
+                           err_, sizeof err_);                                     \
+        if (skip_)                                                                 \
+            MP_SKIP(err_);                                                         \
+        CHECK_MSG(ok_, "%s", err_);                                                \
+    }
 
 #endif /* MP_BACKEND_OPS_HARNESS_H */

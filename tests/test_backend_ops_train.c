@@ -352,62 +352,15 @@ static void case_losses(bo *x)
 /* The table                                                              */
 /* ===================================================================== */
 
-static const struct {
-    const char *name;
-    void (*run)(bo *x);
-} CASES[] = {
+static const bo_case CASES[] = {
     { "act, act_backward, add, clip_norm", case_act },
     { "edge_mean, neighbor_sum, attn_pool(+backward)", case_layers },
     { "batch_norm, batch_norm_backward", case_bn },
     { "loss (every kind)", case_losses },
 };
 
-static int table(const be_spec *spec, int *skip, char *err, size_t n)
-{
-    bo x;
-    memset(&x, 0, sizeof x);
-    x.spec = spec;
-    *skip = 0;
-    char why[256];
-    if (!mp_backend_available(spec->name, why, sizeof why)) {
-        *skip = 1;
-        snprintf(err, n, "%s: %s", spec->name, why);
-        return 0;
-    }
-    if (mp_backend_open(&x.b[0], spec->name) != MP_OK ||
-        mp_backend_open(&x.b[1], "ref64") != MP_OK) {
-        snprintf(err, n, "%s: %s", spec->name, mp_error_message());
-        mp_backend_close(x.b[0]);
-        return 0;
-    }
-    mp_rng_seed(&x.rng, 2026, (uint64_t)spec->prec);
-    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0] && !x.failed; i++) {
-        int before = x.cases;
-        CASES[i].run(&x);
-        bo_reset(&x);
-        printf("    %s: %-48s %5d cases%s\n", spec->name, CASES[i].name, x.cases - before,
-               x.failed ? "  FAILED" : "");
-    }
-    mp_threads_set(0);
-    snprintf(err, n, "%s", x.err);
-    mp_backend_close(x.b[0]);
-    mp_backend_close(x.b[1]);
-    return !x.failed;
-}
-
-#define TABLE_TEST(tname, bname, prec, big, gpu)                                   \
-    MP_TEST(tname)                                                                 \
-    {                                                                              \
-        static const be_spec spec = { bname, prec, big };                         \
-        char err_[1300];                                                           \
-        int skip_;                                                                 \
-        if (gpu)                                                                   \
-            MP_NEED_GPU();                                                         \
-        int ok_ = table(&spec, &skip_, err_, sizeof err_);                        \
-        if (skip_)                                                                 \
-            MP_SKIP(err_);                                                         \
-        CHECK_MSG(ok_, "%s", err_);                                                \
-    }
+#define TABLE_TEST(tname, bname, prec, big, gpu) \
+    BO_TABLE_TEST(tname, bname, prec, big, gpu, CASES, 2026)
 
 TABLE_TEST(ops_train_table_cpu, "cpu", 0, 0, 0)
 TABLE_TEST(ops_train_table_ref, "ref", 0, 0, 0)

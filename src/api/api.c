@@ -380,12 +380,16 @@ mp_status mp_run_train(const mp_options *o, mp_summary **out)
  * data-parallel): rank 0 writes the model, the metrics and the
  * checkpoints, the others nothing and quietly (they read a checkpoint to
  * resume: every rank restores it). */
-static void dist_train_opts(mp_train_opts *t)
+static mp_status dist_train_opts(mp_train_opts *t)
 {
+    if (mp_dist_size() > 1 && t->stop_after > 0)
+        return mp_error_set(MP_ERR_ARG, "--stop-after does not run over ranks yet (%d ranks): "
+                            "train in one process to use it", mp_dist_size());
     if (mp_dist_size() > 1 && mp_dist_rank() != 0) {
         t->read_only = 1;
         t->quiet = 1;
     }
+    return MP_OK;
 }
 
 #define MAX_DEVICES 64
@@ -454,11 +458,13 @@ static mp_status train_rank(void *arg, int rank)
 {
     rank_runs *R = arg;
     mp_train_opts t = *R->t;
-    dist_train_opts(&t);
+    mp_status st = dist_train_opts(&t);
+    if (st)
+        return st;
     t.threads = 0;
     mp_threads_set_local(R->threads);
     mp_train_result r;
-    mp_status st = mp_train(&t, &r);
+    st = mp_train(&t, &r);
     if (st == MP_OK && rank == 0) {
         R->r0 = r;
         R->have_r0 = 1;
@@ -541,8 +547,7 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
         if (d)
             r.featurize_seconds = secs;
     } else {
-        dist_train_opts(&t);
-        if ((st = mp_train(&t, &r)))
+        if ((st = dist_train_opts(&t)) || (st = mp_train(&t, &r)))
             return st;
     }
     mp_summary *s = NULL;
@@ -557,6 +562,7 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
                (st = mp_summary_put_number(s, "rank", (double)mp_dist_rank())) ||
                (st = mp_summary_put_number(s, "test", r.test_mean)) ||
                (st = mp_summary_put_number(s, "val", r.val_mean)) ||
+               (st = mp_summary_put_number(s, "stopped_epoch", r.stopped_epoch)) ||
                (st = mp_summary_put_number(s, "n_tasks", (double)r.n_tasks)) ||
                (st = mp_summary_put_number(s, "n_train", (double)r.n_train)) ||
                (st = mp_summary_put_number(s, "n_val", (double)r.n_val)) ||

@@ -365,6 +365,10 @@ static const mp_option_def train_table[] = {
       .offset = AT(mp_train_opts, checkpoint_every), .arg = "N",
       .help = "after every N epochs, write the whole run's state\nto D/checkpoint.mpc "
               "(atomically; removed when the\nrun ends well); 0: no checkpoints" },
+    { "stop-after", MP_OPT_INT, "0", 0, 100000, .offset = AT(mp_train_opts, stop_after),
+      .arg = "K", .help = "end the run after epoch K of --epochs (the schedule\nstill --epochs "
+      "long), scored and saved with its best\nepoch so far; D/checkpoint.mpc stays, and "
+      "--resume D\ncontinues it bit for bit; 0: off" },
     { "resume", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, resume), .arg = "D",
       .help = "continue the run whose checkpoint is in D, to the\nmodel an uninterrupted run "
               "makes; alone, its options\nand data come from the checkpoint" },
@@ -653,6 +657,15 @@ static const mp_option_def hpopt_table[] = {
     { "keep", MP_OPT_CHOICE, "best", .choices = "best|all|none", .values = hp_keep_values,
       .offset = AT(mp_hpopt_args, keep), .arg = "K",
       .help = "trial models kept under OUT/trials: best | all | none" },
+    { "halving", MP_OPT_BOOL, "false", .offset = AT(mp_hpopt_args, halving),
+      .help = "successive halving: every trial trained to the\nfirst rung, the best 1/eta of "
+              "them on to the\nnext, ..., the last ones to --epochs" },
+    { "halving-eta", MP_OPT_INT, "3", 2, 1000, .offset = AT(mp_hpopt_args, halving_eta),
+      .arg = "E", .help = "halving: 1 in E trials of a rung goes on (ceil)" },
+    { "halving-min-epochs", MP_OPT_INT, "auto", 1, 100000,
+      .offset = AT(mp_hpopt_args, halving_min), .arg = "R", .flags = MP_OPTF_AUTO,
+      .help = "halving: the rungs are epochs/E^k (rounded down)\nfor k >= 1 while at least R, "
+              "then --epochs;\nauto: R = epochs/E^2 (at least 1)" },
     { "out", MP_OPT_TEXT, NULL, .offset = AT(mp_hpopt_args, out_dir), .arg = "DIR",
       .help = "trials.jsonl, best.ini and the trials' models", .flags = MP_OPTF_REQUIRED },
 };

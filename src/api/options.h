@@ -141,6 +141,9 @@ typedef struct {
     const char *space_path, *out_dir;
     int         trials, method, startup, candidates, jobs, keep;
     uint64_t    seed;
+    int         halving;       /* successive halving (hpopt/halving.c)        */
+    int         halving_eta;   /* 1 in eta trials of a rung goes on (3)       */
+    int         halving_min;   /* the fewest epochs before a stop (0: auto)   */
 } mp_hpopt_args;
 
 /*

@@ -15,7 +15,10 @@ static const char usage[] =
 "every trial shares.  DIR/trials.jsonl gets a line per finished trial; a rerun\n"
 "of the same command continues the search, one with more --trials extends it.\n"
 "The best trial's options are written to DIR/best.ini:\n"
-"  molprop train --config DIR/best.ini\n";
+"  molprop train --config DIR/best.ini\n"
+"--halving stops weak trials early: all are trained to the first rung\n"
+"(epochs/eta^k epochs), the best 1/eta of each rung go on to the next, the\n"
+"last ones to --epochs; the trials file records each rung and each stop.\n";
 
 int cli_hpopt(int argc, char **argv)
 {
@@ -39,11 +42,15 @@ int cli_hpopt(int argc, char **argv)
     mp_options_free(o[1]);
     if (st)
         return cli_fail_status(V, st);
-    printf("best: trial %.0f of %.0f, val %s = %.6g (test %.6g); %.0f failed\n"
+    char stopped[64] = "";
+    if (mp_summary_number(s, "stopped") > 0)
+        snprintf(stopped, sizeof stopped, ", %.0f stopped early",
+                 mp_summary_number(s, "stopped"));
+    printf("best: trial %.0f of %.0f, val %s = %.6g (test %.6g); %.0f failed%s\n"
            "trials: %s  best config: %s\n", mp_summary_number(s, "best_trial"),
            mp_summary_number(s, "trials"), mp_summary_text(s, "metric"),
            mp_summary_number(s, "best_val"), mp_summary_number(s, "best_test"),
-           mp_summary_number(s, "failed"), mp_summary_text(s, "trials_file"),
+           mp_summary_number(s, "failed"), stopped, mp_summary_text(s, "trials_file"),
            mp_summary_text(s, "best_config"));
     mp_summary_free(s);
     return 0;

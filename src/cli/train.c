@@ -13,7 +13,8 @@ static const char usage[] =
 "and writes D/model.mpm, D/metrics.json (scores, timings and the whole\n"
 "configuration) and D/split.tsv.  With --checkpoint-every N it keeps\n"
 "D/checkpoint.mpc, the run's whole state, and --resume D continues a run that\n"
-"was stopped (a signal, a crash) to the model an uninterrupted run makes.\n";
+"was stopped (a signal, a crash) to the model an uninterrupted run makes;\n"
+"--stop-after K ends it after epoch K of --epochs, resumable the same way.\n";
 
 int cli_train(int argc, char **argv)
 {
@@ -46,6 +47,10 @@ int cli_train(int argc, char **argv)
            mp_summary_number(s, "n_test"), mp_summary_number(s, "train_seconds"),
            mp_summary_number(s, "train_mols_per_second"));
     printf("model: %s/model.mpm  metrics: %s/metrics.json\n", dir, dir);
+    if (mp_summary_number(s, "stopped_epoch") > 0)
+        printf("stopped after epoch %.0f (--stop-after): %s/checkpoint.mpc holds the run, "
+               "molprop train --resume %s continues it\n", mp_summary_number(s, "stopped_epoch"),
+               dir, dir);
     mp_summary_free(s);
     mp_options_free(o);
     return 0;

@@ -21,13 +21,14 @@
  * better.  A trial that runs out of memory or ends with a NaN score is
  * "failed" (kept in the file, ignored by TPE); any other error stops the
  * search with the trial named.
+ *
+ * --halving (halving.c): the trials trained rung by rung, the weak ones
+ * stopped; a line per trial and rung, one per stop.
  */
 #define _XOPEN_SOURCE 700   /* nftw */
 #define _DEFAULT_SOURCE     /* truncate, fsync */
-#include "hpopt/hpopt.h"
+#include "hpopt/hpopt_int.h"
 
-#include "api/api.h"
-#include "api/options.h"
 #include "data/metrics.h"
 
 #include <cjson/cJSON.h>
@@ -43,26 +44,6 @@
 
 _Static_assert(MP_HP_RANDOM == 0 && MP_HP_TPE == 1, "options.c's hpopt method values");
 
-typedef struct {
-    int    done;           /* a line for it exists */
-    int    failed;
-    double *x;             /* space.n values */
-    double val, test, loss, seconds;
-} trial_rec;
-
-typedef struct {
-    const mp_hpopt_args *a;
-    const mp_options    *base;
-    const mp_hp_space   *space;
-    trial_rec           *t;          /* a->trials */
-    char                 metric[32];
-    int                  higher;     /* metric: higher is better */
-    int                  threads;    /* per trial; 0: the base's own */
-    int                  quiet;      /* no line per trial on stderr */
-    pthread_mutex_t      lock;       /* the trials file and messages */
-    char                 path[1200]; /* OUT/trials.jsonl */
-} search;
-
 /* ===================================================================== */
 /* Files                                                                  */
 /* ===================================================================== */
@@ -75,12 +56,12 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
     return remove(p) ? -1 : 0;
 }
 
-static void remove_tree(const char *path)
+void mp_hp_remove_tree(const char *path)
 {
     (void)nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static void trial_dir(const mp_hpopt_args *a, int i, char *buf, size_t n)
+void mp_hp_trial_dir(const mp_hpopt_args *a, int i, char *buf, size_t n)
 {
     snprintf(buf, n, "%s/trials/%03d", a->out_dir, i);
 }
@@ -159,6 +140,14 @@ static char *identity(const mp_hpopt_args *a, const mp_hp_space *s, const mp_opt
         cJSON_AddItemToArray(dims, o);
     }
     cJSON_AddItemToObject(root, "space", dims);
+    if (a->halving) {   /* only then: the identity of a search without it is as before */
+        cJSON *h = cJSON_CreateObject();
+        cJSON_AddNumberToObject(h, "eta", a->halving_eta);
+        cJSON_AddNumberToObject(h, "min_epochs", a->halving_min);   /* 0: auto */
+        /* its rankings are over all the trials: no extending it */
+        cJSON_AddNumberToObject(h, "trials", a->trials);
+        cJSON_AddItemToObject(root, "halving", h);
+    }
     cJSON *train = cJSON_CreateObject();
     size_t i = 0;
     const char *value;
@@ -195,8 +184,8 @@ static mp_status check_identity(const mp_hpopt_args *a, const mp_hp_space *s,
         st = mp_error_set(MP_ERR_IO, "cannot read %s: %s", path, strerror(errno));
     else if (strcmp(have, want) != 0)
         st = mp_error_set(MP_ERR_ARG, "%s records another search (method, seeds, --jobs, the "
-                          "space or the train options differ): continue it with the same "
-                          "options, or give another --out", path);
+                          "space, the train options or --halving and its --trials differ): "
+                          "continue it with the same options, or give another --out", path);
     mp_free(have);
     mp_free(want);
     return st;
@@ -221,13 +210,18 @@ static char *trial_line(const search *S, int i, const char *error)
     const trial_rec *r = &S->t[i];
     cJSON *o = cJSON_CreateObject(), *p = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "trial", i);
+    if (S->h) {
+        cJSON_AddNumberToObject(o, "rung", r->rung);
+        cJSON_AddNumberToObject(o, "epochs", r->epochs);
+    }
     for (int k = 0; k < S->space->n; k++) {
         char text[64];
         mp_hp_value_text(&S->space->dims[k], r->x[k], text, sizeof text);
         cJSON_AddStringToObject(p, S->space->dims[k].key, text);
     }
     cJSON_AddItemToObject(o, "params", p);
-    cJSON_AddStringToObject(o, "status", r->failed ? "failed" : "ok");
+    static const char *const status[] = { "ok", "failed", "rung", "stopped" };
+    cJSON_AddStringToObject(o, "status", status[r->failed ? HP_FAILED : r->state]);
     cJSON_AddStringToObject(o, "metric", S->metric);
     if (!r->failed) {
         cJSON_AddNumberToObject(o, "val", r->val);
@@ -248,12 +242,10 @@ static char *trial_line(const search *S, int i, const char *error)
     return line;
 }
 
-/* Appends trial i's line in one write and syncs it (under S->lock). */
-static mp_status append_trial(search *S, int i, const char *error)
+/* Appends text (whole lines) to the trials file in one write and syncs it
+ * (under S->lock). */
+static mp_status append_text(search *S, const char *line)
 {
-    char *line = trial_line(S, i, error);
-    if (!line)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory");
     mp_status st = MP_OK;
     pthread_mutex_lock(&S->lock);
     int fd = open(S->path, O_WRONLY | O_APPEND | O_CREAT, 0666);
@@ -265,6 +257,40 @@ static mp_status append_trial(search *S, int i, const char *error)
     if (fd >= 0 && close(fd) != 0 && !st)
         st = mp_error_set(MP_ERR_IO, "cannot write %s: %s", S->path, strerror(errno));
     pthread_mutex_unlock(&S->lock);
+    return st;
+}
+
+/* Appends the lines of trials[0..n) in one write and syncs them (under
+ * S->lock). */
+mp_status mp_hp_append_trials(search *S, const int *trials, int n)
+{
+    size_t len = 0, cap = 0;
+    char *text = NULL;
+    for (int k = 0; k < n; k++) {
+        char *line = trial_line(S, trials[k], NULL);
+        size_t m = line ? strlen(line) : 0;
+        char *nt = line && len + m + 1 > cap ? mp_realloc(text, cap = 2 * (len + m + 1)) : text;
+        if (!line || !nt) {
+            mp_free(line);
+            mp_free(text);
+            return mp_error_set(MP_ERR_NOMEM, "out of memory");
+        }
+        text = nt;
+        memcpy(text + len, line, m + 1);
+        len += m;
+        mp_free(line);
+    }
+    mp_status st = n > 0 ? append_text(S, text) : MP_OK;
+    mp_free(text);
+    return st;
+}
+
+mp_status mp_hp_append_trial(search *S, int i, const char *error)
+{
+    char *line = trial_line(S, i, error);
+    if (!line)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    mp_status st = append_text(S, line);
     mp_free(line);
     return st;
 }
@@ -294,15 +320,21 @@ static mp_status load_line(search *S, const char *text, int line)
         cJSON_Delete(o);
         return MP_OK;
     }
-    if (!why && S->t[i].done)
-        why = "trial given twice";
+    if (!why && (S->h ? S->t[i].done : S->t[i].seen))
+        why = S->h ? "a line after the trial's last" : "trial given twice";
     const cJSON *p = o ? cJSON_GetObjectItemCaseSensitive(o, "params") : NULL;
+    double x[MP_HP_MAX_DIMS];
     for (int k = 0; !why && k < S->space->n; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(p, S->space->dims[k].key);
         if (!cJSON_IsString(v) ||
-            mp_hp_value_parse(&S->space->dims[k], v->valuestring, &S->t[i].x[k]) != MP_OK)
+            mp_hp_value_parse(&S->space->dims[k], v->valuestring, &x[k]) != MP_OK)
             why = "a parameter is missing or not in the space";
     }
+    /* halving: every line of a trial has its parameters */
+    if (!why && S->t[i].seen && memcmp(x, S->t[i].x, sizeof(double) * (size_t)S->space->n))
+        why = "another trial's parameters under its number";
+    if (!why)
+        memcpy(S->t[i].x, x, sizeof(double) * (size_t)S->space->n);
     const cJSON *metric = o ? cJSON_GetObjectItemCaseSensitive(o, "metric") : NULL;
     if (!why && cJSON_IsString(metric) && metric->valuestring[0]) {
         if (!S->metric[0])
@@ -313,16 +345,26 @@ static mp_status load_line(search *S, const char *text, int line)
     const cJSON *status = o ? cJSON_GetObjectItemCaseSensitive(o, "status") : NULL;
     if (!why && !cJSON_IsString(status))
         why = "no status";
-    if (!why) {
+    static const char *const names[] = { "ok", "failed", "rung", "stopped" };
+    int code = HP_FAILED;   /* a plain search's: anything but ok */
+    for (int k = 0; !why && k < 4; k++)
+        code = !strcmp(status->valuestring, names[k]) ? k : code;
+    if (!why && S->h) {
+        if (strcmp(status->valuestring, names[code]) != 0)
+            why = "a status other than ok, failed, rung or stopped";
+        else
+            mp_hp_halving_load(S, i, o, code, &why);
+        S->t[i].seen = !why;
+    } else if (!why) {
         trial_rec *r = &S->t[i];
-        r->failed = strcmp(status->valuestring, "ok") != 0;
+        r->failed = code != HP_OK;
         (void)json_number(o, "seconds", &r->seconds);
         if (!r->failed && !(json_number(o, "val", &r->val) && json_number(o, "loss", &r->loss)))
             why = "an ok trial without val and loss";
         (void)json_number(o, "test", &r->test);
         if (r->failed)
             r->loss = r->val = r->test = NAN;
-        r->done = !why;
+        r->done = r->seen = !why;
     }
     if (why)
         st = mp_error_set(MP_ERR_FORMAT, "%s:%d: %s", S->path, line, why);
@@ -365,13 +407,6 @@ static mp_status load_trials(search *S)
 /* One trial                                                              */
 /* ===================================================================== */
 
-typedef struct {
-    search   *S;
-    int       i;
-    mp_status st;
-    char      error[1024];
-} job;
-
 static void *run_trial(void *arg)
 {
     job *j = arg;
@@ -379,8 +414,9 @@ static void *run_trial(void *arg)
     trial_rec *r = &S->t[j->i];
     const mp_hp_space *sp = S->space;
     char dir[1200], text[64];
-    trial_dir(S->a, j->i, dir, sizeof dir);
-    remove_tree(dir);   /* a run cut short before */
+    mp_hp_trial_dir(S->a, j->i, dir, sizeof dir);
+    if (!j->resume)
+        mp_hp_remove_tree(dir);   /* a run cut short before */
     mp_options *o = NULL;
     mp_summary *sum = NULL;
     double t0 = mp_time_now();
@@ -391,6 +427,12 @@ static void *run_trial(void *arg)
     }
     if (!st)
         st = mp_options_set(o, "save-dir", dir);
+    if (!st && j->resume)   /* halving: on from the checkpoint of its last rung */
+        st = mp_options_set(o, "resume", dir);
+    if (!st && j->stop_after > 0) {
+        snprintf(text, sizeof text, "%d", j->stop_after);
+        st = mp_options_set(o, "stop-after", text);
+    }
     if (!st)
         st = mp_options_set(o, "quiet", "true");
     if (!st && S->threads > 0) {
@@ -401,6 +443,9 @@ static void *run_trial(void *arg)
         st = mp_run_train(o, &sum);
     r->seconds = mp_time_now() - t0;
     r->failed = 0;
+    r->rung = j->rung;
+    r->epochs = j->stop_after;
+    r->state = HP_OK;
     if (st == MP_ERR_NOMEM) {   /* too big a model: this trial fails, the search goes on */
         snprintf(j->error, sizeof j->error, "%s", mp_error_message());
         r->failed = 1;
@@ -408,6 +453,11 @@ static void *run_trial(void *arg)
     } else if (!st) {
         r->val = mp_summary_number(sum, "val");
         r->test = mp_summary_number(sum, "test");
+        r->stopped_epoch = mp_summary_number(sum, "stopped_epoch");
+        /* halving: stopped at a rung before the last, to be ranked (a
+         * trial that patience ended is finished) */
+        if (S->h && r->stopped_epoch == j->stop_after && j->stop_after < mp_hp_halving_epochs(S))
+            r->state = HP_RUNG;
         pthread_mutex_lock(&S->lock);
         if (!S->metric[0])   /* the task's default ("auto"): the same for every trial */
             metric_of(S, mp_summary_text(sum, "metric"));
@@ -422,19 +472,23 @@ static void *run_trial(void *arg)
         r->val = r->test = r->loss = NAN;
     if (st)
         snprintf(j->error, sizeof j->error, "trial %d: %s", j->i, mp_error_message());
-    else if ((st = append_trial(S, j->i, r->failed ? j->error : NULL)))
+    else if ((st = mp_hp_append_trial(S, j->i, r->failed ? j->error : NULL)))
         snprintf(j->error, sizeof j->error, "%s", mp_error_message());
     else {
-        r->done = 1;
+        r->done = r->failed || r->state == HP_OK;
+        r->seen = 1;
         if (!S->quiet) {   /* one line per finished trial */
             char line[2048];
             size_t k = 0;
+            char at[64] = "";
+            if (S->h)
+                snprintf(at, sizeof at, " rung %d (%d epochs)", j->rung, j->stop_after);
             if (r->failed)
-                k += (size_t)snprintf(line, sizeof line, "trial %d/%d failed (%.1f s: %s):", j->i,
-                                      S->a->trials, r->seconds, j->error);
+                k += (size_t)snprintf(line, sizeof line, "trial %d/%d%s failed (%.1f s: %s):",
+                                      j->i, S->a->trials, at, r->seconds, j->error);
             else
-                k += (size_t)snprintf(line, sizeof line, "trial %d/%d: val %s %.6g (%.1f s):",
-                                      j->i, S->a->trials, S->metric, r->val, r->seconds);
+                k += (size_t)snprintf(line, sizeof line, "trial %d/%d%s: val %s %.6g (%.1f s):",
+                                      j->i, S->a->trials, at, S->metric, r->val, r->seconds);
             for (int d = 0; d < sp->n && k < sizeof line; d++) {
                 mp_hp_value_text(&sp->dims[d], r->x[d], text, sizeof text);
                 k += (size_t)snprintf(line + k, sizeof line - k, " %s=%s", sp->dims[d].key, text);
@@ -454,8 +508,7 @@ static void *run_trial(void *arg)
 /* The search                                                             */
 /* ===================================================================== */
 
-/* The best finished trial (lowest loss, the earlier on ties), or -1. */
-static int best_trial(const search *S)
+int mp_hp_best_trial(const search *S)
 {
     int best = -1;
     for (int i = 0; i < S->a->trials; i++)
@@ -469,12 +522,12 @@ static void prune_models(const search *S, int upto)
 {
     if (S->a->keep == MP_HP_KEEP_ALL)
         return;
-    int best = S->a->keep == MP_HP_KEEP_BEST ? best_trial(S) : -1;
+    int best = S->a->keep == MP_HP_KEEP_BEST ? mp_hp_best_trial(S) : -1;
     char dir[1200];
     for (int i = 0; i < upto; i++)
         if (i != best) {
-            trial_dir(S->a, i, dir, sizeof dir);
-            remove_tree(dir);
+            mp_hp_trial_dir(S->a, i, dir, sizeof dir);
+            mp_hp_remove_tree(dir);
         }
 }
 
@@ -509,18 +562,19 @@ static mp_status write_best(const search *S, int best)
     return mp_afile_commit(&f);
 }
 
-/* Trials with a line in the trials file (from before, or finished now). */
+/* Trials with a line in the trials file (from before, or finished now;
+ * halving: at any rung). */
 static int n_recorded(const search *S)
 {
     int n = 0;
     for (int i = 0; i < S->a->trials; i++)
-        n += S->t[i].done;
+        n += S->t[i].seen;
     return n;
 }
 
 /* The message of a search stopped by a signal during trial i (-1: between
  * trials): what is kept and how to go on. */
-static mp_status interrupted(const search *S, int i)
+mp_status mp_hp_interrupted(const search *S, int i)
 {
     char during[32] = "";
     if (i >= 0)
@@ -529,10 +583,10 @@ static mp_status interrupted(const search *S, int i)
     if (n == 0)
         return mp_error_set(MP_ERR_INTERRUPTED, "interrupted by %s%s; no trial had finished",
                             mp_signal_name(mp_interrupted()), during);
-    return mp_error_set(MP_ERR_INTERRUPTED, "interrupted by %s%s; the %d finished trial%s %s "
+    return mp_error_set(MP_ERR_INTERRUPTED, "interrupted by %s%s; the %d %s trial%s %s "
                         "kept in %s: run the same command to resume",
-                        mp_signal_name(mp_interrupted()), during, n, n == 1 ? "" : "s",
-                        n == 1 ? "is" : "are", S->path);
+                        mp_signal_name(mp_interrupted()), during, n, S->h ? "scored" : "finished",
+                        n == 1 ? "" : "s", n == 1 ? "is" : "are", S->path);
 }
 
 /* A search that failed or was stopped before any trial was recorded leaves
@@ -553,6 +607,51 @@ static void undo_start(const mp_hpopt_args *a, int wrote_identity, int made_sub,
         (void)rmdir(a->out_dir);
 }
 
+mp_status mp_hp_propose_trial(search *S, const mp_hp_proposer *p, const double *xs,
+                              const double *losses, int n_hist, int i)
+{
+    const mp_hp_space *sp = S->space;
+    double x[MP_HP_MAX_DIMS];
+    mp_hp_propose(p, sp, xs, losses, n_hist, i, x);
+    char text[64];
+    for (int k = 0; k < sp->n; k++) {   /* as the file will hold it */
+        mp_hp_value_text(&sp->dims[k], x[k], text, sizeof text);
+        (void)mp_hp_value_parse(&sp->dims[k], text, &x[k]);
+    }
+    if (!S->t[i].seen) {
+        memcpy(S->t[i].x, x, sizeof(double) * (size_t)sp->n);
+        return MP_OK;
+    }
+    /* from the file: it must be this proposal */
+    if (memcmp(x, S->t[i].x, sizeof(double) * (size_t)sp->n) != 0)
+        return mp_error_set(MP_ERR_FORMAT, "%s: trial %d's parameters are not the ones this "
+                            "search proposes (was the file edited?)", S->path, i);
+    return MP_OK;
+}
+
+mp_status mp_hp_run_jobs(search *S, job *jobs, pthread_t *th, int n)
+{
+    if (n == 1)
+        run_trial(&jobs[0]);
+    else
+        for (int k = 0; k < n; k++)
+            if (pthread_create(&th[k], NULL, run_trial, &jobs[k]) != 0) {
+                run_trial(&jobs[k]);
+                th[k] = 0;
+            }
+    if (n > 1)
+        for (int k = 0; k < n; k++)
+            if (th[k])
+                pthread_join(th[k], NULL);
+    mp_status st = MP_OK;
+    for (int k = 0; k < n && !st; k++)
+        if (jobs[k].st == MP_ERR_INTERRUPTED)
+            st = mp_hp_interrupted(S, jobs[k].i);
+        else if (jobs[k].st)
+            st = mp_error_set(jobs[k].st, "%s", jobs[k].error);
+    return st;
+}
+
 mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary **out)
 {
     if (out)
@@ -567,6 +666,10 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
     mp_hpopt_args a;
     if ((st = mp_options_apply(hp, &a)))
         return st;
+    if (!a.halving && (mp_options_is_set(hp, "halving-eta") ||
+                       mp_options_is_set(hp, "halving-min-epochs")))
+        return mp_error_set(MP_ERR_ARG, "--halving-eta and --halving-min-epochs are for "
+                            "--halving: give it too, or leave them out");
     mp_hp_space space;
     if ((st = mp_hp_space_read(&space, a.space_path)))
         return st;
@@ -592,7 +695,8 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
     for (int i = 0; i < a.trials; i++)
         S.t[i].x = xs + (size_t)i * (size_t)space.n;
     metric_of(&S, mp_options_is_set(base, "metric") ? mp_options_get(base, "metric") : NULL);
-    if ((st = mp_mkdir(a.out_dir, &made_out)) || (st = mp_mkdir(sub, &made_sub)) ||
+    if ((a.halving && (st = mp_hp_halving_open(&S))) || (st = mp_mkdir(a.out_dir, &made_out)) ||
+        (st = mp_mkdir(sub, &made_sub)) ||
         (st = check_identity(&a, &space, base, &wrote_identity)) || (st = load_trials(&S)))
         goto done;
     const char *q = mp_options_get(base, "quiet");
@@ -604,61 +708,31 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
 
     mp_hp_proposer prop = { (mp_hp_method)a.method, a.seed, a.startup, a.candidates };
     int n_failed = 0;
-    for (int r0 = 0; r0 < a.trials && !st; r0 += a.jobs) {
+    if (S.h)
+        st = mp_hp_halving_run(&S, &prop, xs, losses, jobs, th);
+    for (int r0 = 0; !S.h && r0 < a.trials && !st; r0 += a.jobs) {
         int r1 = r0 + a.jobs < a.trials ? r0 + a.jobs : a.trials;
         if (mp_interrupt_check()) {   /* a stop between two rounds */
-            st = interrupted(&S, -1);
+            st = mp_hp_interrupted(&S, -1);
             break;
         }
         /* the history: every trial of the rounds before */
         for (int i = 0; i < r0; i++)
             losses[i] = S.t[i].failed ? NAN : S.t[i].loss;
         int n_run = 0;
-        for (int i = r0; i < r1; i++) {
-            double x[MP_HP_MAX_DIMS];
-            mp_hp_propose(&prop, &space, xs, losses, r0, i, x);
-            char text[64];
-            for (int k = 0; k < space.n; k++) {   /* as the file will hold it */
-                mp_hp_value_text(&space.dims[k], x[k], text, sizeof text);
-                (void)mp_hp_value_parse(&space.dims[k], text, &x[k]);
-            }
-            if (S.t[i].done) {   /* from the file: it must be this proposal */
-                if (memcmp(x, S.t[i].x, sizeof(double) * (size_t)space.n) != 0) {
-                    st = mp_error_set(MP_ERR_FORMAT, "%s: trial %d's parameters are not the "
-                                      "ones this search proposes (was the file edited?)",
-                                      S.path, i);
-                    break;
-                }
-                continue;
-            }
-            memcpy(S.t[i].x, x, sizeof(double) * (size_t)space.n);
-            jobs[n_run] = (job){ .S = &S, .i = i };
-            n_run++;
-        }
-        if (st)
-            break;
-        if (n_run == 1)
-            run_trial(&jobs[0]);
-        else
-            for (int k = 0; k < n_run; k++)
-                if (pthread_create(&th[k], NULL, run_trial, &jobs[k]) != 0) {
-                    run_trial(&jobs[k]);
-                    th[k] = 0;
-                }
-        if (n_run > 1)
-            for (int k = 0; k < n_run; k++)
-                if (th[k])
-                    pthread_join(th[k], NULL);
-        for (int k = 0; k < n_run && !st; k++)
-            if (jobs[k].st == MP_ERR_INTERRUPTED)
-                st = interrupted(&S, jobs[k].i);
-            else if (jobs[k].st)
-                st = mp_error_set(jobs[k].st, "%s", jobs[k].error);
+        for (int i = r0; i < r1 && !st; i++)
+            if (!(st = mp_hp_propose_trial(&S, &prop, xs, losses, r0, i)) && !S.t[i].done)
+                jobs[n_run++] = (job){ .S = &S, .i = i };
+        if (!st)
+            st = mp_hp_run_jobs(&S, jobs, th, n_run);
         prune_models(&S, r1);
     }
-    for (int i = 0; i < a.trials; i++)
+    int n_stopped = 0;
+    for (int i = 0; i < a.trials; i++) {
         n_failed += S.t[i].done && S.t[i].failed;
-    int best = best_trial(&S);
+        n_stopped += S.h && S.t[i].state == HP_STOPPED;
+    }
+    int best = mp_hp_best_trial(&S);
     if (!st && best < 0)
         st = mp_error_set(MP_ERR_ARG, "no trial of %d finished with a score (see %s)", a.trials,
                           S.path);
@@ -675,6 +749,7 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
                (st = mp_summary_put_number(s, "best_test", S.t[best].test)) ||
                (st = mp_summary_put_number(s, "trials", a.trials)) ||
                (st = mp_summary_put_number(s, "failed", n_failed)) ||
+               (st = mp_summary_put_number(s, "stopped", n_stopped)) ||
                (st = mp_summary_put_text(s, "metric", S.metric)) ||
                (st = mp_summary_put_text(s, "best_config", best_ini)) ||
                (st = mp_summary_put_text(s, "trials_file", S.path)));
@@ -688,6 +763,7 @@ done:
     mp_free(losses);
     mp_free(xs);
     mp_free(S.t);
+    mp_hp_halving_free(&S);
     mp_hp_space_free(&space);
     pthread_mutex_destroy(&S.lock);
     return st;

@@ -428,6 +428,15 @@ static mp_status cancelled(const mp_fit_ctx *c)
     return MP_OK;
 }
 
+/* Chemprop v2's early stopping: after `epoch`, `patience` epochs in a row
+ * brought no better validation score (before the last epoch). */
+static int patience_out(const mp_fit_ctx *c, int epoch, int best_epoch)
+{
+    const mp_train_opts *o = c->o;
+    return o->patience > 0 && c->n_val > 0 && epoch - best_epoch >= o->patience &&
+           epoch < o->epochs;
+}
+
 mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *best_epoch)
 {
     const mp_train_opts *o = c->o;
@@ -441,7 +450,15 @@ mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *b
     const mp_fit_state *rs = c->resume && c->resume->k == k ? c->resume : NULL;
     if (st == MP_OK)
         st = rs ? member_resume(&mb, rs) : member_start(&mb);
-    for (int epoch = rs ? rs->epoch + 1 : 1; st == MP_OK && epoch <= o->epochs; epoch++) {
+    int from = rs ? rs->epoch + 1 : 1, stop = c->stop_after;
+    if (rs && patience_out(c, rs->epoch, mb.best_epoch))
+        from = o->epochs + 1;   /* its patience had run out at the checkpoint: done */
+    else if (rs && stop > 0 && rs->epoch >= stop) {
+        from = o->epochs + 1;   /* already where it is to stop */
+        if (c->stopped)
+            c->stopped[k] = 1;
+    }
+    for (int epoch = from; st == MP_OK && epoch <= o->epochs; epoch++) {
         double loss, val_mean, t[3], t0 = mp_time_now();
         if ((st = mp_interrupt_poll()) || (st = cancelled(c)) ||
             (st = run_epoch(&mb, epoch, &loss, t)) ||
@@ -461,15 +478,20 @@ mp_status mp_fit_member(const mp_fit_ctx *c, int k, mp_batch_source *src, int *b
                                   val_mean);
         if (o->on_epoch)
             o->on_epoch(o->on_epoch_arg, k, epoch, loss, val_mean);
-        if (c->checkpoint && c->checkpoint_every > 0 && epoch % c->checkpoint_every == 0 &&
-            (st = member_checkpoint(&mb, epoch)))
+        int ck = (c->checkpoint_every > 0 && epoch % c->checkpoint_every == 0) ||
+                 (stop > 0 && epoch == stop);
+        if (c->checkpoint && ck && (st = member_checkpoint(&mb, epoch)))
             break;
-        if (o->patience > 0 && c->n_val > 0 && epoch - mb.best_epoch >= o->patience &&
-            epoch < o->epochs) {
+        if (patience_out(c, epoch, mb.best_epoch)) {
             if (c->progress)
                 mp_progress_message(c->progress, "early stopping after epoch %d: no better "
                                     "validation score in %d epochs (best: epoch %d)", epoch,
                                     o->patience, mb.best_epoch);
+            break;
+        }
+        if (stop > 0 && epoch == stop) {   /* resumable from the checkpoint just made */
+            if (c->stopped)
+                c->stopped[k] = 1;
             break;
         }
     }

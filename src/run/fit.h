@@ -75,6 +75,13 @@ typedef struct {
      * with that status. */
     int                  checkpoint_every;
     mp_status          (*checkpoint)(void *arg, const mp_fit_state *s);
+    /* stop_after K > 0 (trainer.h): after epoch K (its checkpoint made
+     * whatever checkpoint_every says; the checkpoint hook is required) the
+     * member ends as if K were its last epoch, and stopped[k] = 1 (stopped
+     * NULL: not recorded); a member resumed at epoch K or later trains no
+     * epoch. */
+    int                  stop_after;
+    int                 *stopped;
     void                *checkpoint_arg;
     /* Resuming: member resume->k continues from this state instead of
      * starting (the member's model and the source are given its state). */

@@ -8,6 +8,7 @@
 #include "run/train_head.h"
 
 #include "models/heads.h"
+#include "run/resident.h"   /* MP_RESIDENT_MAX_CLASSES */
 
 #include <math.h>
 #include <stdlib.h>
@@ -151,4 +152,49 @@ mp_featurize_opts mp_train_featurize_opts(const mp_train_opts *o)
         if (o->features & (1u << v))
             mp_vec_request((mp_vec)v, &fo);
     return fo;
+}
+
+mp_status mp_train_check_opts(const mp_train_opts *o)
+{
+    if (!o->data_path)
+        return mp_error_set(MP_ERR_ARG, "no data file given (--data)");
+    if (o->epochs < 1 || o->batch_size < 1 || o->ensemble_size < 1 || o->hidden < 1 ||
+        o->depth < 1 || o->ffn_layers < 1 || o->ffn_hidden < 0)
+        return mp_error_set(MP_ERR_ARG, "epochs, batch size, ensemble size, hidden size, "
+                                        "depth and FFN layers must be at least 1");
+    if (!(o->dropout >= 0.0 && o->dropout < 1.0))
+        return mp_error_set(MP_ERR_ARG, "dropout must be in [0, 1), got %g", o->dropout);
+    if (!(o->init_lr > 0 && o->max_lr > 0 && o->final_lr > 0) || !(o->warmup_epochs >= 0))
+        return mp_error_set(MP_ERR_ARG, "learning rates must be positive and warm-up >= 0");
+    if (o->slot_classes < 1 || o->slot_classes > MP_RESIDENT_MAX_CLASSES)
+        return mp_error_set(MP_ERR_ARG, "slot classes must be 1 to %d, got %d",
+                            MP_RESIDENT_MAX_CLASSES, o->slot_classes);
+    if (o->model == MP_MODEL_FFN && o->features == 0 && !o->features_path)
+        return mp_error_set(MP_ERR_ARG, "--model ffn trains on molecule features only: "
+                                        "give --features (morgan, morgan-count, rdkit2d, "
+                                        "rdkit2d-normalized, ...) or --features-path");
+    if (o->features & ~(unsigned)MP_FEAT_NAMED)
+        return mp_error_set(MP_ERR_ARG, "unknown feature sets 0x%x", o->features);
+    if (o->features_scaling < MP_FSCALE_AUTO || o->features_scaling > MP_FSCALE_ON)
+        return mp_error_set(MP_ERR_ARG, "unknown feature scaling %d", o->features_scaling);
+    if (o->no_features_scaling && o->features_scaling == MP_FSCALE_ON)
+        return mp_error_set(MP_ERR_ARG, "--no-features-scaling contradicts "
+                                        "--features-scaling on");
+    if (o->checkpoint_every < 0)
+        return mp_error_set(MP_ERR_ARG, "checkpoint-every must be at least 0, got %d",
+                            o->checkpoint_every);
+    if (o->checkpoint_every > 0 && !o->save_dir && !o->resume)
+        return mp_error_set(MP_ERR_ARG, "checkpoints are written into the save directory: "
+                                        "give --save-dir");
+    if (o->stop_after < 0 || o->stop_after > o->epochs)
+        return mp_error_set(MP_ERR_ARG, "stop-after must be 0 (off) to the epochs (%d), got %d",
+                            o->epochs, o->stop_after);
+    if (o->stop_after > 0 && !o->save_dir && !o->resume)
+        return mp_error_set(MP_ERR_ARG, "--stop-after keeps the run's checkpoint in the save "
+                                        "directory: give --save-dir");
+    if (o->resume && o->save_dir && strcmp(o->resume, o->save_dir) != 0)
+        return mp_error_set(MP_ERR_ARG, "--resume %s continues the run saved there: "
+                            "--save-dir %s must be the same directory (or left out)", o->resume,
+                            o->save_dir);
+    return MP_OK;
 }

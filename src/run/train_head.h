@@ -2,7 +2,8 @@
  * train_head.h - issue 11's part of a training run (trainer.c calls these):
  * the head and layers of mp_train_opts into a model configuration, the
  * per-task loss weights, and Chemprop's class-balanced epochs' two lists;
- * train_head.c also holds trainer.h's mp_train_featurize_opts.
+ * train_head.c also holds trainer.h's mp_train_featurize_opts and the
+ * options' checks.
  */
 #ifndef MP_TRAIN_HEAD_H
 #define MP_TRAIN_HEAD_H
@@ -38,6 +39,9 @@ mp_status mp_train_task_weights(const mp_train_opts *o, const mp_dataset *d, flo
  * when either list is empty. */
 mp_status mp_train_class_lists(const mp_dataset *d, const int32_t *train, int32_t n,
                                int32_t **pos, int32_t *n_pos, int32_t **neg, int32_t *n_neg);
+
+/* The options' own checks, before any work (MP_ERR_ARG naming the option). */
+mp_status mp_train_check_opts(const mp_train_opts *o);
 
 #ifdef __cplusplus
 }

@@ -120,45 +120,6 @@ static mp_status choose_task(const mp_train_opts *o, const mp_dataset *d, mp_tas
     return MP_OK;
 }
 
-static mp_status check_opts(const mp_train_opts *o)
-{
-    if (!o->data_path)
-        return mp_error_set(MP_ERR_ARG, "no data file given (--data)");
-    if (o->epochs < 1 || o->batch_size < 1 || o->ensemble_size < 1 || o->hidden < 1 ||
-        o->depth < 1 || o->ffn_layers < 1 || o->ffn_hidden < 0)
-        return mp_error_set(MP_ERR_ARG, "epochs, batch size, ensemble size, hidden size, "
-                                        "depth and FFN layers must be at least 1");
-    if (!(o->dropout >= 0.0 && o->dropout < 1.0))
-        return mp_error_set(MP_ERR_ARG, "dropout must be in [0, 1), got %g", o->dropout);
-    if (!(o->init_lr > 0 && o->max_lr > 0 && o->final_lr > 0) || !(o->warmup_epochs >= 0))
-        return mp_error_set(MP_ERR_ARG, "learning rates must be positive and warm-up >= 0");
-    if (o->slot_classes < 1 || o->slot_classes > MP_RESIDENT_MAX_CLASSES)
-        return mp_error_set(MP_ERR_ARG, "slot classes must be 1 to %d, got %d",
-                            MP_RESIDENT_MAX_CLASSES, o->slot_classes);
-    if (o->model == MP_MODEL_FFN && o->features == 0 && !o->features_path)
-        return mp_error_set(MP_ERR_ARG, "--model ffn trains on molecule features only: "
-                                        "give --features (morgan, morgan-count, rdkit2d, "
-                                        "rdkit2d-normalized, ...) or --features-path");
-    if (o->features & ~(unsigned)MP_FEAT_NAMED)
-        return mp_error_set(MP_ERR_ARG, "unknown feature sets 0x%x", o->features);
-    if (o->features_scaling < MP_FSCALE_AUTO || o->features_scaling > MP_FSCALE_ON)
-        return mp_error_set(MP_ERR_ARG, "unknown feature scaling %d", o->features_scaling);
-    if (o->no_features_scaling && o->features_scaling == MP_FSCALE_ON)
-        return mp_error_set(MP_ERR_ARG, "--no-features-scaling contradicts "
-                                        "--features-scaling on");
-    if (o->checkpoint_every < 0)
-        return mp_error_set(MP_ERR_ARG, "checkpoint-every must be at least 0, got %d",
-                            o->checkpoint_every);
-    if (o->checkpoint_every > 0 && !o->save_dir && !o->resume)
-        return mp_error_set(MP_ERR_ARG, "checkpoints are written into the save directory: "
-                                        "give --save-dir");
-    if (o->resume && o->save_dir && strcmp(o->resume, o->save_dir) != 0)
-        return mp_error_set(MP_ERR_ARG, "--resume %s continues the run saved there: "
-                            "--save-dir %s must be the same directory (or left out)", o->resume,
-                            o->save_dir);
-    return MP_OK;
-}
-
 /* ===================================================================== */
 /* Output files                                                          */
 /* ===================================================================== */
@@ -298,6 +259,7 @@ typedef struct {
      * side by side, each checkpointing after its own epochs) */
     mp_ck_table          table;        /* the members for the next one       */
     int                  member_jobs;  /* members side by side               */
+    int                 *stopped;      /* per member: ended at o->stop_after */
     long                 steps;        /* training steps per epoch           */
 } train_run;
 
@@ -332,7 +294,7 @@ static mp_status open_save_dir(train_run *r)
 static mp_status resume_open(train_run *r)
 {
     const mp_train_opts *o = r->o;
-    if (!o->save_dir || (o->checkpoint_every == 0 && !o->resume))
+    if (!o->save_dir || (o->checkpoint_every == 0 && o->stop_after == 0 && !o->resume))
         return MP_OK;
     snprintf(r->ck_path, sizeof r->ck_path, "%s/%s", o->save_dir, MP_CHECKPOINT_FILE);
     mp_status st = mp_kv_new(&r->id);
@@ -746,8 +708,8 @@ static mp_status member_end(void *arg, int k, mp_status st)
     train_run *r = arg;
     if (r->member_jobs <= 1)
         mp_progress_end(&r->prog);
-    if (st || !r->table.status)
-        return MP_OK;
+    if (st || !r->table.status || (r->stopped && r->stopped[k]))
+        return MP_OK;   /* a member stopped stays in the table as its checkpoint left it */
     size_t np = mp_model_n_params(r->e->members[k]);
     float *final = mp_malloc(sizeof(float) * np);
     if (!final)
@@ -763,7 +725,8 @@ static mp_status train_members(train_run *r)
 {
     const mp_train_opts *o = r->o;
     mp_train_result *res = r->res;
-    if (!(res->best_epoch = mp_calloc((size_t)o->ensemble_size, sizeof(int))))
+    if (!(res->best_epoch = mp_calloc((size_t)o->ensemble_size, sizeof(int))) ||
+        !(r->stopped = mp_calloc((size_t)o->ensemble_size, sizeof(int))))
         return mp_error_set(MP_ERR_NOMEM, "out of memory");
     mp_status st0 = train_extras(r);
     if (st0)
@@ -780,7 +743,7 @@ static mp_status train_members(train_run *r)
         .val = r->sets[1], .n_val = (int32_t)r->sp.n[1], .metric = res->metric,
         .classification = r->classification, .eval_batch = r->eval_batch,
         .progress = &r->prog, .pos = r->pos, .neg = r->neg, .n_pos = r->n_pos,
-        .n_neg = r->n_neg, .multiclass = r->multiclass,
+        .n_neg = r->n_neg, .multiclass = r->multiclass, .stopped = r->stopped,
     };
     r->steps = (long)mp_batch_data_steps(&c.batches);
     mp_status st = r->id ? mp_ck_table_open(&r->table, o->ensemble_size,
@@ -805,8 +768,9 @@ static mp_status train_members(train_run *r)
             todo[n_todo++] = k;
         }
     }
-    if (r->id && o->checkpoint_every > 0) {
+    if (r->id && (o->checkpoint_every > 0 || o->stop_after > 0)) {
         c.checkpoint_every = o->checkpoint_every;
+        c.stop_after = o->stop_after;
         c.checkpoint = write_checkpoint;
         c.checkpoint_arg = r;
     }
@@ -824,6 +788,16 @@ static mp_status train_members(train_run *r)
     mp_free(todo);
     if (st)
         return st;
+    for (int k = 0; k < n; k++)
+        if (r->stopped[k])
+            res->stopped_epoch = o->stop_after;
+    /* --stop-after: the checkpoint holds the run as it ends (members that
+     * patience ended since the last one are done in it) */
+    if (o->stop_after > 0) {
+        if ((st = mp_ck_table_write(&r->table, r->ck_path, r->id, &r->sp)))
+            return st;
+        r->ck_written = 1;
+    }
     res->train_seconds = mp_time_now() - t1;
     res->train_mols_per_second = (double)res->n_train * o->epochs * o->ensemble_size /
                                  (res->train_seconds > 0 ? res->train_seconds : 1e-9);
@@ -921,10 +895,10 @@ static mp_status save_outputs(train_run *r)
 /* Frees the run.  After a failure: the outputs it wrote are removed (the
  * three belong together), and a save_dir this run made too, unless a
  * checkpoint is in it (rmdir keeps a directory that is not empty).  After
- * success, the checkpoint is not needed. */
+ * success, the checkpoint is not needed (unless --stop-after keeps it). */
 static void train_free(train_run *r, int failed)
 {
-    if (!failed && r->ck_path[0] && !r->o->read_only)
+    if (!failed && r->ck_path[0] && !r->o->read_only && r->o->stop_after == 0)
         (void)unlink(r->ck_path);
     if (failed) {
         char path[4096];
@@ -941,6 +915,7 @@ static void train_free(train_run *r, int failed)
     mp_kv_free(r->ck_kv);
     mp_ck_table_free(&r->table);
     mp_checkpoint_free(&r->ck);
+    mp_free(r->stopped);
     mp_free(r->tscaled);
     mp_free(r->weights);
     mp_free(r->task_w);
@@ -971,7 +946,7 @@ static void interrupted_message(train_run *r)
 mp_status mp_train(const mp_train_opts *o, mp_train_result *res)
 {
     memset(res, 0, sizeof *res);
-    mp_status st = check_opts(o);
+    mp_status st = mp_train_check_opts(o);
     if (st)
         return st;
     if (o->threads > 0)

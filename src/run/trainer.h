@@ -108,6 +108,18 @@ typedef struct {
                                       * decides the result must be the same;    *
                                       * checkpoint_every, threads, member_jobs, *
                                       * quiet and profile may differ)           */
+    int             stop_after;      /* 0: off; K (1..epochs): end the run after *
+                                      * epoch K of `epochs` (the schedule still  *
+                                      * `epochs` long) as if K were its last:    *
+                                      * each member keeps its best epoch so far, *
+                                      * the run is scored and saved, and         *
+                                      * save_dir/checkpoint.mpc keeps the state  *
+                                      * after epoch K, so resume continues it to *
+                                      * `epochs` (or a later stop_after), bit for*
+                                      * bit the run never stopped.  Resumed from *
+                                      * a checkpoint at epoch K or later: no     *
+                                      * epoch is trained.  The checkpoint stays  *
+                                      * after the run (hpopt's halving, issue 12)*/
     const mp_train_inputs *inputs;   /* NULL: read and featurize data_path     */
     mp_train_epoch_fn on_epoch;      /* NULL: none                             */
     void           *on_epoch_arg;
@@ -147,6 +159,9 @@ typedef struct {
     double      *val_per_task, *test_per_task;   /* n_tasks                    */
     size_t       n_train, n_val, n_test, n_invalid;
     int         *best_epoch;               /* per member (0 = initial weights)  */
+    int          stopped_epoch;            /* stop_after: the epoch a member was *
+                                            * stopped at (0: every member ran to  *
+                                            * its end, or stopped by patience)    */
     double       featurize_seconds, train_seconds, train_mols_per_second;
 } mp_train_result;
 
