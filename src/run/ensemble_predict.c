@@ -36,6 +36,10 @@ int mp_ensemble_n_values(const mp_ensemble *e)
 static void member_values(const mp_ensemble *e, const float *out, double *val, int32_t nb)
 {
     size_t t = e->n_tasks;
+    if (e->cfg.task == MP_MODEL_SPECTRAL) {
+        mp_head_predict_spectra(e->cfg.spectra_act, (int)t, out, nb, val);
+        return;
+    }
     if (e->cfg.task != MP_MODEL_REGRESSION && e->cfg.task != MP_MODEL_CLASSIFICATION) {
         int reg = mp_head_is_regression(e->cfg.task);
         mp_head_predict(e->cfg.task, (int)t, e->cfg.n_classes, out, nb,
