@@ -304,7 +304,7 @@ static void w_gemm_ffn(void *x)
 static void w_loss(void *x)
 {
     CTX;
-    mp_loss_spec sp = { MP_LOSS_MSE, 1, 0, 0, 0, 0, NULL, NULL, NULL };
+    mp_loss_spec sp = { MP_LOSS_MSE, 1, 0, 0, 0, 0, NULL, NULL, NULL, 0, 0 };
     b->loss(b, a->loss, a->g0, a->out, a->target, a->mask, m->n_mols, &sp);
 }
 static void w_pool_backward(void *x)

@@ -396,12 +396,14 @@ mp_status mp_predictor_predict(mp_predictor *p, const char *const *smiles, size_
 typedef enum {
     MP_TASK_REGRESSION, MP_TASK_CLASSIFICATION, MP_TASK_REGRESSION_MVE,
     MP_TASK_REGRESSION_EVIDENTIAL, MP_TASK_REGRESSION_QUANTILE,
-    MP_TASK_CLASSIFICATION_DIRICHLET, MP_TASK_MULTICLASS, MP_TASK_MULTICLASS_DIRICHLET
+    MP_TASK_CLASSIFICATION_DIRICHLET, MP_TASK_MULTICLASS, MP_TASK_MULTICLASS_DIRICHLET,
+    MP_TASK_SPECTRAL
 } mp_task_type;
 
 /* Chemprop's name: "regression", "classification", "regression-mve",
  * "regression-evidential", "regression-quantile", "classification-dirichlet",
- * "multiclass", "multiclass-dirichlet"; "?" when out of range. */
+ * "multiclass", "multiclass-dirichlet", "spectral" (its targets are the
+ * columns of a spectrum); "?" when out of range. */
 const char *mp_task_type_name(mp_task_type t);
 
 /* One dataset of the registry (read-only; owned by the registry). */

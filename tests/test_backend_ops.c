@@ -709,7 +709,7 @@ typedef struct {
 static void op_loss(mp_backend *b, int s, const void *arg)
 {
     const opt_arg *q = arg;
-    mp_loss_spec sp = { q->kind, q->tasks, 0, 0, 0, 0, NULL, NULL, NULL };
+    mp_loss_spec sp = { q->kind, q->tasks, 0, 0, 0, 0, NULL, NULL, NULL, 0, 0 };
     b->loss(b, S(q->loss), S(q->dy), S(q->y), S(q->tg), S(q->mask), q->n, &sp);
 }
 

@@ -304,7 +304,8 @@ static void case_losses(bo *x)
                     q.n = ns[i];
                     int C = loss_classes((mp_loss_kind)kind);
                     q.sp = (mp_loss_spec){ (mp_loss_kind)kind, tasks, C, 0.2, 1e-8, 0.1,
-                                           NULL, NULL, NULL };
+                                           NULL, NULL, NULL,
+                                           i % 2 ? MP_SPECTRA_SOFTPLUS : MP_SPECTRA_EXP, 1e-8 };
                     int W = mp_loss_width((mp_loss_kind)kind, C);
                     size_t N = (size_t)q.n * tasks, NY = N * (size_t)W;
                     uint8_t *mask = mp_malloc(N + 1), *ineq = mp_malloc(N + 1);
@@ -323,6 +324,17 @@ static void case_losses(bo *x)
                             q.tg->init[e] = (float)mp_rng_below(&x->rng, (uint64_t)C);
                         else if (q.tg && (kind == MP_LOSS_BCE || kind == MP_LOSS_BINARY_MCC))
                             q.tg->init[e] = q.tg->init[e] > 0;
+                        else if (q.tg && (kind == MP_LOSS_SID || kind == MP_LOSS_WASSERSTEIN))
+                            q.tg->init[e] = 0.05f + fabsf(q.tg->init[e]);   /* intensities */
+                    }
+                    /* a spectrum's labelled positions sum to 1 */
+                    for (int32_t r = 0; q.tg && (kind == MP_LOSS_SID ||
+                                                 kind == MP_LOSS_WASSERSTEIN) && r < q.n; r++) {
+                        float s = 0;
+                        for (int t = 0; t < tasks; t++)
+                            s += mask[(size_t)r * tasks + t] ? q.tg->init[(size_t)r * tasks + t] : 0;
+                        for (int t = 0; s > 0 && t < tasks; t++)
+                            q.tg->init[(size_t)r * tasks + t] /= s;
                     }
                     if (q.tg && (!t_put(x, q.tg, 0) || !t_put(x, q.tg, 1)))
                         q.tg = NULL;

@@ -46,6 +46,7 @@ MP_TEST(gradcheck_every_loss_double)
     for (int kind = 0; kind < MP_LOSS_COUNT; kind++)
         for (int extras = 0; extras < 2; extras++) {
             int C = classes_of((mp_loss_kind)kind), W = mp_loss_width((mp_loss_kind)kind, C);
+            int spectral = kind == MP_LOSS_SID || kind == MP_LOSS_WASSERSTEIN;
             size_t N = (size_t)n * T, NY = N * (size_t)W;
             double y[11 * 2 * 4], dy[11 * 2 * 4], tg[22], w[11], tw[2], loss[1], l2[1];
             double scratch[11 * 2 * 4];
@@ -56,16 +57,25 @@ MP_TEST(gradcheck_every_loss_double)
                 double u = mp_rng_uniform(&r);
                 tg[i] = C ? (double)mp_rng_below(&r, (uint64_t)C)
                         : kind == MP_LOSS_BCE || kind == MP_LOSS_BINARY_MCC ? (double)(u < 0.5)
+                        : spectral ? 0.05 + u
                         : 2 * u - 1;
                 mask[i] = i == 0 || mp_rng_uniform(&r) < 0.8;
                 ineq[i] = (uint8_t)mp_rng_below(&r, 3);
+            }
+            for (int i = 0; spectral && i < n; i++) {   /* each spectrum sums to 1 */
+                double s = 0;
+                for (int t = 0; t < T; t++)
+                    s += mask[i * T + t] ? tg[i * T + t] : 0;
+                for (int t = 0; s > 0 && t < T; t++)
+                    tg[i * T + t] /= s;
             }
             for (int i = 0; i < n; i++)
                 w[i] = 0.5 + mp_rng_uniform(&r);
             tw[0] = 0.7;
             tw[1] = 1.3;
             mp_loss_spec sp = { (mp_loss_kind)kind, T, C, 0.2, 1e-8, 0.1, extras ? tw : NULL,
-                                extras ? w : NULL, extras ? ineq : NULL };
+                                extras ? w : NULL, extras ? ineq : NULL,
+                                extras ? MP_SPECTRA_SOFTPLUS : MP_SPECTRA_EXP, 1e-8 };
             b->loss(b, loss, dy, y, tg, mask, n, &sp);
             CHECK(isfinite(loss[0]));
             int nonzero = 0;
@@ -97,7 +107,7 @@ static double loss1(mp_backend *b, mp_loss_kind k, int C, const double *y, doubl
 {
     double loss[1], dy[8];
     uint8_t mask[1] = { 1 }, iq[1] = { (uint8_t)ineq };
-    mp_loss_spec sp = { k, 1, C, 0.2, 1e-8, 0.1, NULL, NULL, ineq ? iq : NULL };
+    mp_loss_spec sp = { k, 1, C, 0.2, 1e-8, 0.1, NULL, NULL, ineq ? iq : NULL, 0, 0 };
     b->loss(b, loss, dy, y, &t, mask, 1, &sp);
     return loss[0];
 }
@@ -155,7 +165,7 @@ MP_TEST(loss_values_match_closed_forms)
     /* soft binary MCC of a batch: 1 - (TP TN - FP FN) / sqrt(...) */
     double yb[4] = { 2.0, -1.0, 0.5, -0.2 }, tb[4] = { 1, 0, 0, 1 }, lb[1], db[4];
     uint8_t mb[4] = { 1, 1, 1, 1 };
-    mp_loss_spec sb = { MP_LOSS_BINARY_MCC, 1, 0, 0, 0, 0, NULL, NULL, NULL };
+    mp_loss_spec sb = { MP_LOSS_BINARY_MCC, 1, 0, 0, 0, 0, NULL, NULL, NULL, 0, 0 };
     b->loss(b, lb, db, yb, tb, mb, 4, &sb);
     double tp = 0, fp = 0, tn = 0, fn = 0;
     for (int i = 0; i < 4; i++) {
@@ -176,13 +186,13 @@ MP_TEST(loss_values_match_closed_forms)
         t2[2 * i] = t2[2 * i + 1] = tb[i];
     }
     double l2[1], d2[8];
-    mp_loss_spec s2 = { MP_LOSS_BINARY_MCC, 2, 0, 0, 0, 0, tw2, NULL, NULL };
+    mp_loss_spec s2 = { MP_LOSS_BINARY_MCC, 2, 0, 0, 0, 0, tw2, NULL, NULL, 0, 0 };
     b->loss(b, l2, d2, y2, t2, m2, 4, &s2);
     CHECK_NEAR(l2[0], (0.5 + 2.0) * (1 - mcc) / 2, 1e-12, 1e-12);
     /* an elementwise loss with task weights (2, 0): 2 l_0 over 2 labelled pairs */
     double ym2[2] = { 0.3, 5.0 }, tm2[2] = { -0.5, 1.0 }, tw3[2] = { 2.0, 0.0 }, l3[1], d3[2];
     uint8_t mm2[2] = { 1, 1 };
-    mp_loss_spec s3 = { MP_LOSS_MAE, 2, 0, 0, 0, 0, tw3, NULL, NULL };
+    mp_loss_spec s3 = { MP_LOSS_MAE, 2, 0, 0, 0, 0, tw3, NULL, NULL, 0, 0 };
     b->loss(b, l3, d3, ym2, tm2, mm2, 1, &s3);
     CHECK_NEAR(l3[0], 2 * 0.8 / 2, 1e-15, 0);
     CHECK(d3[1] == 0);

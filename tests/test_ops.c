@@ -214,7 +214,7 @@ MP_TEST(ops_gradcheck_elementwise_bias_loss)
         t[i] = mp_rng_uniform(&r) < 0.5 ? (double)(t[i] > 0.5) : t[i];
     }
     for (int kind = 0; kind < 2; kind++) {
-        mp_loss_spec sp = { (mp_loss_kind)kind, 5, 0, 0, 0, 0, NULL, NULL, NULL };
+        mp_loss_spec sp = { (mp_loss_kind)kind, 5, 0, 0, 0, 0, NULL, NULL, NULL, 0, 0 };
         b->loss(b, loss, dl, x, t, mask, 8, &sp);
         FD_CHECK(x, n, dl, loss, 1, &one, b->loss(b, loss, y, x, t, mask, 8, &sp),
                  kind ? "BCE loss" : "MSE loss");
@@ -223,7 +223,7 @@ MP_TEST(ops_gradcheck_elementwise_bias_loss)
     }
     /* no label at all: zero loss, zero gradient */
     memset(mask, 0, sizeof mask);
-    mp_loss_spec mse = { MP_LOSS_MSE, 5, 0, 0, 0, 0, NULL, NULL, NULL };
+    mp_loss_spec mse = { MP_LOSS_MSE, 5, 0, 0, 0, 0, NULL, NULL, NULL, 0, 0 };
     b->loss(b, loss, dl, x, t, mask, 8, &mse);
     CHECK(loss[0] == 0 && dl[0] == 0);
     mp_free(x); mp_free(y); mp_free(rr); mp_free(dx); mp_free(row); mp_free(drow);

@@ -744,31 +744,47 @@ MP_TEST(robust_signal_data_fetch_sigint_removes_dest)
     CHECK_MSG(!exists(top), "%s is left behind", top);
 }
 
-/* train --checkpoint-every 1 on `device`, SIGKILL (no handler, no
- * unwinding) once the first checkpoint is there, then train --resume D
- * alone: the same model.mpm as a run never interrupted. */
-static void killed_resumes_bitwise(mp_test_result *mp__r, const char *name, const char *device)
+/* train --checkpoint-every 1 on `device` (data `data`, `epochs` epochs,
+ * `extra` options added; NULL: none), SIGKILL (no handler, no unwinding)
+ * once the first checkpoint is there, then train --resume D alone: the
+ * same model.mpm as a run never interrupted. */
+static void killed_resumes_bitwise_with(mp_test_result *mp__r, const char *name,
+                                        const char *device, const char *data,
+                                        const char *epochs, const char *const *extra)
 {
-    char dir[1024], ref[1100], cut[1100], log[1100], ck[1200], out[8192];
+    char dir[1024], ref[1100], cut[1100], log[1100], ck[1200], out[8192], more[512] = "";
     test_dir(name, dir, sizeof dir);
     snprintf(ref, sizeof ref, "%s/ref", dir);
     snprintf(cut, sizeof cut, "%s/cut", dir);
     snprintf(log, sizeof log, "%s/log", dir);
     snprintf(ck, sizeof ck, "%s/checkpoint.mpc", cut);
-    const char *esol = mp_test_shared("datasets/esol.csv.gz");
-    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --data '%s' --epochs 12 --hidden 24 "
+    for (int i = 0; extra && extra[i]; i++) {
+        size_t at = strlen(more);
+        snprintf(more + at, sizeof more - at, " %s", extra[i]);
+    }
+    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --data '%s' --epochs %s --hidden 24 "
                              "--dropout 0.1 --ensemble-size 2 --threads 1 --device %s --quiet "
-                             "--save-dir '%s'", esol, device, ref), 0);
-    const char *argv[] = { "train", "--data", esol, "--epochs", "12", "--hidden", "24",
-                           "--dropout", "0.1", "--ensemble-size", "2", "--threads", "1",
-                           "--device", device, "--checkpoint-every", "1", "--save-dir", cut,
-                           NULL };
+                             "--save-dir '%s'%s", data, epochs, device, ref, more), 0);
+    const char *argv[48] = { "train", "--data", data, "--epochs", epochs, "--hidden", "24",
+                             "--dropout", "0.1", "--ensemble-size", "2", "--threads", "1",
+                             "--device", device, "--checkpoint-every", "1", "--save-dir", cut };
+    int n = 19;
+    for (int i = 0; extra && extra[i] && n < 47; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
     pid_t pid = spawn(dir, log, argv);
     CHECK(pid > 0);
-    CHECK(wait_until(pid, exists, ck));
+    int started = wait_until(pid, exists, ck);
+    if (!started) {
+        char *t = mp_test_slurp(log, NULL);
+        fprintf(stdout, "    its output:\n%s\n", t ? t : "(none)");
+        mp_free(t);
+    }
+    CHECK(started);
     CHECK_EQ_INT(stop_with(pid, SIGKILL), -SIGKILL);
     CHECK(exists(ck));
-    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "train --resume '%s' --threads 1 --quiet", cut), 0);
+    int rc = mp_test_cli(out, sizeof out, "train --resume '%s' --threads 1 --quiet", cut);
+    CHECK_MSG(rc == 0, "train --resume: exit %d: %s", rc, out);
     size_t na = 0, nb = 0;
     char path[1200];
     snprintf(path, sizeof path, "%s/model.mpm", ref);
@@ -784,6 +800,33 @@ static void killed_resumes_bitwise(mp_test_result *mp__r, const char *name, cons
     snprintf(path, sizeof path, "%s/metrics.json", cut);
     file_needle f = { path, "\"ensemble-size\":\t2" };
     CHECK_MSG(file_has(&f), "metrics.json does not hold the checkpoint's options");
+}
+
+static void killed_resumes_bitwise(mp_test_result *mp__r, const char *name, const char *device)
+{
+    killed_resumes_bitwise_with(mp__r, name, device, mp_test_shared("datasets/esol.csv.gz"),
+                                "12", NULL);
+}
+
+/* A class-balanced run (bbbp) resumes bit for bit too: each epoch draws
+ * its order by shuffling the positive and negative lists in place, so the
+ * lists as the last epoch left them are part of the state. */
+MP_TEST(robust_signal_class_balance_killed_resumes_bitwise)
+{
+    NEED_BIN();
+    static const char *const cb[] = { "--task", "classification", "--class-balance", NULL };
+    killed_resumes_bitwise_with(mp__r, "kill-resume-cb", "cpu",
+                                mp_test_shared("datasets/bbbp.csv.gz"), "40", cb);
+}
+
+/* The same on the GPU (make test-gpu). */
+MP_TEST(robust_signal_gpu_class_balance_killed_resumes_bitwise)
+{
+    MP_NEED_GPU();
+    NEED_BIN();
+    static const char *const cb[] = { "--task", "classification", "--class-balance", NULL };
+    killed_resumes_bitwise_with(mp__r, "kill-resume-cb-gpu", "gpu",
+                                mp_test_shared("datasets/bbbp.csv.gz"), "40", cb);
 }
 
 MP_TEST(robust_signal_train_killed_resumes_bitwise)

@@ -296,6 +296,66 @@ done:
 
 /* One option of a checkpoint's header (opt.KEY, run.data) as the option's
  * text; NULL where the option was unset (its default). */
+/* The options resume.c keeps under "train." (issue 11's, added after the
+ * first checkpoints), as the option table reads them: the key of each
+ * (NULL: the option's own name) and, for the choices kept as numbers, the
+ * choice of 0, 1 and -1. */
+static const struct {
+    const char *option, *key, *of0, *of1, *of_m1;
+} later_keys[] = {
+    { "loss", NULL, NULL, NULL, NULL },
+    { "multiclass-num-classes", "n-classes", NULL, NULL, NULL },
+    { "evidential-regularization", "loss-lambda", NULL, NULL, NULL },
+    { "evidential-eps", "loss-eps", NULL, NULL, NULL },
+    { "quantile-alpha", NULL, NULL, NULL, NULL },
+    { "patience", NULL, NULL, NULL, NULL },
+    { "grad-clip", NULL, NULL, NULL, NULL },
+    { "class-balance", NULL, "false", "true", NULL },
+    { "task-weights", NULL, NULL, NULL, NULL },
+    { "weight-column", NULL, NULL, NULL, NULL },
+    { "activation", NULL, NULL, NULL, NULL },
+    { "batch-norm", NULL, "false", "true", NULL },
+    { "atom-messages", NULL, "false", "true", NULL },
+    { "undirected", NULL, "false", "true", NULL },
+    { "features-scaling", NULL, "off", "on", "auto" },
+    { "no-features-scaling", NULL, "false", "true", NULL },
+    { "features-path", NULL, NULL, NULL, NULL },
+    { "init-model", NULL, NULL, NULL, NULL },
+    { "freeze-encoder", NULL, "false", "true", NULL },
+    { "freeze-ffn-layers", NULL, NULL, NULL, NULL },
+    { "atom-descriptors-path", NULL, NULL, NULL, NULL },
+    { "atom-descriptors", NULL, "auto", "feature", NULL },
+    { "bond-features-path", NULL, NULL, NULL, NULL },
+    { "no-atom-descriptor-scaling", NULL, "false", "true", NULL },
+    { "no-bond-features-scaling", NULL, "false", "true", NULL },
+    { "spectra-activation", NULL, NULL, NULL, NULL },
+    { "spectra-target-floor", NULL, NULL, NULL, NULL },
+};
+
+/* Option `key` from the checkpoint's "train." keys (NULL: not kept there,
+ * or the default). */
+static const char *checkpoint_later(const mp_kv *kv, const char *key, char *buf, size_t n)
+{
+    for (size_t i = 0; i < sizeof later_keys / sizeof later_keys[0]; i++) {
+        if (strcmp(key, later_keys[i].option))
+            continue;
+        snprintf(buf, n, "train.%s", later_keys[i].key ? later_keys[i].key : key);
+        const char *v = mp_kv_get(kv, buf);
+        if (!v || !*v)
+            return NULL;
+        if (!later_keys[i].of0)
+            return !strcmp(key, "multiclass-num-classes") && atoi(v) <= 0 ? NULL : v;
+        if (!strcmp(v, "0"))
+            return later_keys[i].of0;
+        if (!strcmp(v, "1"))
+            return later_keys[i].of1;
+        if (!strcmp(v, "2") && !strcmp(key, "atom-descriptors"))
+            return "descriptor";
+        return !strcmp(v, "-1") ? later_keys[i].of_m1 : v;
+    }
+    return NULL;
+}
+
 static const char *checkpoint_value(const mp_kv *kv, const char *key, char *buf, size_t n)
 {
     if (!strcmp(key, "data"))
@@ -304,6 +364,8 @@ static const char *checkpoint_value(const mp_kv *kv, const char *key, char *buf,
         key = "backend";   /* "gpu:bf16": device and precision in one */
     snprintf(buf, n, "opt.%s", key);
     const char *v = mp_kv_get(kv, buf);
+    if (!v)
+        return checkpoint_later(kv, key, buf, n);
     if (!v || !*v || (!strcmp(key, "metric") && !strcmp(v, "default")))
         return NULL;
     if (!strcmp(key, "resident") || !strcmp(key, "graph"))

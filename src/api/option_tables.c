@@ -145,8 +145,9 @@ static mp_status parse_calibrator(const char *s, void *field)
 static const int task_values[] = {
     -1, MP_TASK_REGRESSION, MP_TASK_CLASSIFICATION, MP_TASK_REGRESSION_MVE,
     MP_TASK_REGRESSION_EVIDENTIAL, MP_TASK_REGRESSION_QUANTILE, MP_TASK_CLASSIFICATION_DIRICHLET,
-    MP_TASK_MULTICLASS, MP_TASK_MULTICLASS_DIRICHLET,
+    MP_TASK_MULTICLASS, MP_TASK_MULTICLASS_DIRICHLET, MP_TASK_SPECTRAL,
 };
+static const int spectra_act_values[] = { MP_SPECTRA_EXP, MP_SPECTRA_SOFTPLUS };
 static const int model_values[] = { MP_MODEL_DMPNN, MP_MODEL_FFN };
 static const int agg_values[] = { MP_AGG_MEAN, MP_AGG_SUM, MP_AGG_NORM, MP_AGG_ATTENTIVE };
 static const int act_values[] = {
@@ -189,16 +190,19 @@ static const mp_option_def train_table[] = {
       .arg = "a,b", .help = "columns left out of the default targets" },
     { "task", MP_OPT_CHOICE, "auto",
       .choices = "auto|regression|classification|regression-mve|regression-evidential|"
-                 "regression-quantile|classification-dirichlet|multiclass|multiclass-dirichlet",
+                 "regression-quantile|classification-dirichlet|multiclass|multiclass-dirichlet|"
+                 "spectral",
       .values = task_values, .offset = AT(mp_train_opts, task), .arg = "T",
       .help = "regression | classification | regression-mve |\nregression-evidential | "
               "regression-quantile |\nclassification-dirichlet | multiclass |\n"
-              "multiclass-dirichlet; auto: from the dataset\nregistry, else "
+              "multiclass-dirichlet | spectral (the target\ncolumns are a spectrum's positions); "
+              "auto: from the\ndataset registry, else "
               "classification if every label is 0 or 1" },
-    { "metric", MP_OPT_CHOICE, "auto", .choices = "auto|rmse|mae|mse|r2|auc|prc-auc|accuracy",
+    { "metric", MP_OPT_CHOICE, "auto",
+      .choices = "auto|rmse|mae|mse|r2|auc|prc-auc|accuracy|sid|wasserstein",
       .parse = parse_metric, .offset = AT(mp_train_opts, metric), .arg = "M",
-      .help = "rmse | mae | mse | r2 | auc | prc-auc | accuracy;\nauto: rmse (regression), "
-              "auc (classification)" },
+      .help = "rmse | mae | mse | r2 | auc | prc-auc | accuracy |\nsid | wasserstein "
+              "(spectral); auto: rmse\n(regression), auc (classification), sid (spectral)" },
     REGISTRY(mp_train_opts, registry, ", for the task type of a benchmark file"),
     HEADING("split:"),
     { "split", MP_OPT_CHOICE, "random", .choices = "random|scaffold_balanced|cv|cv-no-test",
@@ -321,7 +325,8 @@ static const mp_option_def train_table[] = {
     { "loss", MP_OPT_TEXT, "auto", .parse = parse_loss, .offset = AT(mp_train_opts, loss),
       .arg = "L", .help = "mse | mae | rmse | bounded-mse | bounded-mae |\nbounded-rmse (regression); "
       "mve | evidential | quantile\n(their task types); bce | binary-mcc\n(classification); "
-      "ce | multiclass-mcc (multiclass);\ndirichlet (the dirichlet types); default: the\n"
+      "ce | multiclass-mcc (multiclass);\ndirichlet (the dirichlet types); sid | wasserstein\n"
+      "(spectral); default: the\n"
       "task's (auto: mse, bce, ce, mve, ...).  bounded-*:\ntarget cells may be \"<x\" or \">x\"" },
     { "multiclass-num-classes", MP_OPT_INT, "auto", 2, MP_LOSS_MAX_CLASSES,
       .offset = AT(mp_train_opts, n_classes), .arg = "K", .flags = MP_OPTF_AUTO,
@@ -346,6 +351,17 @@ static const mp_option_def train_table[] = {
       .arg = "w1,w2", .help = "a weight per task in the loss (default: all 1)" },
     { "weight-column", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, columns.weight_column),
       .arg = "C", .help = "a column of sample weights (>= 0) in the loss; not\na target" },
+    { "spectra-activation", MP_OPT_CHOICE, "exp", .choices = "exp|softplus",
+      .values = spectra_act_values, .offset = AT(mp_train_opts, spectra_act), .arg = "F",
+      .help = "spectral: exp | softplus, what makes an output a\npositive intensity "
+              "(Chemprop v1's)" },
+    { "spectra-target-floor", MP_OPT_REAL, "1e-8", 1e-300, 1e30,
+      .offset = AT(mp_train_opts, spectra_floor), .arg = "X",
+      .help = "spectral: intensities below X count as X (targets\nand predictions in the "
+              "loss; Chemprop v1's)" },
+    { "spectra-phase-mask-path", MP_OPT_TEXT, NULL,
+      .offset = AT(mp_train_opts, spectra_phase_mask), .arg = "F",
+      .help = "Chemprop v1's phase mask: not supported (refused)" },
     { "activation", MP_OPT_CHOICE, "relu",
       .choices = "relu|leakyrelu|prelu|elu|selu|tanh|gelu", .values = act_values,
       .offset = AT(mp_train_opts, activation), .arg = "F",
@@ -466,10 +482,11 @@ static const mp_option_def eval_table[] = {
     { "features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, features_path),
       .arg = "F", .help = "the extra molecule features of --data (a model\ntrained with "
                           "--features-path needs them)" },
-    { "metric", MP_OPT_CHOICE, "all", .choices = "all|rmse|mae|mse|r2|auc|prc-auc|accuracy",
+    { "metric", MP_OPT_CHOICE, "all",
+      .choices = "all|rmse|mae|mse|r2|auc|prc-auc|accuracy|sid|wasserstein",
       .parse = parse_metric, .offset = AT(mp_eval_args, metric), .arg = "M",
       .help = "one metric; all: rmse, mae, r2 for regression;\nauc, prc-auc, accuracy for "
-              "classification" },
+              "classification; sid,\nwasserstein for spectral" },
     THREADS(mp_eval_args, threads),
     DEVICE,
     PRECISION,

@@ -127,12 +127,21 @@ MP_HD double mp_trigamma(double x)
 typedef struct {
     int    kind, n_tasks, n_classes;
     double lambda, eps, alpha;
+    int    spectra_act;
+    double floor;
 } mp_loss_par;
 
 static inline mp_loss_par mp_loss_par_of(const mp_loss_spec *s)
 {
-    mp_loss_par p = { (int)s->kind, s->n_tasks, s->n_classes, s->lambda, s->eps, s->alpha };
+    mp_loss_par p = { (int)s->kind, s->n_tasks, s->n_classes, s->lambda, s->eps, s->alpha,
+                      s->spectra_act, s->floor };
     return p;
+}
+
+/* 1 for the spectral losses (reduced per row by mp_loss_spectral_row). */
+MP_HD int mp_loss_is_spectral(int kind)
+{
+    return kind == MP_LOSS_SID || kind == MP_LOSS_WASSERSTEIN;
 }
 
 /* 1 for the losses reduced over the batch by mp_loss_mcc_* (not per element). */
@@ -309,6 +318,116 @@ MP_HD int mp_argmax(const double *y, int C)
         if (y[c] > y[best])
             best = c;
     return best;
+}
+
+/* ===================================================================== */
+/* Spectra (Chemprop v1.6.1 train/loss_functions.py sid_loss,            */
+/* wasserstein_loss; v2.3.1 nn/metrics.py SID, Wasserstein)              */
+/* ===================================================================== */
+
+/* Element i of a row of the element type: double where dbl, else float. */
+MP_HD double mp_spec_ld(const void *p, int dbl, int i)
+{
+    return dbl ? ((const double *)p)[i] : (double)((const float *)p)[i];
+}
+
+MP_HD void mp_spec_st(void *p, int dbl, int i, double v)
+{
+    if (dbl)
+        ((double *)p)[i] = v;
+    else
+        ((float *)p)[i] = (float)v;
+}
+
+/* Position j's intensity: the activation of raw output x, at least the
+ * floor (torch.where(a < floor, floor, a): no gradient below it); *d gets
+ * d intensity / d x. */
+MP_HD double mp_spec_intensity(const mp_loss_par *p, double x, double *d)
+{
+    double a = p->spectra_act == MP_SPECTRA_SOFTPLUS ? mp_softplus(x) : exp(x);
+    double da = p->spectra_act == MP_SPECTRA_SOFTPLUS ? mp_sigmoid(x) : a;
+    if (a < p->floor) {
+        *d = 0;
+        return p->floor;
+    }
+    *d = da;
+    return a;
+}
+
+/*
+ * One spectrum (one row of T = p->n_tasks positions): y its raw outputs,
+ * q its target (normalized over its labelled positions, each > 0), m its
+ * labels (0: the position is left out), w the row's sample weight, tw the
+ * positions' task weights (NULL: 1); the element type is double where dbl.
+ * The prediction is c_j = max(act(y_j), floor), p_j = c_j / sum over
+ * labelled positions of c; the row's loss is the sum over labelled j of
+ * w tw_j l_j, with
+ *   sid:         l_j = p_j ln(p_j / q_j) + q_j ln(q_j / p_j)
+ *   wasserstein: l_j = |Q_j - P_j|, P and Q the running sums of p and q
+ *                over the labelled positions up to j
+ * and it is returned.  dy (NULL: none) gets scale * d loss / d y_j (0 at
+ * the positions left out).  Three passes, no scratch memory (one GPU
+ * thread runs a row): the sum, the loss with the sums the gradient needs,
+ * the gradient (d/dc_j = (g_j - sum_k g_k p_k) / S, g_j = d loss / d p_j).
+ */
+MP_HD double mp_loss_spectral_row(const mp_loss_par *p, const void *y, const void *q,
+                                  const uint8_t *m, int dbl, double w, const void *tw,
+                                  double scale, void *dy)
+{
+    const int T = p->n_tasks, wass = p->kind == MP_LOSS_WASSERSTEIN;
+    double S = 0, d;
+    for (int j = 0; j < T; j++)
+        if (m[j])
+            S += mp_spec_intensity(p, mp_spec_ld(y, dbl, j), &d);
+    if (!(S > 0)) {
+        for (int j = 0; dy && j < T; j++)
+            mp_spec_st(dy, dbl, j, 0);
+        return 0;
+    }
+    double loss = 0, G = 0, H = 0, P = 0, Q = 0;
+    for (int j = 0; j < T; j++) {
+        if (!m[j])
+            continue;
+        double wj = w * (tw ? mp_spec_ld(tw, dbl, j) : 1.0);
+        double pj = mp_spec_intensity(p, mp_spec_ld(y, dbl, j), &d) / S;
+        double qj = mp_spec_ld(q, dbl, j);
+        if (wass) {
+            P += pj;
+            Q += qj;
+            double e = Q - P, h = -wj * (e > 0 ? 1 : e < 0 ? -1 : 0);
+            loss += wj * fabs(e);
+            H += h;
+            G += h * P;
+        } else {
+            double r = log(pj / qj);
+            loss += wj * (pj * r - qj * r);
+            G += wj * (r + 1 - qj / pj) * pj;
+        }
+    }
+    if (!dy)
+        return loss;
+    double hp = 0;
+    P = Q = 0;
+    for (int j = 0; j < T; j++) {
+        if (!m[j]) {
+            mp_spec_st(dy, dbl, j, 0);
+            continue;
+        }
+        double wj = w * (tw ? mp_spec_ld(tw, dbl, j) : 1.0);
+        double cj = mp_spec_intensity(p, mp_spec_ld(y, dbl, j), &d), pj = cj / S;
+        double qj = mp_spec_ld(q, dbl, j), g;
+        if (wass) {
+            g = H - hp;   /* d loss / d p_j: the h of positions j and after */
+            P += pj;
+            Q += qj;
+            double e = Q - P;
+            hp += -wj * (e > 0 ? 1 : e < 0 ? -1 : 0);
+        } else {
+            g = wj * (log(pj / qj) + 1 - qj / pj);
+        }
+        mp_spec_st(dy, dbl, j, scale * (g - G) / S * d);
+    }
+    return loss;
 }
 
 #endif /* MP_FORMULAS_H */

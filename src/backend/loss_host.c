@@ -3,7 +3,7 @@
  * and bce (ops.h mp_loss_spec): each labelled (molecule, task) pair through
  * formulas.h in double, weighted by its sample and task weights, divided by
  * the number of labelled pairs; rmse takes the square root; the mcc losses
- * reduce every task over the batch first.  One thread: it is a few values
+ * reduce every task over the batch first, the spectral ones every row.  One thread: it is a few values
  * per molecule, and a fixed order makes the sums the same on every call.
  */
 #include "backend/host_ops.h"
@@ -110,6 +110,22 @@ void mp_loss_host(mp_backend *b, void *loss, void *dy, const void *y, const void
     }
     if (mp_loss_is_mcc(s->kind)) {
         st(b, loss, 0, loss_mcc(b, dy, y, target, mask, n, s, row));
+        return;
+    }
+    if (mp_loss_is_spectral(s->kind)) {
+        /* a row is one spectrum: its positions are the tasks */
+        const mp_loss_par par = mp_loss_par_of(s);
+        const int dbl = b->esize == sizeof(double);
+        const size_t es = b->esize;
+        double sum = 0, inv = 1.0 / (double)count;
+        for (int32_t i = 0; i < n; i++) {
+            size_t at = (size_t)i * T;
+            double w = s->sample_weight ? ld(b, s->sample_weight, (size_t)i) : 1.0;
+            sum += mp_loss_spectral_row(&par, (const char *)y + at * es,
+                                        (const char *)target + at * es, mask + at, dbl, w,
+                                        s->task_weight, inv, (char *)dy + at * es);
+        }
+        st(b, loss, 0, sum * inv);
         return;
     }
     /* Two passes for rmse (the sum, then the gradients scaled by the

@@ -110,6 +110,8 @@ typedef enum {
  *   ce, multiclass_mcc:   C logits y[t C + c]                          (C, interleaved)
  *   dirichlet:            C alphas softplus(y[t C + c]) + 1            (C, interleaved;
  *                         C = 2 for a binary task)
+ *   sid, wasserstein:     a spectrum: the T outputs of a row are its T positions (1
+ *                         each); reduced per row (mp_loss_spectral_row, formulas.h)
  *
  * (T tasks per row, C classes.)  The chunked layouts are Chemprop's
  * torch.chunk of the output, the interleaved ones its reshape(b, t, C).  The
@@ -121,8 +123,12 @@ typedef enum {
     MP_LOSS_MSE = 0, MP_LOSS_BCE = 1, MP_LOSS_MAE, MP_LOSS_RMSE, MP_LOSS_BOUNDED_MSE,
     MP_LOSS_BOUNDED_MAE, MP_LOSS_BOUNDED_RMSE, MP_LOSS_MVE, MP_LOSS_EVIDENTIAL,
     MP_LOSS_QUANTILE, MP_LOSS_BINARY_MCC, MP_LOSS_CE, MP_LOSS_MULTICLASS_MCC,
-    MP_LOSS_DIRICHLET, MP_LOSS_COUNT
+    MP_LOSS_DIRICHLET, MP_LOSS_SID, MP_LOSS_WASSERSTEIN, MP_LOSS_COUNT
 } mp_loss_kind;
+
+/* The spectral heads' output activation (Chemprop v1's --spectra_activation),
+ * which makes a raw output a positive intensity. */
+enum { MP_SPECTRA_EXP = 0, MP_SPECTRA_SOFTPLUS = 1 };
 
 /* Classes a multiclass task may have (the width of a class loss's outputs). */
 #define MP_LOSS_MAX_CLASSES 64
@@ -140,7 +146,12 @@ enum { MP_INEQ_LT = 1, MP_INEQ_GT = 2 };
  * buffers of the element type; ineq [n x n_tasks] (NULL: none) for the
  * bounded losses.  The parameters: lambda (evidential and dirichlet
  * regularization, Chemprop's v_kl), eps (evidential), alpha (quantile: the
- * interval's quantiles alpha/2 and 1 - alpha/2).
+ * interval's quantiles alpha/2 and 1 - alpha/2); for sid and wasserstein
+ * spectra_act (MP_SPECTRA_*) and floor (> 0: Chemprop v1's
+ * spectra_target_floor, the least intensity a prediction counts with).
+ * sid and wasserstein: l(i, t) is position t's term of row i's divergence
+ * (formulas.h), divided by the labelled positions, as Chemprop's
+ * loss.sum() / mask.sum().
  */
 typedef struct {
     mp_loss_kind   kind;
@@ -150,6 +161,8 @@ typedef struct {
     const void    *task_weight;    /* [n_tasks]  or NULL                      */
     const void    *sample_weight;  /* [n]        or NULL                      */
     const uint8_t *ineq;           /* [n x n_tasks] MP_INEQ_* or NULL         */
+    int            spectra_act;    /* sid, wasserstein: MP_SPECTRA_*           */
+    double         floor;          /* sid, wasserstein: > 0                    */
 } mp_loss_spec;
 
 /* Raw outputs a (molecule, task) pair of loss `kind` reads. */

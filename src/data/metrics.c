@@ -4,6 +4,7 @@
  * precision-recall curves behind the two AUCs, and the metrics.json report.
  */
 #include "metrics.h"
+#include "data/spectra.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -15,7 +16,7 @@
 /* ===================================================================== */
 
 static const char *const metric_names[MP_METRIC_COUNT] = {
-    "rmse", "mae", "mse", "r2", "auc", "prc-auc", "accuracy",
+    "rmse", "mae", "mse", "r2", "auc", "prc-auc", "accuracy", "sid", "wasserstein",
 };
 
 static const struct {
@@ -42,7 +43,8 @@ mp_status mp_metric_parse(const char *name, mp_metric *out)
             return MP_OK;
         }
     return mp_error_set(MP_ERR_ARG,
-                        "unknown metric '%s' (valid: rmse, mae, mse, r2, auc, prc-auc, accuracy)",
+                        "unknown metric '%s' (valid: rmse, mae, mse, r2, auc, prc-auc, accuracy, "
+                        "sid, wasserstein)",
                         name);
 }
 
@@ -55,6 +57,11 @@ int mp_metric_higher_is_better(mp_metric m)
 {
     return m == MP_METRIC_R2 || m == MP_METRIC_AUC || m == MP_METRIC_PRC_AUC ||
            m == MP_METRIC_ACCURACY;
+}
+
+int mp_metric_is_spectral(mp_metric m)
+{
+    return m == MP_METRIC_SID || m == MP_METRIC_WASSERSTEIN;
 }
 
 int mp_metric_is_classification(mp_metric m)
@@ -423,6 +430,21 @@ mp_status mp_metric_compute(mp_metric m, int classification,
         return mp_error_set(MP_ERR_ARG, "unknown metric %d", (int)m);
     if (pred_stride == 0 || target_stride == 0)
         return mp_error_set(MP_ERR_ARG, "metric %s: stride 0", mp_metric_name(m));
+    if (mp_metric_is_spectral(m)) {
+        /* the column is one spectrum of n positions */
+        double *buf = mp_malloc(sizeof(double) * 2 * (n ? n : 1));
+        if (!buf)
+            return mp_error_set(MP_ERR_NOMEM, "out of memory scoring %zu rows", n);
+        for (size_t i = 0; i < n; i++) {
+            buf[i] = pred[i * pred_stride];
+            buf[n + i] = target[i * target_stride];
+        }
+        size_t n_ok;
+        *value = mp_spectrum_metric(m, buf, n, buf + n, n, n ? 1 : 0, n, NULL, &n_ok);
+        *why = n_ok ? MP_SCORE_OK : MP_SCORE_NO_LABELS;
+        mp_free(buf);
+        return MP_OK;
+    }
     int clf = classification || mp_metric_is_classification(m);
 
     task_rows g = { NULL, NULL, 0 };
@@ -496,7 +518,7 @@ mp_status mp_metric_compute(mp_metric m, int classification,
     case MP_METRIC_PRC_AUC:
         st = curve_auc(m, &g, value);
         break;
-    case MP_METRIC_COUNT:
+    case MP_METRIC_SID: case MP_METRIC_WASSERSTEIN: case MP_METRIC_COUNT:
         break;
     }
     mp_free(tmp);
@@ -512,6 +534,19 @@ mp_status mp_metric_tasks(mp_metric m, int classification,
                           double *mean, size_t *n_skipped)
 {
     size_t skipped = 0;
+    if (mp_metric_is_spectral(m)) {
+        /* rows are spectra; per_task: each position's mean term */
+        size_t n_ok;
+        double v = mp_spectrum_metric(m, pred, n_tasks, target, n_tasks, n_rows, n_tasks,
+                                      per_task, &n_ok);
+        for (size_t t = 0; why && t < n_tasks; t++)
+            why[t] = n_ok ? MP_SCORE_OK : MP_SCORE_NO_LABELS;
+        if (mean)
+            *mean = v;
+        if (n_skipped)
+            *n_skipped = n_ok ? 0 : n_tasks;
+        return MP_OK;
+    }
     for (size_t t = 0; t < n_tasks; t++) {
         mp_score_status w;
         mp_status st = mp_metric_compute(m, classification, pred + t, n_tasks,

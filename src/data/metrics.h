@@ -36,6 +36,8 @@ typedef enum {
     MP_METRIC_AUC,       /* "auc":      sklearn roc_auc_score (ROC-AUC)              */
     MP_METRIC_PRC_AUC,   /* "prc-auc":  sklearn auc(recall, precision), trapezoid    */
     MP_METRIC_ACCURACY,  /* "accuracy": fraction right with p > 0.5 read as 1        */
+    MP_METRIC_SID,       /* "sid":      spectral information divergence (spectra.h)  */
+    MP_METRIC_WASSERSTEIN, /* "wasserstein": earth mover's distance (spectra.h)      */
     MP_METRIC_COUNT
 } mp_metric;
 
@@ -48,6 +50,10 @@ mp_status   mp_metric_parse(const char *name, mp_metric *out);
 /* The canonical (Chemprop) name: "rmse", "prc-auc", ...; "?" when out of range. */
 const char *mp_metric_name(mp_metric m);
 /* 1 for auc, prc-auc, accuracy, r2; 0 for the error metrics. */
+/* 1 for the spectrum metrics (sid, wasserstein): they score whole rows, the
+ * tasks being a spectrum's positions (mp_metric_tasks; mp_metric_compute
+ * scores its one column as one spectrum). */
+int         mp_metric_is_spectral(mp_metric m);
 int         mp_metric_higher_is_better(mp_metric m);
 /* 1 for the metrics that need 0/1 labels and probabilities (auc, prc-auc,
  * accuracy). */

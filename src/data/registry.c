@@ -36,6 +36,7 @@ static const char *const known_metrics[] = { "RMSE", "MAE", "ROC-AUC", "PRC-AUC"
 static const char *const task_type_names[] = {
     "regression", "classification", "regression-mve", "regression-evidential",
     "regression-quantile", "classification-dirichlet", "multiclass", "multiclass-dirichlet",
+    "spectral",
 };
 #define N_TASK_TYPES (sizeof task_type_names / sizeof task_type_names[0])
 
@@ -53,7 +54,7 @@ mp_status mp_task_type_parse(const char *s, mp_task_type *out)
         }
     return mp_error_set(MP_ERR_ARG, "unknown task type '%s' (regression, classification, "
                         "regression-mve, regression-evidential, regression-quantile, "
-                        "classification-dirichlet, multiclass or multiclass-dirichlet)",
+                        "classification-dirichlet, multiclass, multiclass-dirichlet or spectral)",
                         s ? s : "(null)");
 }
 

@@ -445,6 +445,35 @@ k_loss_elem(float *loss, float *dy, const float *y, const float *target, const u
         loss[0] = !count ? 0.0f : (float)(rmse ? sqrt(total * inv) : total * inv);
 }
 
+/* The spectral losses (sid, wasserstein): one block; a thread takes a row
+ * (a spectrum) at a time through formulas.h's mp_loss_spectral_row, the
+ * rows' losses summed by the fixed tree. */
+__global__ void __launch_bounds__(RED_THREADS)
+k_loss_spectral(float *loss, float *dy, const float *y, const float *target, const uint8_t *mask,
+                int32_t n, mp_loss_par par, const float *sw, const float *tw)
+{
+    __shared__ double s[RED_THREADS];
+    __shared__ unsigned long long cnt[RED_THREADS];
+    const int t = threadIdx.x, T = par.n_tasks;
+    unsigned long long k = 0;
+    for (size_t i = t; i < (size_t)n * T; i += RED_THREADS)
+        k += mask[i] != 0;
+    cnt[t] = k;
+    block_sum(cnt, t);
+    const unsigned long long count = cnt[0];
+    const double inv = count ? 1.0 / (double)count : 0.0;
+    double acc = 0;
+    for (int32_t i = t; i < n; i += RED_THREADS) {
+        size_t at = (size_t)i * T;
+        acc += mp_loss_spectral_row(&par, y + at, target + at, mask + at, 0,
+                                    sw ? (double)sw[i] : 1.0, tw, inv, dy + at);
+    }
+    s[t] = acc;
+    block_sum(s, t);
+    if (t == 0)
+        loss[0] = !count ? 0.0f : (float)(s[0] * inv);
+}
+
 /* Chemprop v2's soft binary MCC: per task the four weighted sums by the
  * tree, then each labelled row's gradient. */
 __global__ void __launch_bounds__(RED_THREADS)
@@ -554,6 +583,11 @@ void mp_cu_loss_ext(mp_backend *b, void *loss, void *dy, const void *y, const vo
             (float *)loss, (float *)dy, (const float *)y, (const float *)target, mask, nn,
             spec->n_tasks, spec->n_classes, sw, tw);
         LAUNCHED(c, "k_loss_mcc_multi");
+    } else if (mp_loss_is_spectral(spec->kind)) {
+        k_loss_spectral<<<1, RED_THREADS, 0, c->stream>>>(
+            (float *)loss, (float *)dy, (const float *)y, (const float *)target, mask, nn,
+            mp_loss_par_of(spec), sw, tw);
+        LAUNCHED(c, "k_loss_spectral");
     } else {
         k_loss_elem<<<1, RED_THREADS, 0, c->stream>>>(
             (float *)loss, (float *)dy, (const float *)y, (const float *)target, mask, nn,

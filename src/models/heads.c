@@ -15,6 +15,7 @@
 static const char *const task_names[MP_MODEL_TASK_COUNT] = {
     "regression", "classification", "regression-mve", "regression-evidential",
     "regression-quantile", "classification-dirichlet", "multiclass", "multiclass-dirichlet",
+    "spectral",
 };
 
 const char *mp_model_task_name(mp_model_task t)
@@ -29,15 +30,20 @@ mp_status mp_model_task_parse(const char *s, mp_model_task *out)
             *out = (mp_model_task)i;
             return MP_OK;
         }
+    if (s && (mp_strcaseeq(s, "spectra") || mp_strcaseeq(s, "spectrum"))) {  /* v1's name */
+        *out = MP_MODEL_SPECTRAL;
+        return MP_OK;
+    }
     return mp_error_set(MP_ERR_ARG, "unknown task type '%s' (expected regression, "
                         "regression-mve, regression-evidential, regression-quantile, "
-                        "classification, classification-dirichlet, multiclass or "
-                        "multiclass-dirichlet)", s ? s : "(null)");
+                        "classification, classification-dirichlet, multiclass, "
+                        "multiclass-dirichlet or spectral)", s ? s : "(null)");
 }
 
 static const char *const loss_names[MP_LOSS_COUNT] = {
     "mse", "bce", "mae", "rmse", "bounded-mse", "bounded-mae", "bounded-rmse", "mve",
-    "evidential", "quantile", "binary-mcc", "ce", "multiclass-mcc", "dirichlet",
+    "evidential", "quantile", "binary-mcc", "ce", "multiclass-mcc", "dirichlet", "sid",
+    "wasserstein",
 };
 
 const char *mp_loss_name(mp_loss_kind k)
@@ -146,6 +152,7 @@ mp_loss_kind mp_head_default_loss(mp_model_task t)
     case MP_MODEL_CLASSIFICATION_DIRICHLET: return MP_LOSS_DIRICHLET;
     case MP_MODEL_MULTICLASS: return MP_LOSS_CE;
     case MP_MODEL_MULTICLASS_DIRICHLET: return MP_LOSS_DIRICHLET;
+    case MP_MODEL_SPECTRAL: return MP_LOSS_SID;
     default: return MP_LOSS_MSE;
     }
 }
@@ -160,6 +167,8 @@ int mp_head_loss_fits(mp_model_task t, mp_loss_kind l)
         return l == MP_LOSS_BCE || l == MP_LOSS_BINARY_MCC;
     case MP_MODEL_MULTICLASS:
         return l == MP_LOSS_CE || l == MP_LOSS_MULTICLASS_MCC;
+    case MP_MODEL_SPECTRAL:
+        return l == MP_LOSS_SID || l == MP_LOSS_WASSERSTEIN;
     case MP_MODEL_REGRESSION_MVE: case MP_MODEL_REGRESSION_EVIDENTIAL:
     case MP_MODEL_REGRESSION_QUANTILE: case MP_MODEL_CLASSIFICATION_DIRICHLET:
     case MP_MODEL_MULTICLASS_DIRICHLET:
@@ -217,6 +226,26 @@ mp_status mp_loss_parse(const char *s, mp_model_task t, mp_loss_kind *out)
 /* ===================================================================== */
 
 static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
+
+/* A spectral row: the activation of each position, over the row's sum
+ * (Chemprop v1's predict: normalize_spectra of the activated outputs, no
+ * floor; every position counts). */
+static void spectrum_predict(int act, int T, const float *y, double *out)
+{
+    double s = 0;
+    for (int k = 0; k < T; k++) {
+        out[k] = act == MP_SPECTRA_SOFTPLUS ? softplus(y[k]) : exp((double)y[k]);
+        s += out[k];
+    }
+    for (int k = 0; k < T; k++)
+        out[k] = s > 0 && isfinite(s) ? out[k] / s : NAN;
+}
+
+void mp_head_predict_spectra(int act, int n_tasks, const float *raw, int32_t n, double *out)
+{
+    for (int32_t i = 0; i < n; i++)
+        spectrum_predict(act, n_tasks, raw + (size_t)i * n_tasks, out + (size_t)i * n_tasks);
+}
 
 void mp_head_predict(mp_model_task t, int T, int C, const float *raw, int32_t n,
                      const double *mean, const double *std, double *out)

@@ -17,6 +17,7 @@
  *   classification-dirichlet  2T       evidence of class 0 and 1: y[2t], y[2t+1]
  *   multiclass                CT       C logits y[tC + c]
  *   multiclass-dirichlet      CT       C evidences y[tC + c]
+ *   spectral                  T        a spectrum: position t's raw intensity y[t]
  *
  * Predictions (mp_head_values: V values per task, value k of task t of
  * molecule i at out[(i T + t) V + k]), in the training data's units: a
@@ -37,6 +38,9 @@
  *                                 (a_c = softplus + 1, S = a0 + a1)
  *   multiclass                C   class probabilities, softmax of the logits
  *   multiclass-dirichlet      C   class probabilities a_c / S
+ *   spectral                  1   position t's share act(y[t]) / sum_k act(y[k])
+ *                                 (act: exp or softplus, Chemprop v1's
+ *                                 --spectra_activation; mp_head_predict_spectra)
  *
  * The point prediction a metric scores is value 0 of each task (the mean,
  * the probability of class 1), or all C values for the multiclass heads.
@@ -85,7 +89,7 @@ const char *mp_head_value_name(mp_model_task t, int k, char *buf, size_t n);
  * whether a loss fits it: regression: mse, mae, rmse, bounded-mse,
  * bounded-mae, bounded-rmse; mve: mve; evidential: evidential; quantile:
  * quantile; classification: bce, binary-mcc; the dirichlet heads:
- * dirichlet; multiclass: ce, multiclass-mcc. */
+ * dirichlet; multiclass: ce, multiclass-mcc; spectral: sid, wasserstein. */
 mp_loss_kind mp_head_default_loss(mp_model_task t);
 int          mp_head_loss_fits(mp_model_task t, mp_loss_kind loss);
 
@@ -111,6 +115,12 @@ mp_status   mp_act_parse(const char *s, mp_act_kind *out);
  */
 void mp_head_predict(mp_model_task t, int n_tasks, int n_classes, const float *raw, int32_t n,
                      const double *mean, const double *std, double *out);
+
+/* The spectral head's predictions: each row of raw [n x n_tasks] activated
+ * (act: MP_SPECTRA_*) and divided by its sum, into out [n x n_tasks] (NaN
+ * for a row whose sum is not finite and positive).  mp_head_predict leaves
+ * the spectral head to this one (it needs the activation). */
+void mp_head_predict_spectra(int act, int n_tasks, const float *raw, int32_t n, double *out);
 
 #ifdef __cplusplus
 }

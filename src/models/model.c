@@ -37,6 +37,8 @@ mp_model_config mp_model_config_default(void)
     c.loss_lambda = 0.0;
     c.loss_eps = 1e-8;
     c.loss_alpha = 0.1;
+    c.spectra_act = MP_SPECTRA_EXP;
+    c.spectra_floor = 1e-8;
     c.activation = MP_ACT_RELU;
     return c;
 }
@@ -80,6 +82,10 @@ static mp_status config_check_head(const mp_model_config *c)
                        c->loss_eps);
     if (!(c->loss_alpha > 0 && c->loss_alpha < 1))
         return CFG_BAD("quantile alpha = %g (must be in (0, 1))", c->loss_alpha);
+    if (c->spectra_act != MP_SPECTRA_EXP && c->spectra_act != MP_SPECTRA_SOFTPLUS)
+        return CFG_BAD("unknown spectra activation %d", c->spectra_act);
+    if (!(c->spectra_floor > 0 && isfinite(c->spectra_floor)))
+        return CFG_BAD("spectra target floor = %g (must be finite and > 0)", c->spectra_floor);
     if ((unsigned)c->activation >= MP_ACT_COUNT)
         return CFG_BAD("unknown activation %d", (int)c->activation);
     if ((c->atom_messages | c->undirected | c->batch_norm) & ~1)
@@ -614,7 +620,7 @@ static void issue_loss(mp_model *m)
     const mp_model_config *c = &m->cfg;
     mp_loss_spec sp = { mp_model_loss(c), c->n_tasks, mp_head_loss_classes(c->task, c->n_classes),
                         c->loss_lambda, c->loss_eps, c->loss_alpha, m->task_w, m->a.weight,
-                        m->a.ineq };
+                        m->a.ineq, c->spectra_act, c->spectra_floor };
     m->b->loss(m->b, m->a.loss, m->a.g0, m->a.out, m->a.target, m->a.mask, m->n_mols, &sp);
 }
 

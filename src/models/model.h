@@ -48,7 +48,7 @@ typedef enum {
     MP_MODEL_REGRESSION = 0, MP_MODEL_CLASSIFICATION = 1, MP_MODEL_REGRESSION_MVE,
     MP_MODEL_REGRESSION_EVIDENTIAL, MP_MODEL_REGRESSION_QUANTILE,
     MP_MODEL_CLASSIFICATION_DIRICHLET, MP_MODEL_MULTICLASS, MP_MODEL_MULTICLASS_DIRICHLET,
-    MP_MODEL_TASK_COUNT
+    MP_MODEL_SPECTRAL, MP_MODEL_TASK_COUNT
 } mp_model_task;
 
 typedef struct {
@@ -76,6 +76,8 @@ typedef struct {
     double         loss_lambda; /* 0: evidential / dirichlet regularization       */
     double         loss_eps;    /* 1e-8: evidential                               */
     double         loss_alpha;  /* 0.1: quantile interval                         */
+    int            spectra_act; /* MP_SPECTRA_EXP: the spectral head's activation  */
+    double         spectra_floor; /* 1e-8: the least intensity (spectral head)   */
     /* the layers (Chemprop's options; the defaults are v1's model) */
     mp_act_kind    activation;  /* MP_ACT_RELU: in the D-MPNN and the FFN         */
     int            atom_messages; /* 0; 1: v1's --atom_messages (dmpnn)           */

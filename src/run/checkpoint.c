@@ -125,11 +125,13 @@ mp_status mp_fit_state_copy(mp_fit_state *out, const mp_fit_state *s)
     out->lrs = dup_bytes(s->lrs, sizeof(double) * (size_t)s->n_steps);
     out->best = dup_bytes(s->best, sizeof(float) * s->n_params);
     out->source = dup_bytes(s->source, sizeof(uint32_t) * s->n_source);
+    out->balance = s->n_balance ? dup_bytes(s->balance, sizeof(size_t) * (size_t)s->n_balance)
+                                : NULL;
     out->model.params = dup_bytes(s->model.params, eb);
     out->model.adam_m = dup_bytes(s->model.adam_m, eb);
     out->model.adam_v = dup_bytes(s->model.adam_v, eb);
     if (!out->order || !out->lrs || !out->best || !out->source || !out->model.params ||
-        !out->model.adam_m || !out->model.adam_v) {
+        !out->model.adam_m || !out->model.adam_v || (s->n_balance && !out->balance)) {
         mp_fit_state_free(out);
         return mp_error_set(MP_ERR_NOMEM, "out of memory copying a training state");
     }
@@ -221,6 +223,9 @@ static void put_state_tensors(tensor_list *l, const mp_fit_state *s)
     tl_add(l, k, "adam_v", words_of_bytes(s->model.adam_v, eb), eb / 4);
     tl_add(l, k, "source", words_of_bytes(s->source, sizeof(uint32_t) * s->n_source),
            s->n_source);
+    if (s->n_balance)   /* class-balanced epochs only: older files have none */
+        tl_add(l, k, "balance", words_of_sizes(s->balance, (size_t)s->n_balance),
+               (size_t)s->n_balance);
 }
 
 static void put_tensors(tensor_list *l, const mp_checkpoint *ck)
@@ -524,6 +529,20 @@ static mp_status get_state_tensors(const mp_modelfile *mf, mp_fit_state *s)
         (st = take_words(mf, k, "adam_v", ew, &s->model.adam_v)) ||
         (st = take_words(mf, k, "source", s->n_source, (void **)&s->source)))
         return st;
+    /* the class-balance lists, where the run keeps them (fit.c checks them
+     * against the run's rows before it reads one) */
+    const mp_tensor *bal = mp_modelfile_find(mf, k, "balance");
+    if (bal) {
+        size_t nb = (size_t)mp_tensor_numel(bal);
+        if (nb > (size_t)INT32_MAX || (nb && (st = get_words(mf, k, "balance", nb, &w))))
+            return st ? st : mp_error_set(MP_ERR_FORMAT, "%s: tensor balance of member %u is "
+                                          "too large", origin, k);
+        if (!(s->balance = mp_malloc(sizeof(size_t) * (nb ? nb : 1))))
+            return mp_error_set(MP_ERR_NOMEM, "out of memory reading %s", origin);
+        for (size_t i = 0; i < nb; i++)
+            s->balance[i] = w[i];
+        s->n_balance = (int32_t)nb;
+    }
     return MP_OK;
 }
 

@@ -41,6 +41,10 @@ static void member_values(const mp_ensemble *e, const float *out, double *val, i
             val[i] = out[i];
         return;
     }
+    if (e->cfg.task == MP_MODEL_SPECTRAL) {
+        mp_head_predict_spectra(e->cfg.spectra_act, (int)t, out, nb, val);
+        return;
+    }
     if (e->cfg.task != MP_MODEL_REGRESSION && e->cfg.task != MP_MODEL_CLASSIFICATION) {
         int reg = mp_head_is_regression(e->cfg.task);
         mp_head_predict(e->cfg.task, (int)t, e->cfg.n_classes, out, nb,

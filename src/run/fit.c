@@ -181,6 +181,7 @@ void mp_fit_state_free(mp_fit_state *s)
     mp_free(s->lrs);
     mp_free(s->best);
     mp_free(s->source);
+    mp_free(s->balance);
     mp_model_state_free(&s->model);
     memset(s, 0, sizeof *s);
 }
@@ -274,6 +275,16 @@ static mp_status member_checkpoint(member *mb, int epoch)
     s.best = mb->best;
     s.best_score = mb->best_score;
     s.best_epoch = mb->best_epoch;
+    size_t *balance = NULL;
+    if (mb->pos) {
+        /* the two lists side by side, as the file keeps them */
+        s.n_balance = c->n_pos + c->n_neg;
+        if (!(balance = mp_malloc(sizeof(size_t) * (size_t)s.n_balance)))
+            return mp_error_set(MP_ERR_NOMEM, "out of memory writing a checkpoint");
+        memcpy(balance, mb->pos, sizeof(size_t) * (size_t)c->n_pos);
+        memcpy(balance + c->n_pos, mb->neg, sizeof(size_t) * (size_t)c->n_neg);
+        s.balance = balance;
+    }
     mp_status st = mp_model_state_get(mb->m, &s.model);
     if (st == MP_OK)
         st = mp_batch_source_state_get(mb->src, &s.source, &s.n_source);
@@ -281,6 +292,7 @@ static mp_status member_checkpoint(member *mb, int epoch)
         st = c->checkpoint(c->checkpoint_arg, &s);
     mp_model_state_free(&s.model);
     mp_free(s.source);
+    mp_free(balance);
     return st;
 }
 
@@ -309,6 +321,73 @@ static int is_train_order(const mp_batch_data *b, const size_t *order)
     return same;
 }
 
+/* Every entry of order[0..n_train) is a training row: a class-balanced
+ * epoch's order (its lists interleaved over the first n_epoch entries, the
+ * rest left from before) is not a permutation, but it indexes the store
+ * only through training rows.  -1: out of memory. */
+static int is_train_rows(const mp_batch_data *b, const size_t *order)
+{
+    size_t n = (size_t)b->n_train;
+    size_t *y = mp_malloc(sizeof(size_t) * (n ? n : 1));
+    if (!y)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        y[i] = (size_t)b->train[i];
+    qsort(y, n, sizeof *y, cmp_sz);
+    int ok = 1;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = bsearch(&order[i], y, n, sizeof *y, cmp_sz) != NULL;
+    mp_free(y);
+    return ok;
+}
+
+/* list[0..n) holds the rows of want[0..n) in some order. */
+static int same_rows(const size_t *list, const int32_t *want, int32_t n)
+{
+    size_t *x = mp_malloc(sizeof(size_t) * (n ? 2 * (size_t)n : 1));
+    if (!x)
+        return -1;
+    size_t *y = x + n;
+    memcpy(x, list, sizeof(size_t) * (size_t)n);
+    for (int32_t i = 0; i < n; i++)
+        y[i] = (size_t)want[i];
+    qsort(x, (size_t)n, sizeof *x, cmp_sz);
+    qsort(y, (size_t)n, sizeof *y, cmp_sz);
+    int same = n == 0 || memcmp(x, y, sizeof(size_t) * (size_t)n) == 0;
+    mp_free(x);
+    return same;
+}
+
+/* A class-balanced member takes its two lists from the checkpoint (as the
+ * interrupted run's shuffles left them); a checkpoint without them (one
+ * written before they were kept) cannot continue the run bit for bit and
+ * is refused. */
+static mp_status balance_resume(member *mb, const mp_fit_state *s)
+{
+    const mp_fit_ctx *c = mb->c;
+    if (!mb->pos) {
+        if (s->n_balance)
+            return mp_error_set(MP_ERR_FORMAT, "checkpoint of member %d holds class-balance "
+                                "lists; this run is not class-balanced", s->k);
+        return MP_OK;
+    }
+    if (!s->balance || s->n_balance != c->n_pos + c->n_neg)
+        return mp_error_set(MP_ERR_FORMAT, "checkpoint of member %d has no class-balance lists "
+                            "for this --class-balance run (%d positives, %d negatives); it was "
+                            "written by an older molprop and cannot resume the run bit for bit",
+                            s->k, (int)c->n_pos, (int)c->n_neg);
+    int a = same_rows(s->balance, c->pos, c->n_pos);
+    int b = a > 0 ? same_rows(s->balance + c->n_pos, c->neg, c->n_neg) : a;
+    if (a < 0 || b < 0)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory resuming");
+    if (!a || !b)
+        return mp_error_set(MP_ERR_FORMAT, "checkpoint of member %d: its class-balance lists "
+                            "are not this run's positive and negative training rows", s->k);
+    memcpy(mb->pos, s->balance, sizeof(size_t) * (size_t)c->n_pos);
+    memcpy(mb->neg, s->balance + c->n_pos, sizeof(size_t) * (size_t)c->n_neg);
+    return MP_OK;
+}
+
 /* The member where a checkpoint left it: its streams, schedule, best so
  * far, model and source, and the epoch after the checkpoint prepared as
  * the interrupted run had prepared it. */
@@ -320,12 +399,16 @@ static mp_status member_resume(member *mb, const mp_fit_state *s)
         return mp_error_set(MP_ERR_FORMAT, "checkpoint of member %d does not fit this run "
                             "(%d training molecules, %d steps, %zu parameters, epoch %d)",
                             s->k, (int)s->n_train, (int)s->n_steps, s->n_params, s->epoch);
-    int perm = s->prepared ? is_train_order(&c->batches, s->order) : 1;
+    mp_status st_bal;
+    int perm = !s->prepared ? 1 : mb->pos ? is_train_rows(&c->batches, s->order)
+                                          : is_train_order(&c->batches, s->order);
     if (perm < 0)
         return mp_error_set(MP_ERR_NOMEM, "out of memory resuming");
     if (!perm)
         return mp_error_set(MP_ERR_FORMAT, "checkpoint of member %d: its epoch order is not "
                             "an order of this run's training set", s->k);
+    if ((st_bal = balance_resume(mb, s)))
+        return st_bal;
     mb->rng = s->rng;
     mb->noam = s->noam;
     memcpy(mb->order, s->order, sizeof(size_t) * (size_t)s->n_train);

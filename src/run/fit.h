@@ -50,10 +50,15 @@ typedef struct {
     mp_model_state   model;         /* parameters, Adam, the dropout stream      */
     uint32_t        *source;        /* the batch source's state words            */
     size_t           n_source;
+    /* class-balanced epochs (mp_fit_ctx.pos / neg): the positive list then
+     * the negative one, in the order the last shuffle left them (each
+     * epoch shuffles them in place, so they are state); NULL, 0 otherwise */
+    size_t          *balance;
+    int32_t          n_balance;
 } mp_fit_state;
 
 /* Frees what a state read from a file owns (order, lrs, best, model,
- * source: each mp_malloc'd) and zeroes it. */
+ * source, balance: each mp_malloc'd) and zeroes it. */
 void mp_fit_state_free(mp_fit_state *s);
 
 /* Everything a member's training reads; shared by the members of a run. */

@@ -23,7 +23,7 @@ static const char *agg_name(mp_aggregation a)
  * header is what it was. */
 static const char *const v2_keys[] = {
     "loss", "n_classes", "loss_lambda", "loss_eps", "quantile_alpha", "activation",
-    "batch_norm", "atom_messages", "undirected",
+    "batch_norm", "atom_messages", "undirected", "spectra_activation", "spectra_floor",
 };
 
 static mp_status header_put_v2(const mp_model_config *c, mp_kv *kv)
@@ -48,6 +48,11 @@ static mp_status header_put_v2(const mp_model_config *c, mp_kv *kv)
         st = mp_kv_set_int(kv, "atom_messages", 1);
     if (!st && c->undirected)
         st = mp_kv_set_int(kv, "undirected", 1);
+    if (!st && c->task == MP_MODEL_SPECTRAL)   /* task_type spectral: its two settings */
+        st = mp_kv_set(kv, "spectra_activation",
+                       c->spectra_act == MP_SPECTRA_SOFTPLUS ? "softplus" : "exp");
+    if (!st && c->task == MP_MODEL_SPECTRAL)
+        st = mp_kv_set_double(kv, "spectra_floor", c->spectra_floor);
     return st;
 }
 
@@ -90,6 +95,25 @@ static mp_status header_get_v2(const mp_kv *kv, const char *path, uint32_t versi
         if (!(*reals[i].field >= reals[i].lo && *reals[i].field <= reals[i].hi))
             return mp_error_set(MP_ERR_FORMAT, "%s: %s = %g (must be in [%g, %g])", path,
                                 reals[i].key, *reals[i].field, reals[i].lo, reals[i].hi);
+    }
+    c->spectra_act = MP_SPECTRA_EXP;
+    c->spectra_floor = 1e-8;
+    if (c->task != MP_MODEL_SPECTRAL && (mp_kv_get(kv, "spectra_activation") ||
+                                          mp_kv_get(kv, "spectra_floor")))
+        return mp_error_set(MP_ERR_FORMAT, "%s: spectra keys in a model of task type %s", path,
+                            mp_model_task_name(c->task));
+    if (c->task == MP_MODEL_SPECTRAL) {
+        if ((st = mp_kv_get_str(kv, "spectra_activation", &s)))
+            return st;
+        if (strcmp(s, "exp") && strcmp(s, "softplus"))
+            return mp_error_set(MP_ERR_FORMAT, "%s: spectra_activation '%s' (exp or softplus)",
+                                path, s);
+        c->spectra_act = strcmp(s, "softplus") ? MP_SPECTRA_EXP : MP_SPECTRA_SOFTPLUS;
+        if ((st = mp_kv_get_double(kv, "spectra_floor", &c->spectra_floor)))
+            return st;
+        if (!(c->spectra_floor > 0 && c->spectra_floor <= 1e30))
+            return mp_error_set(MP_ERR_FORMAT, "%s: spectra_floor = %g (must be > 0)", path,
+                                c->spectra_floor);
     }
     if ((s = mp_kv_get(kv, "activation")) && mp_act_parse(s, &c->activation)) {
         snprintf(why, sizeof why, "%s", mp_error_message());

@@ -2,6 +2,8 @@
  * predict.c - streaming prediction and evaluation with a saved model.
  */
 #include "run/predict.h"
+
+#include "data/spectra.h"
 #include "run/shard.h"
 
 #include "models/heads.h"
@@ -454,14 +456,22 @@ static mp_status choose_metrics(const mp_ensemble *e, const char *metric, mp_eva
         return mp_error_set(MP_ERR_ARG, "eval of a %s model: not yet (its validation and test "
                             "accuracy are in the training's metrics.json)",
                             mp_task_type_name(e->task));
+    const int spectral = e->cfg.task == MP_MODEL_SPECTRAL;
     if (metric) {
         mp_status st = mp_metric_parse(metric, &res->metrics[0]);
         if (st)
             return st;
-        if (mp_metric_is_classification(res->metrics[0]) != is_cls)
+        if (mp_metric_is_spectral(res->metrics[0]) != spectral ||
+            (!spectral && mp_metric_is_classification(res->metrics[0]) != is_cls))
             return mp_error_set(MP_ERR_ARG, "metric %s does not fit this %s model", metric,
                                 mp_task_type_name(e->task));
         res->n_metrics = 1;
+        return MP_OK;
+    }
+    if (spectral) {
+        res->metrics[0] = MP_METRIC_SID;
+        res->metrics[1] = MP_METRIC_WASSERSTEIN;
+        res->n_metrics = 2;
         return MP_OK;
     }
     static const mp_metric cls[3] = { MP_METRIC_AUC, MP_METRIC_PRC_AUC, MP_METRIC_ACCURACY };
@@ -471,10 +481,28 @@ static mp_status choose_metrics(const mp_ensemble *e, const char *metric, mp_eva
     return MP_OK;
 }
 
+/* A spectral model's targets, the rows idx[0..n) of d in target [n x T]:
+ * made positive and normalized as the training's were (spectra.h, with the
+ * model's floor), bad values refused by file and line. */
+static mp_status spectral_targets(const mp_ensemble *e, const mp_dataset *d,
+                                  const int32_t *idx, size_t n, double *target,
+                                  const char *data_path)
+{
+    size_t *line = mp_malloc(sizeof(size_t) * (n ? n : 1));
+    if (!line)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        line[i] = d->line[idx[i]];
+    mp_status st = mp_spectra_normalize(target, n, e->n_tasks, e->cfg.spectra_floor, data_path,
+                                        line, (const char *const *)e->task_names);
+    mp_free(line);
+    return st;
+}
+
 /* Predicts the valid rows of d (featurized in f) and scores them with every
  * metric of res. */
 static mp_status eval_rows(mp_ensemble *e, const mp_dataset *d, const mp_features *f,
-                           const size_t *col, mp_eval_result *res)
+                           const size_t *col, mp_eval_result *res, const char *data_path)
 {
     size_t n = d->n_rows, nv = 0, t = e->n_tasks;
     int32_t *idx = mp_malloc(sizeof(int32_t) * (n ? n : 1));
@@ -498,6 +526,9 @@ static mp_status eval_rows(mp_ensemble *e, const mp_dataset *d, const mp_feature
     }
     res->n_rows = nv;
     res->n_tasks = t;
+    if (e->cfg.task == MP_MODEL_SPECTRAL &&
+        (st = spectral_targets(e, d, idx, nv, target, data_path)))
+        goto done;
     if ((st = mp_ensemble_predict(e, f, idx, (int32_t)nv, 0, 0, PREDICT_BATCH_FOR(e), pred,
                                   NULL)))
         goto done;
@@ -559,7 +590,7 @@ mp_status mp_eval_file(const char *model_path, const char *data_path,
         f->file_values = file.values;
         f->file_cols = (int32_t)file.n_cols;
     }
-    st = eval_rows(e, d, f, col, res);
+    st = eval_rows(e, d, f, col, res, data_path);
 done:
     mp_free(col);
     mp_featfile_free(&file);

@@ -29,6 +29,9 @@ static mp_status identity_more(const mp_train_opts *o, mp_kv *kv)
         (st = mp_kv_set_int(kv, "train.patience", o->patience)) ||
         (st = mp_kv_set_double(kv, "train.grad-clip", o->grad_clip)) ||
         (st = mp_kv_set_int(kv, "train.class-balance", o->class_balance)) ||
+        (st = mp_kv_set(kv, "train.spectra-activation",
+                        o->spectra_act == MP_SPECTRA_SOFTPLUS ? "softplus" : "exp")) ||
+        (st = mp_kv_set_double(kv, "train.spectra-target-floor", o->spectra_floor)) ||
         (st = mp_kv_set(kv, "train.task-weights", str_or(o->task_weights, ""))) ||
         (st = mp_kv_set(kv, "train.weight-column", str_or(o->columns.weight_column, ""))) ||
         (st = mp_kv_set(kv, "train.activation", mp_act_name(o->activation))) ||
@@ -141,6 +144,7 @@ static mp_status more_from_kv(const mp_kv *kv, mp_train_opts *o)
     struct { const char *key; double *field; } reals[] = {
         { "train.loss-lambda", &o->loss_lambda }, { "train.loss-eps", &o->loss_eps },
         { "train.quantile-alpha", &o->quantile_alpha }, { "train.grad-clip", &o->grad_clip },
+        { "train.spectra-target-floor", &o->spectra_floor },
     };
     mp_status st;
     const char *s;
@@ -154,6 +158,8 @@ static mp_status more_from_kv(const mp_kv *kv, mp_train_opts *o)
         if (mp_kv_get(kv, reals[i].key) && (st = mp_kv_get_double(kv, reals[i].key, reals[i].field)))
             return st;
     o->cols.atom_mode = (mp_atom_cols_mode)atom_mode;
+    if ((s = mp_kv_get(kv, "train.spectra-activation")))
+        o->spectra_act = !strcmp(s, "softplus") ? MP_SPECTRA_SOFTPLUS : MP_SPECTRA_EXP;
     if ((s = mp_kv_get(kv, "train.activation")) && (st = mp_act_parse(s, &o->activation)))
         return mp_error_set(MP_ERR_FORMAT, "%s: train.activation '%s' unknown", mp_kv_origin(kv), s);
     return MP_OK;

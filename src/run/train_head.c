@@ -7,6 +7,7 @@
  */
 #include "run/train_head.h"
 
+#include "data/spectra.h"
 #include "models/heads.h"
 #include "run/resident.h"   /* MP_RESIDENT_MAX_CLASSES */
 
@@ -17,7 +18,8 @@
 /* The two enums list the task types in one order (molprop.h, model.h). */
 _Static_assert((int)MP_TASK_MULTICLASS_DIRICHLET == (int)MP_MODEL_MULTICLASS_DIRICHLET &&
                (int)MP_TASK_REGRESSION_MVE == (int)MP_MODEL_REGRESSION_MVE &&
-               (int)MP_TASK_CLASSIFICATION == (int)MP_MODEL_CLASSIFICATION,
+               (int)MP_TASK_CLASSIFICATION == (int)MP_MODEL_CLASSIFICATION &&
+               (int)MP_TASK_SPECTRAL == (int)MP_MODEL_SPECTRAL,
                "mp_task_type and mp_model_task differ");
 
 int mp_train_loss_is_bounded(const char *loss)
@@ -74,6 +76,8 @@ mp_status mp_train_head_config(const mp_train_opts *o, const mp_dataset *d, mp_t
     cfg->loss_lambda = o->loss_lambda;
     cfg->loss_eps = o->loss_eps;
     cfg->loss_alpha = o->quantile_alpha;
+    cfg->spectra_act = o->spectra_act;
+    cfg->spectra_floor = o->spectra_floor;
     cfg->activation = o->activation;
     cfg->batch_norm = o->batch_norm;
     cfg->atom_messages = o->atom_messages;
@@ -197,4 +201,31 @@ mp_status mp_train_check_opts(const mp_train_opts *o)
                             "--save-dir %s must be the same directory (or left out)", o->resume,
                             o->save_dir);
     return MP_OK;
+}
+
+/* ===================================================================== */
+/* Spectra                                                                */
+/* ===================================================================== */
+
+mp_status mp_train_spectral_targets(const mp_train_opts *o, mp_dataset *d, mp_task_type task,
+                                    int given)
+{
+    if (o->spectra_phase_mask)
+        return mp_error_set(MP_ERR_ARG, "--spectra-phase-mask-path %s: Chemprop v1's phase "
+                            "masks (with phase features) are not supported; leave the masked "
+                            "positions' cells empty instead", o->spectra_phase_mask);
+    if (task != MP_TASK_SPECTRAL) {
+        if (o->spectra_act != MP_SPECTRA_EXP || o->spectra_floor != MP_SPECTRA_FLOOR_DEFAULT)
+            return mp_error_set(MP_ERR_ARG, "--spectra-activation and --spectra-target-floor "
+                                "are for the spectral task (this one is %s)",
+                                mp_task_type_name(task));
+        return MP_OK;
+    }
+    if (given)
+        return mp_error_set(MP_ERR_ARG, "%s: a spectral task trains from its data file (not "
+                            "from data given in memory)", o->data_path);
+    if (d->ineq)
+        return mp_error_set(MP_ERR_ARG, "%s: inequality labels in a spectrum", o->data_path);
+    return mp_spectra_normalize(d->targets, d->n_rows, d->n_tasks, o->spectra_floor,
+                                o->data_path, d->line, (const char *const *)d->task_names);
 }

@@ -34,6 +34,17 @@ mp_status mp_train_head_config(const mp_train_opts *o, const mp_dataset *d, mp_t
  * MP_ERR_ARG for a count other than n_tasks or a weight < 0. */
 mp_status mp_train_task_weights(const mp_train_opts *o, const mp_dataset *d, float **out);
 
+/*
+ * A spectral task's targets (d->targets, in place): each row a spectrum,
+ * made positive and normalized as Chemprop does (data/spectra.h; a
+ * negative or infinite value, or a row without a value, refused by file
+ * and line).  Refuses the phase mask (not supported), the spectra options
+ * on another task type, and a spectral task on data given in memory
+ * (given: 1).
+ */
+mp_status mp_train_spectral_targets(const mp_train_opts *o, mp_dataset *d, mp_task_type task,
+                                    int given);
+
 /* The training rows with a label 1 in some task (*pos) and the others (*neg),
  * both mp_malloc'd (freed by the caller, also after a failure); MP_ERR_ARG
  * when either list is empty. */

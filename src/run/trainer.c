@@ -59,6 +59,8 @@ mp_train_opts mp_train_opts_default(void)
     o.loss_eps = 1e-8;
     o.quantile_alpha = 0.1;
     o.activation = MP_ACT_RELU;
+    o.spectra_act = MP_SPECTRA_EXP;
+    o.spectra_floor = 1e-8;
     return o;
 }
 
@@ -385,14 +387,16 @@ static mp_status choose_metric(const train_run *r, mp_metric *out)
         *out = MP_METRIC_ACCURACY;
         return MP_OK;
     }
+    const int spectral = r->res->task == MP_TASK_SPECTRAL;
     if (!o->metric) {
-        *out = r->classification ? MP_METRIC_AUC : MP_METRIC_RMSE;
+        *out = spectral ? MP_METRIC_SID : r->classification ? MP_METRIC_AUC : MP_METRIC_RMSE;
         return MP_OK;
     }
     mp_status st = mp_metric_parse(o->metric, out);
     if (st)
         return st;
-    if (mp_metric_is_classification(*out) != r->classification)
+    if (mp_metric_is_spectral(*out) != spectral ||
+        (!spectral && mp_metric_is_classification(*out) != r->classification))
         return mp_error_set(MP_ERR_ARG, "metric %s does not fit a %s task", o->metric,
                             mp_task_type_name(r->res->task));
     return MP_OK;
@@ -443,6 +447,8 @@ static mp_status load_data(train_run *r)
         return st;
     r->classification = mp_head_is_binary((mp_model_task)r->res->task);
     if ((st = choose_metric(r, &r->res->metric)))
+        return st;
+    if ((st = mp_train_spectral_targets(o, r->d, r->res->task, o->inputs || r->y)))
         return st;
     return check_labels(r);
 }

@@ -139,6 +139,10 @@ typedef struct {
     const char     *task_weights;    /* "w1,w2,.." one per task, or NULL        */
     mp_act_kind     activation;      /* MP_ACT_RELU                            */
     int             batch_norm, atom_messages, undirected;   /* 0 (D-MPNN)     */
+    /* the spectral task (Chemprop v1.6.1's spectra options) */
+    int             spectra_act;     /* MP_SPECTRA_EXP | MP_SPECTRA_SOFTPLUS   */
+    double          spectra_floor;   /* 1e-8: spectra_target_floor (> 0)       */
+    const char     *spectra_phase_mask; /* NULL; a path is refused (not done) */
     /* issue 9: user atom / bond columns (Chemprop v1.6.1's
      * --atom_descriptors_path, --atom_descriptors, --bond_features_path and
      * their scaling switches; columns.h) */
