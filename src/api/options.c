@@ -377,11 +377,29 @@ mp_status mp_options_check_from(const char *verb, const char *key, const char *v
     return st;
 }
 
+/* Another option of o that writes the same field as option i and was given
+ * a value (two names of one option, as Chemprop v1.6.1's beside molprop's),
+ * or NULL. */
+static const mp_option_def *same_field_given(const mp_options *o, size_t i)
+{
+    for (size_t j = 0; j < o->n; j++)
+        if (j != i && o->defs[j].key && o->defs[j].offset == o->defs[i].offset && o->text[j])
+            return &o->defs[j];
+    return NULL;
+}
+
 mp_status mp_options_apply(const mp_options *o, void *target)
 {
     for (size_t i = 0; i < o->n; i++) {
         const mp_option_def *d = &o->defs[i];
         if (!d->key || d->offset < 0)
+            continue;
+        /* two names of one field: the one given sets it, not both */
+        const mp_option_def *other = same_field_given(o, i);
+        if (other && o->text[i])
+            return mp_error_set(MP_ERR_ARG, "--%s and --%s are one option: give one", d->key,
+                                other->key);
+        if (other)
             continue;
         const char *text = o->text[i] ? o->text[i] : d->def;
         void *field = (char *)target + d->offset;
