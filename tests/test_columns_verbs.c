@@ -179,8 +179,13 @@ MP_TEST(columns_eval_equals_predicts_metrics)
     CHECK_MSG(strstr(out, bad_path) != NULL && strstr(out, MOLS[5]) != NULL, "%s", out);
     CHECK(mp_test_cli(out, sizeof out, "eval --model '%s' --data '%s' --atom-descriptors-path "
                       "'%s' --bond-features-path '%s' --bond-descriptors-path '%s'", model_path,
-                      data_path, atom_path, bond_path, bond_path) != 0);
+                      data_path, atom_path, bond_path, atom_path) != 0);
     CHECK_MSG(strstr(out, "one option") != NULL, "%s", out);
+    /* the same file under both names is one file */
+    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "eval --model '%s' --data '%s' "
+                             "--atom-descriptors-path '%s' --bond-features-path '%s' "
+                             "--bond-descriptors-path '%s'", model_path, data_path, atom_path,
+                             bond_path, bond_path), 0);
     CHECK(mp_test_cli(out, sizeof out, "eval --model '%s' --data '%s' --atom-descriptors-path "
                       "'%s' --bond-features-path '%s'", model_path, data_path, atom_path,
                       tmp("no_such.npz")) != 0);
@@ -453,4 +458,36 @@ MP_TEST(columns_chemprop_v161_bond_names)
     CHECK(mp_test_cli(out, sizeof out, "train --data '%s' --epochs 1 --save-dir '%s' "
                       "--bond-descriptors feature", data_path, tmp("v161c")) != 0);
     CHECK_MSG(strstr(out, "--bond-descriptors-path") != NULL, "%s", out);
+}
+
+MP_TEST(columns_npy_refused_with_the_formats_that_hold_molecules)
+{
+    CHECK(write_inputs());
+    /* a valid .npy (2 x 2 float64): one array, no molecule boundaries */
+    const char *npy = tmp("atoms.npy");
+    FILE *fp = fopen(npy, "wb");
+    CHECK(fp != NULL);
+    char head[128];
+    memset(head, ' ', sizeof head);
+    memcpy(head, "\x93NUMPY\x01\x00", 8);
+    head[8] = 118, head[9] = 0;
+    const char *dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }";
+    memcpy(head + 10, dict, strlen(dict));
+    head[127] = '\n';
+    double v[4] = { 1, 2, 3, 4 };
+    CHECK(fwrite(head, 1, 128, fp) == 128 && fwrite(v, sizeof v[0], 4, fp) == 4);
+    fclose(fp);
+    char out[8192];
+    CHECK(mp_test_cli(out, sizeof out, "train --data '%s' --epochs 1 --save-dir '%s' "
+                      "--atom-descriptors-path '%s'", data_path, tmp("npy"), npy) != 0);
+    CHECK_MSG(strstr(out, npy) && strstr(out, ".npz") && strstr(out, "--features-path"), "%s",
+              out);
+    CHECK(mp_test_cli(out, sizeof out, "train --data '%s' --epochs 1 --save-dir '%s' "
+                      "--bond-features-path '%s'", data_path, tmp("npy"), npy) != 0);
+    CHECK_MSG(strstr(out, "one array, not one per molecule") != NULL, "%s", out);
+    CHECK(train_model());
+    CHECK(mp_test_cli(out, sizeof out, "eval --model '%s' --data '%s' "
+                      "--atom-descriptors-path '%s' --bond-features-path '%s'", model_path,
+                      data_path, npy, bond_path) != 0);
+    CHECK_MSG(strstr(out, "one array, not one per molecule") != NULL, "%s", out);
 }

@@ -33,7 +33,9 @@ enum {
     MP_OPTF_REQUIRED = 1u << 0,   /* the verb cannot run without it            */
     MP_OPTF_AUTO     = 1u << 1,   /* INT: also takes "auto", stored as 0       */
     MP_OPTF_NUMBERS  = 1u << 2,   /* LIST: the items are numbers (in JSON too) */
-    MP_OPTF_U64      = 1u << 3    /* INT: the field is a uint64_t              */
+    MP_OPTF_U64      = 1u << 3,   /* INT: the field is a uint64_t              */
+    MP_OPTF_ALIAS    = 1u << 4    /* another name of an option of the same     *
+                                   * field (Chemprop's): either name sets it    */
 };
 
 typedef struct {

@@ -37,7 +37,7 @@ mp_status mp_columns_opts_check(const mp_columns_opts *o, int dmpnn)
     if (o->bond_mode != MP_ATOM_COLS_NONE && !o->bond_path)
         return mp_error_set(MP_ERR_ARG, "--bond-descriptors %s without --bond-descriptors-path",
                             mp_atom_cols_name(o->bond_mode));
-    if (o->atom_mode != MP_ATOM_COLS_NONE && !o->atom_path)
+    if (o->atom_mode != MP_ATOM_COLS_NONE && !o->atom_path && !o->bond_path)
         return mp_error_set(MP_ERR_ARG, "--atom-descriptors %s without --atom-descriptors-path",
                             mp_atom_cols_name(o->atom_mode));
     if ((o->atom_path || o->bond_path) && !dmpnn)

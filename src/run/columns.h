@@ -54,7 +54,8 @@ typedef struct {
 } mp_columns;
 
 /* The options o of a training run against each other: a mode without its
- * path, columns for a model without atoms (dmpnn 0), Chemprop's bond
+ * path (the atom mode: with no column file at all), columns for a model
+ * without atoms (dmpnn 0), Chemprop's bond
  * "descriptor" mode (refused: see mp_columns_opts).  MP_ERR_ARG naming the
  * options. */
 mp_status mp_columns_opts_check(const mp_columns_opts *o, int dmpnn);
