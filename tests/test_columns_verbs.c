@@ -9,8 +9,12 @@
  * FFN runs do not see them); the refusals name the option, the file and the
  * molecule; Chemprop v1.6.1's names (--bond-descriptors-path,
  * --bond-descriptors) and its refusal of the bond "descriptor" mode.
+ * gpu_columns_verbs_cuda_equals_cpu (make test-gpu; skipped without a GPU):
+ * eval, fingerprint and a bench run of the column model on cuda:fp32
+ * against the cpu backend.
  */
 #include "test.h"
+#include "gpu_test.h"
 
 #include "internal.h"
 #include "bench/bench.h"
@@ -490,4 +494,98 @@ MP_TEST(columns_npy_refused_with_the_formats_that_hold_molecules)
                       "--atom-descriptors-path '%s' --bond-features-path '%s'", model_path,
                       data_path, npy, bond_path) != 0);
     CHECK_MSG(strstr(out, "one array, not one per molecule") != NULL, "%s", out);
+}
+
+/* eval's score, fingerprint's vectors and a bench run of a column model on
+ * the GPU against the CPU's (1e-4 relative; bench: against mp_train alone
+ * on the GPU with the same files, as on the CPU). */
+MP_TEST(gpu_columns_verbs_cuda_equals_cpu)
+{
+    MP_NEED_GPU();
+    CHECK(train_model());
+    mp_column_spec spec;
+    memset(&spec, 0, sizeof spec);
+    mp_eval_result rc, rg;
+    CHECK_OK(mp_eval_file(model_path, data_path, &spec, "rmse", NULL, atom_path, bond_path,
+                          "cpu", 1, &rc));
+    CHECK_OK(mp_eval_file(model_path, data_path, &spec, "rmse", NULL, atom_path, bond_path,
+                          "cuda", 1, &rg));
+    CHECK_NEAR(rg.mean[0], rc.mean[0], 1e-4, 1e-4);
+    mp_eval_result_free(&rc);
+    mp_eval_result_free(&rg);
+    const char *fc = tmp("gpu_fp_cpu.csv"), *fg = tmp("gpu_fp_cuda.csv");
+    for (int k = 0; k < 2; k++) {
+        mp_fingerprint_opts o;
+        memset(&o, 0, sizeof o);
+        o.model_path = model_path;
+        o.data_path = data_path;
+        o.out_path = k ? fg : fc;
+        o.backend = k ? "cuda" : "cpu";
+        o.threads = 1;
+        o.quiet = 1;
+        o.atom_path = atom_path;
+        o.bond_path = bond_path;
+        mp_predict_stats st;
+        CHECK_OK(mp_fingerprint_file(&o, &st));
+    }
+    mp_csv_reader *a = NULL, *b = NULL;
+    CHECK_OK(mp_csv_open(&a, fc));
+    CHECK_OK(mp_csv_open(&b, fg));
+    char **fa, **fb;
+    size_t na, nb, la, lb;
+    int rows = 0;
+    while (mp_csv_next(a, &fa, &na, &la) == MP_OK && na > 0) {
+        CHECK_OK(mp_csv_next(b, &fb, &nb, &lb));
+        CHECK_EQ_INT((int)nb, (int)na);
+        for (size_t k = 1; rows > 0 && k < na; k++)
+            CHECK_NEAR(strtod(fb[k], NULL), strtod(fa[k], NULL), 1e-4, 1e-4);
+        rows++;
+    }
+    CHECK_EQ_INT(rows, N_MOLS + 1);
+    mp_csv_close(a);
+    mp_csv_close(b);
+
+    char ds[1200], ac[1200], bc[1200], out[1100], results[1200];
+    snprintf(ds, sizeof ds, "cv=%s:regression", data_path);
+    snprintf(ac, sizeof ac, "cv=%s", atom_path);
+    snprintf(bc, sizeof bc, "cv=%s", bond_path);
+    snprintf(out, sizeof out, "%s", tmp("gpu_bench"));
+    snprintf(results, sizeof results, "%s/results.tsv", out);
+    mp_options *o;
+    CHECK_OK(mp_options_create(&o, "bench"));
+    CHECK_OK(mp_options_set(o, "datasets", ds));
+    CHECK_OK(mp_options_set(o, "models", "dmpnn"));
+    CHECK_OK(mp_options_set(o, "seeds", "0"));
+    CHECK_OK(mp_options_set(o, "epochs", "2"));
+    CHECK_OK(mp_options_set(o, "quiet", NULL));
+    CHECK_OK(mp_options_set(o, "device", "cuda"));
+    CHECK_OK(mp_options_set(o, "out", out));
+    CHECK_OK(mp_options_set(o, "atom-descriptors-path", ac));
+    CHECK_OK(mp_options_set(o, "atom-descriptors", "descriptor"));
+    CHECK_OK(mp_options_set(o, "bond-features-path", bc));
+    mp_summary *s;
+    CHECK_OK(mp_run_bench(o, NULL, &s));
+    mp_summary_free(s);
+    mp_options_free(o);
+    mp_bench_row *brows;
+    size_t n;
+    CHECK_OK(mp_bench_rows_read(results, 0, &brows, &n, NULL));
+    CHECK_EQ_INT((int)n, 1);
+    mp_train_opts t = mp_train_opts_default();
+    t.data_path = data_path;
+    t.task = MP_TASK_REGRESSION;
+    t.metric = "rmse";
+    t.split.type = MP_SPLIT_SCAFFOLD_BALANCED;
+    t.epochs = 2;
+    t.quiet = 1;
+    t.backend = "cuda";
+    t.cols.atom_path = atom_path;
+    t.cols.atom_mode = MP_ATOM_COLS_DESCRIPTOR;
+    t.cols.bond_path = bond_path;
+    mp_train_result r;
+    CHECK_OK(mp_train(&t, &r));
+    CHECK_NEAR(brows[0].test, r.test_mean, 1e-5, 1e-5);
+    CHECK_NEAR(brows[0].val, r.val_mean, 1e-5, 1e-5);
+    mp_train_result_free(&r);
+    mp_bench_rows_free(brows, n);
 }
