@@ -423,7 +423,8 @@ MP_TEST(columns_bench_runs_equal_train_with_the_files)
     /* the same results file with other column files: another configuration */
     CHECK_OK(mp_options_set(o, "atom-descriptors-path", ""));
     CHECK_OK(mp_options_set(o, "atom-descriptors", ""));
-    CHECK(mp_run_bench(o, NULL, &s) != MP_OK);
+    CHECK(mp_run_bench(o, NULL, &s) == MP_ERR_ARG);
+    CHECK_MSG(strstr(mp_error_message(), "other settings") != NULL, "%s", mp_error_message());
     /* refusals: a name not in the grid, no file, no NAME= */
     CHECK_OK(mp_options_set(o, "atom-descriptors-path", "other=x.csv"));
     CHECK(mp_run_bench(o, NULL, &s) == MP_ERR_ARG);

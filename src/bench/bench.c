@@ -171,8 +171,8 @@ static mp_status make_jobs(pool *P, const mp_bench_row *old, size_t n_old)
                     if (strcmp(old[i].settings, s->settings))
                         return mp_error_set(MP_ERR_ARG,
                                             "%s already holds %s/%s/seed %ld with other settings "
-                                            "(the data, split, epochs, batch size or device "
-                                            "differ): use another --out", g->results_path,
+                                            "(the data, column files, split, epochs, batch "
+                                            "size or device differ): use another --out", g->results_path,
                                             g->ds[d].name, g->var[v]->name, g->seeds[k]);
                     j->state = JOB_DONE_BEFORE;
                 }
