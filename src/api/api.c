@@ -781,8 +781,8 @@ mp_status mp_run_eval(const mp_options *o, mp_summary **out)
     memset(&spec, 0, sizeof spec);
     spec.smiles_column = a.smiles_column;
     mp_eval_result r;
-    if ((st = mp_eval_file(a.model_path, a.data_path, &spec, a.metric, a.features_path, backend,
-                             a.threads, &r)))
+    if ((st = mp_eval_file(a.model_path, a.data_path, &spec, a.metric, a.features_path,
+                           a.atom_path, a.bond_path, backend, a.threads, &r)))
         return st;
     const char *names[8];
     for (int m = 0; m < r.n_metrics; m++)

@@ -251,6 +251,14 @@ static const mp_option_def train_table[] = {
     { "bond-features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, cols.bond_path),
       .arg = "F", .help = "per-bond columns (bonds in RDKit's order) joined to\nthe bond "
       "features; the formats of\n--atom-descriptors-path" },
+    { "bond-descriptors-path", MP_OPT_TEXT, NULL, .offset = AT(mp_train_opts, cols.bond_path),
+      .arg = "F", .help = "Chemprop v1.6.1's name of --bond-features-path",
+      .flags = MP_OPTF_ALIAS },
+    { "bond-descriptors", MP_OPT_CHOICE, "auto", .choices = "auto|feature|descriptor",
+      .values = atom_cols_values, .offset = AT(mp_train_opts, cols.bond_mode), .arg = "M",
+      .help = "Chemprop v1.6.1's mode of the bond columns: feature\n(auto: joined to the bond "
+              "features); descriptor is\nfor atom / bond-level targets in Chemprop, which\n"
+              "molprop does not train: refused" },
     { "no-atom-descriptor-scaling", MP_OPT_BOOL, "false",
       .offset = AT(mp_train_opts, cols.no_atom_scaling),
       .help = "leave the atom columns as given (default: scaled to\nthe training atoms' mean "
@@ -258,6 +266,10 @@ static const mp_option_def train_table[] = {
     { "no-bond-features-scaling", MP_OPT_BOOL, "false",
       .offset = AT(mp_train_opts, cols.no_bond_scaling),
       .help = "leave the bond columns as given (default: scaled)" },
+    { "no-bond-descriptor-scaling", MP_OPT_BOOL, "false",
+      .offset = AT(mp_train_opts, cols.no_bond_scaling),
+      .help = "Chemprop v1.6.1's name of --no-bond-features-scaling",
+      .flags = MP_OPTF_ALIAS },
     { "hidden", MP_OPT_INT, "300", 1, 100000, .offset = AT(mp_train_opts, hidden), .arg = "N",
       .help = "hidden size" },
     { "depth", MP_OPT_INT, "3", 1, 100, .offset = AT(mp_train_opts, depth), .arg = "N",
@@ -406,6 +418,9 @@ static const mp_option_def predict_table[] = {
       "them (the training file's format)" },
     { "bond-features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, bond_path),
       .arg = "F", .help = "the per-bond columns, likewise" },
+    { "bond-descriptors-path", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, bond_path),
+      .arg = "F", .help = "Chemprop v1.6.1's name of --bond-features-path",
+      .flags = MP_OPTF_ALIAS },
     HEADING("uncertainty:"),
     { "uncertainty", MP_OPT_CHOICE, "none",
       .choices = "none|ensemble|dropout|mve|evidential|evidential-total|evidential-epistemic|"
@@ -433,6 +448,12 @@ static const mp_option_def predict_table[] = {
               "(sets:\n<task>_class<k>_in_set), isotonic-multiclass\n(multiclass)" },
     { "calibration-data", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, calibration_data),
       .arg = "F", .help = "labelled CSV (columns named like the tasks)" },
+    { "calibration-atom-descriptors-path", MP_OPT_TEXT, NULL,
+      .offset = AT(mp_predict_opts, calibration_atom_path), .arg = "F",
+      .help = "the per-atom columns of --calibration-data (a\nmodel trained with them)" },
+    { "calibration-bond-features-path", MP_OPT_TEXT, NULL,
+      .offset = AT(mp_predict_opts, calibration_bond_path), .arg = "F",
+      .help = "the per-bond columns of --calibration-data" },
     { "alpha", MP_OPT_REAL, "0.1", 1e-6, 0.999999, .offset = AT(mp_predict_opts, alpha),
       .arg = "A", .help = "error rate of the intervals (coverage 1 - A)" },
     HEADING("run:"),
@@ -482,6 +503,14 @@ static const mp_option_def eval_table[] = {
     { "features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, features_path),
       .arg = "F", .help = "the extra molecule features of --data (a model\ntrained with "
                           "--features-path needs them)" },
+    { "atom-descriptors-path", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, atom_path),
+      .arg = "F", .help = "the per-atom columns of --data, for a model\ntrained with them "
+      "(the training file's format)" },
+    { "bond-features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, bond_path),
+      .arg = "F", .help = "the per-bond columns, likewise" },
+    { "bond-descriptors-path", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, bond_path),
+      .arg = "F", .help = "Chemprop v1.6.1's name of --bond-features-path",
+      .flags = MP_OPTF_ALIAS },
     { "metric", MP_OPT_CHOICE, "all",
       .choices = "all|rmse|mae|mse|r2|auc|prc-auc|accuracy|sid|wasserstein",
       .parse = parse_metric, .offset = AT(mp_eval_args, metric), .arg = "M",
@@ -513,6 +542,14 @@ static const mp_option_def fingerprint_table[] = {
       chunk_rows), .arg = "N", .help = "rows read and held at a time, rounded up to whole\n"
                                       "batches (256; 4096 on a GPU); auto: 8192",
       .flags = MP_OPTF_AUTO },
+    { "atom-descriptors-path", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, atom_path),
+      .arg = "F", .help = "the per-atom columns of --data, for a model\ntrained with them "
+      "(the training file's format)" },
+    { "bond-features-path", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, bond_path),
+      .arg = "F", .help = "the per-bond columns, likewise" },
+    { "bond-descriptors-path", MP_OPT_TEXT, NULL, .offset = AT(mp_fingerprint_opts, bond_path),
+      .arg = "F", .help = "Chemprop v1.6.1's name of --bond-features-path",
+      .flags = MP_OPTF_ALIAS },
     THREADS(mp_fingerprint_opts, threads),
     DEVICE,
     PRECISION,
@@ -608,6 +645,15 @@ static const mp_option_def bench_table[] = {
       .arg = "DIR", .help = "write each dataset/seed split as train/val/test CSV\nand "
                             "Chemprop v2 splits.json under DIR" },
     REGISTRY(mp_bench_args, registry, ""),
+    HEADING("user atom / bond columns (the D-MPNN variants; molprop train's):"),
+    { "atom-descriptors-path", MP_OPT_LIST, NULL, .offset = AT(mp_bench_args, atom_paths),
+      .arg = "L", .help = "NAME=FILE per dataset, comma-separated: the\ndataset's per-atom "
+      "columns (train's formats)" },
+    { "atom-descriptors", MP_OPT_CHOICE, "auto", .choices = "auto|feature|descriptor",
+      .values = atom_cols_values, .offset = AT(mp_bench_args, atom_mode), .arg = "M",
+      .help = "feature (auto) or descriptor, as train's" },
+    { "bond-features-path", MP_OPT_LIST, NULL, .offset = AT(mp_bench_args, bond_paths),
+      .arg = "L", .help = "NAME=FILE per dataset: the per-bond columns" },
     HEADING("running:"),
     { "jobs", MP_OPT_INT, "auto", 1, 64, .offset = AT(mp_bench_args, jobs), .arg = "N",
       .help = "runs trained at once, each with its own backend\n(its own stream on the GPU); "

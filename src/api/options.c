@@ -377,11 +377,36 @@ mp_status mp_options_check_from(const char *verb, const char *key, const char *v
     return st;
 }
 
+/* Option i was given a value other than its default. */
+static int given(const mp_options *o, size_t i)
+{
+    const char *t = o->text[i], *def = o->defs[i].def;
+    return t && !(def && !strcmp(t, def));
+}
+
+/* Another name of option i's field (MP_OPTF_ALIAS) that was given a value
+ * other than its default, or NULL. */
+static const mp_option_def *same_field_given(const mp_options *o, size_t i)
+{
+    for (size_t j = 0; j < o->n; j++)
+        if (j != i && o->defs[j].key && o->defs[j].offset == o->defs[i].offset &&
+            ((o->defs[j].flags | o->defs[i].flags) & MP_OPTF_ALIAS) && given(o, j))
+            return &o->defs[j];
+    return NULL;
+}
+
 mp_status mp_options_apply(const mp_options *o, void *target)
 {
     for (size_t i = 0; i < o->n; i++) {
         const mp_option_def *d = &o->defs[i];
         if (!d->key || d->offset < 0)
+            continue;
+        /* two names of one field: the one given sets it; both, only alike */
+        const mp_option_def *other = same_field_given(o, i);
+        if (other && given(o, i) && strcmp(o->text[i], o->text[other - o->defs]))
+            return mp_error_set(MP_ERR_ARG, "--%s and --%s are one option: give one", d->key,
+                                other->key);
+        if (other && !(given(o, i) && other > d))   /* alike: the first name sets it */
             continue;
         const char *text = o->text[i] ? o->text[i] : d->def;
         void *field = (char *)target + d->offset;

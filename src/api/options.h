@@ -33,7 +33,9 @@ enum {
     MP_OPTF_REQUIRED = 1u << 0,   /* the verb cannot run without it            */
     MP_OPTF_AUTO     = 1u << 1,   /* INT: also takes "auto", stored as 0       */
     MP_OPTF_NUMBERS  = 1u << 2,   /* LIST: the items are numbers (in JSON too) */
-    MP_OPTF_U64      = 1u << 3    /* INT: the field is a uint64_t              */
+    MP_OPTF_U64      = 1u << 3,   /* INT: the field is a uint64_t              */
+    MP_OPTF_ALIAS    = 1u << 4    /* another name of an option of the same     *
+                                   * field (Chemprop's): either name sets it    */
 };
 
 typedef struct {
@@ -86,6 +88,7 @@ void *mp_options_cjson(const mp_options *o);
 
 typedef struct {
     const char *model_path, *data_path, *smiles_column, *metric, *features_path;
+    const char *atom_path, *bond_path;      /* user atom / bond columns (columns.h) */
     const char *preds_path, *unc_metrics;   /* eval of a prediction file */
     int         threads;
 } mp_eval_args;
@@ -114,6 +117,10 @@ typedef struct {
     int           missing_skip;    /* 1: skip registry datasets not present */
     int           jobs;            /* runs trained at once (0: auto)        */
     int           quiet;           /* 1: no per-run lines                   */
+    /* user atom / bond columns of the D-MPNN runs, per dataset: NAME=FILE,
+     * comma-separated (NULL: none); the atom columns' mode (columns.h) */
+    const char   *atom_paths, *bond_paths;
+    int           atom_mode;
 } mp_bench_args;
 
 typedef struct {

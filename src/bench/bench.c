@@ -147,7 +147,18 @@ static mp_status make_jobs(pool *P, const mp_bench_row *old, size_t n_old)
         mp_status st = mp_sha256_file(g->ds[d].path, s->sha256);
         if (st)
             return st;
-        mp_bench_settings_hash(g, s->sha256, s->settings);
+        /* user column files: their content and the mode decide runs too */
+        char key[400], csha[2][65] = { "", "" };
+        const char *cpath[2] = { g->ds[d].atom_path, g->ds[d].bond_path };
+        for (int k = 0; k < 2; k++)
+            if (cpath[k] && (st = mp_sha256_file(cpath[k], csha[k])))
+                return st;
+        if (cpath[0] || cpath[1])
+            snprintf(key, sizeof key, "%s\natoms=%s\natom_mode=%d\nbonds=%s", s->sha256,
+                     csha[0], g->a.atom_mode, csha[1]);
+        else
+            snprintf(key, sizeof key, "%s", s->sha256);
+        mp_bench_settings_hash(g, key, s->settings);
         long rows = g->ds[d].rows_hint > 0 ? g->ds[d].rows_hint : 1000;
         s->work = (double)rows * g->a.epochs;
         for (int v = 0; v < g->n_var; v++)
@@ -160,8 +171,8 @@ static mp_status make_jobs(pool *P, const mp_bench_row *old, size_t n_old)
                     if (strcmp(old[i].settings, s->settings))
                         return mp_error_set(MP_ERR_ARG,
                                             "%s already holds %s/%s/seed %ld with other settings "
-                                            "(the data, split, epochs, batch size or device "
-                                            "differ): use another --out", g->results_path,
+                                            "(the data, column files, split, epochs, batch "
+                                            "size or device differ): use another --out", g->results_path,
                                             g->ds[d].name, g->var[v]->name, g->seeds[k]);
                     j->state = JOB_DONE_BEFORE;
                 }

@@ -63,6 +63,8 @@ typedef struct {
     char          *metric;        /* molprop's metric name: rmse, auc, ...   */
     char          *targets;       /* target columns (NULL: every other)      */
     char          *ignore;        /* columns left out (NULL: none)           */
+    char          *atom_path;     /* user atom columns (D-MPNN runs; NULL)   */
+    char          *bond_path;     /* user bond columns (NULL: none)          */
     long           rows_hint;     /* registry rows (for the ETA), -1 unknown */
     int            tasks_hint;    /* registry tasks, -1 unknown              */
 } mp_bench_dataset;
@@ -100,8 +102,10 @@ mp_status mp_bench_train_opts(const mp_bench_grid *g, const mp_bench_variant *v,
                               const mp_bench_dataset *ds, long seed, mp_train_opts *t);
 
 /* A short fingerprint (16 hex digits) of everything that decides a run's
- * result besides dataset, model and seed: the data file's content, split
- * type and sizes, epochs, batch size, device and precision.  A results file
+ * result besides dataset, model and seed: the data file's content (and, for
+ * a dataset with user column files, theirs and the mode, folded into
+ * data_sha256 by the caller), split type and sizes, epochs, batch size,
+ * device and precision.  A results file
  * holds runs of one fingerprint per (dataset, model, seed). */
 void mp_bench_settings_hash(const mp_bench_grid *g, const char *data_sha256, char out[17]);
 
@@ -131,7 +135,10 @@ typedef struct {
  * key a hash of the file's content, the featurization settings and the
  * molprop and RDKit versions) or featurizes it (opts: what every variant of
  * the grid needs) and stores them there atomically; then makes the split of
- * every grid seed.  cache_dir NULL or "": no cache.  Free with
+ * every grid seed.  A dataset with user column files (ds->atom_path,
+ * bond_path) is featurized from its SMILES, not cached (bond rows follow
+ * RDKit's bond order, which a cached store does not keep), and the files'
+ * rows are read into the store unscaled (each run fits its own scaler).  cache_dir NULL or "": no cache.  Free with
  * mp_bench_prepared_free.
  */
 mp_status mp_bench_prepare(mp_bench_prepared *p, const mp_bench_grid *g,

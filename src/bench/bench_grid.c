@@ -95,6 +95,8 @@ static void dataset_free(mp_bench_dataset *d)
     mp_free(d->metric);
     mp_free(d->targets);
     mp_free(d->ignore);
+    mp_free(d->atom_path);
+    mp_free(d->bond_path);
     memset(d, 0, sizeof *d);
 }
 
@@ -313,6 +315,56 @@ static mp_status make_seeds(mp_bench_grid *g, char *list)
 }
 
 /* ===================================================================== */
+/* User column files                                                      */
+/* ===================================================================== */
+
+/* The NAME=FILE items of list (option: its name in messages) into the grid
+ * datasets' atom_path (bonds 0) or bond_path (bonds 1). */
+static mp_status assign_column_files(mp_bench_grid *g, const char *list, int bonds,
+                                     const char *option)
+{
+    if (!list)
+        return MP_OK;
+    char *copy = mp_strdup(list), *items[MP_BENCH_MAX_LIST];
+    int n = 0;
+    if (!copy)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    mp_status st = split_list(copy, items, &n, option);
+    for (int i = 0; i < n && !st; i++) {
+        char *eq = strchr(items[i], '=');
+        if (!eq || eq == items[i] || !eq[1]) {
+            st = mp_error_set(MP_ERR_ARG, "--%s '%s': NAME=FILE (a dataset of --datasets and "
+                              "its file)", option, items[i]);
+            break;
+        }
+        *eq = '\0';
+        mp_bench_dataset *d = NULL;
+        for (int k = 0; k < g->n_ds && !d; k++)
+            if (!strcmp(g->ds[k].name, items[i]))
+                d = &g->ds[k];
+        if (!d) {
+            st = mp_error_set(MP_ERR_ARG, "--%s: '%s' is not a dataset of the grid", option,
+                              items[i]);
+            break;
+        }
+        char **slot = bonds ? &d->bond_path : &d->atom_path;
+        if (*slot) {
+            st = mp_error_set(MP_ERR_ARG, "--%s: dataset '%s' given twice", option, items[i]);
+            break;
+        }
+        if (!is_file(eq + 1)) {
+            st = mp_error_set(MP_ERR_IO, "--%s: %s (dataset '%s'): no such file", option,
+                              eq + 1, items[i]);
+            break;
+        }
+        if (!(*slot = mp_strdup(eq + 1)))
+            st = mp_error_set(MP_ERR_NOMEM, "out of memory");
+    }
+    mp_free(copy);
+    return st;
+}
+
+/* ===================================================================== */
 /* The grid                                                               */
 /* ===================================================================== */
 
@@ -354,6 +406,12 @@ mp_status mp_bench_grid_make(mp_bench_grid *g, const mp_options *o)
         st = make_seeds(g, seeds);
     if (!st)
         st = make_datasets(g, reg, ds);
+    if (!st)
+        st = assign_column_files(g, g->a.atom_paths, 0, "atom-descriptors-path");
+    if (!st)
+        st = assign_column_files(g, g->a.bond_paths, 1, "bond-features-path");
+    if (!st && g->a.atom_mode != MP_ATOM_COLS_NONE && !g->a.atom_paths)
+        st = mp_error_set(MP_ERR_ARG, "--atom-descriptors without --atom-descriptors-path");
     mp_free(ds);
     mp_free(models);
     mp_free(seeds);
@@ -388,6 +446,14 @@ mp_status mp_bench_train_opts(const mp_bench_grid *g, const mp_bench_variant *v,
     t->batch_size = g->a.batch_size;
     t->registry = g->a.registry;
     t->quiet = 1;
+    /* the dataset's user columns, for the models that have atoms and bonds
+     * (the prepared store carries them unscaled: mp_bench_prepare) */
+    if (v->kind == MP_MODEL_DMPNN) {
+        t->cols.atom_path = ds->atom_path;
+        t->cols.atom_mode = ds->atom_path ? (mp_atom_cols_mode)g->a.atom_mode
+                                          : MP_ATOM_COLS_NONE;
+        t->cols.bond_path = ds->bond_path;
+    }
     return MP_OK;
 }
 

@@ -144,7 +144,8 @@ static mp_status features(mp_bench_prepared *p, const mp_bench_grid *g, const ch
     mp_featurize_opts fo = mp_train_featurize_opts(&t);
     char path[4096] = "";
     mp_status st;
-    if (cache_dir && *cache_dir) {
+    int cols = p->spec->atom_path || p->spec->bond_path;
+    if (cache_dir && *cache_dir && !cols) {
         if ((st = mp_bench_mkdirs(cache_dir, NULL)) ||
             (st = cache_path(p->spec, p->sha256, &fo, cache_dir, path, sizeof path)))
             return st;
@@ -162,6 +163,10 @@ static mp_status features(mp_bench_prepared *p, const mp_bench_grid *g, const ch
         return mp_error_set(MP_ERR_ARG, "%s: too many rows", p->spec->path);
     if ((st = mp_featurize(&p->f, (const char *const *)p->d->smiles, (int32_t)p->d->n_rows, &fo)))
         return st;
+    if (cols) {   /* the user columns, unscaled: each run fits its scaler */
+        mp_columns_opts co = { .atom_path = p->spec->atom_path, .bond_path = p->spec->bond_path };
+        return mp_columns_read(&p->f->g, &co, (const char *const *)p->d->smiles);
+    }
     return path[0] ? cache_store(p->f, path) : MP_OK;
 }
 

@@ -560,6 +560,11 @@ mp_status mp_colfile_read(mp_colfile *cf, const char *path, int32_t n_mols)
     if (!path)
         return mp_error_set(MP_ERR_ARG, "atom / bond columns: no path");
     int npz = ends_with(path, ".npz"), csv = ends_with(path, ".csv") || ends_with(path, ".csv.gz");
+    if (ends_with(path, ".npy"))   /* one array: no molecule boundaries in it */
+        return mp_error_set(MP_ERR_ARG, "%s: an .npy holds one array, not one per molecule: "
+                            "save the molecules' arrays as an .npz (np.savez(path, *arrays), "
+                            "as Chemprop v1 reads) or write a CSV; a matrix of one row per "
+                            "molecule is --features-path's (which reads .npy)", path);
     if (!npz && !csv)
         return mp_error_set(MP_ERR_ARG, "%s: unknown format (.npz of one array per molecule, as "
                             "Chemprop v1 reads, or .csv)", path);

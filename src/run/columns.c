@@ -4,8 +4,6 @@
  */
 #include "run/columns.h"
 
-#include "featurize/atomcols.h"
-
 #include <string.h>
 
 mp_status mp_atom_cols_parse(const char *s, mp_atom_cols_mode *out)
@@ -27,6 +25,25 @@ const char *mp_atom_cols_name(mp_atom_cols_mode m)
 {
     return m == MP_ATOM_COLS_DESCRIPTOR ? "descriptor" : m == MP_ATOM_COLS_FEATURE ? "feature"
                                                                                  : "none";
+}
+
+mp_status mp_columns_opts_check(const mp_columns_opts *o, int dmpnn)
+{
+    if (o->bond_mode == MP_ATOM_COLS_DESCRIPTOR)
+        return mp_error_set(MP_ERR_ARG, "--bond-descriptors descriptor: Chemprop v1.6.1 joins "
+                            "bond descriptors to bond hiddens only for atom / bond-level "
+                            "targets (--is_atom_bond_targets), which molprop does not train; "
+                            "use --bond-descriptors feature");
+    if (o->bond_mode != MP_ATOM_COLS_NONE && !o->bond_path)
+        return mp_error_set(MP_ERR_ARG, "--bond-descriptors %s without --bond-descriptors-path",
+                            mp_atom_cols_name(o->bond_mode));
+    if (o->atom_mode != MP_ATOM_COLS_NONE && !o->atom_path && !o->bond_path)
+        return mp_error_set(MP_ERR_ARG, "--atom-descriptors %s without --atom-descriptors-path",
+                            mp_atom_cols_name(o->atom_mode));
+    if ((o->atom_path || o->bond_path) && !dmpnn)
+        return mp_error_set(MP_ERR_ARG, "--atom-descriptors-path and --bond-features-path "
+                            "are for the D-MPNN (an FFN model has no atoms)");
+    return MP_OK;
 }
 
 mp_status mp_columns_read(mp_graphs *g, const mp_columns_opts *o, const char *const *smiles)
@@ -189,9 +206,121 @@ mp_status mp_columns_get(mp_columns *c, const mp_kv *kv, const char *path)
     return MP_OK;
 }
 
+mp_status mp_columns_view(mp_features *view, int *viewed, const mp_features *src,
+                          const mp_columns_opts *o, mp_features **f)
+{
+    const mp_graphs *g = &src->g;
+    const int want[2] = { o->atom_path != NULL, o->bond_path != NULL };
+    const int32_t dim[2] = { g->xa_dim, g->xb_dim };
+    const char *opt[2] = { "--atom-descriptors-path", "--bond-features-path" };
+    for (int k = 0; k < 2; k++)
+        if (want[k] && !dim[k])
+            return mp_error_set(MP_ERR_ARG, "%s %s: the molecules given in memory carry no "
+                                "%s columns (read them into the store first)", opt[k],
+                                k ? o->bond_path : o->atom_path, k ? "bond" : "atom");
+    if (!dim[0] && !dim[1])
+        return MP_OK;
+    *view = *src;
+    mp_graphs *v = &view->g;
+    v->atom_x = v->bond_x = NULL;
+    v->xa_dim = v->xb_dim = v->cap_xa = v->cap_xb = 0;
+    *f = view;
+    *viewed = 1;
+    const size_t rows[2] = { (size_t)g->n_atoms, (size_t)g->n_edges / 2 };
+    for (int k = 0; k < 2; k++) {
+        if (!want[k])
+            continue;
+        size_t n = rows[k] * (size_t)dim[k];
+        float *x = mp_malloc(sizeof(float) * (n ? n : 1));
+        if (!x)
+            return mp_error_set(MP_ERR_NOMEM, "out of memory copying the %s columns",
+                                k ? "bond" : "atom");
+        memcpy(x, k ? g->bond_x : g->atom_x, sizeof(float) * n);
+        if (k) {
+            v->bond_x = x, v->xb_dim = dim[k], v->cap_xb = (int32_t)rows[k];
+        } else {
+            v->atom_x = x, v->xa_dim = dim[k], v->cap_xa = (int32_t)rows[k];
+        }
+    }
+    return MP_OK;
+}
+
+void mp_columns_view_free(mp_features *view)
+{
+    mp_free(view->g.atom_x);
+    mp_free(view->g.bond_x);
+    view->g.atom_x = view->g.bond_x = NULL;
+}
+
 void mp_columns_free(mp_columns *c)
 {
     mp_scaler_free(&c->atom_scaler);
     mp_scaler_free(&c->bond_scaler);
     memset(c, 0, sizeof *c);
+}
+
+/* ===================================================================== */
+/* The column files of a run that uses a saved model                      */
+/* ===================================================================== */
+
+mp_status mp_columns_files_open(mp_columns_files *cf, const mp_columns *c, const char *atom_path,
+                                const char *bond_path, const char *model_path, int32_t n_mols,
+                                const char *prefix)
+{
+    memset(cf, 0, sizeof *cf);
+    cf->model_path = model_path;
+    const char *paths[2] = { atom_path, bond_path };
+    const int dims[2] = { c->atom_dim, c->bond_dim };
+    const char *opt[2] = { "atom-descriptors-path", "bond-features-path" };
+    if (!prefix)
+        prefix = "";
+    for (int k = 0; k < 2; k++) {
+        if (dims[k] && !paths[k])
+            return mp_error_set(MP_ERR_ARG, "%s: the model was trained with %d %s columns: "
+                                "give them with --%s%s", model_path, dims[k],
+                                k ? "bond" : "atom", prefix, opt[k]);
+        if (!dims[k] && paths[k])
+            return mp_error_set(MP_ERR_ARG, "%s: the model takes no %s columns: leave out "
+                                "--%s%s", model_path, k ? "bond" : "atom", prefix, opt[k]);
+        mp_status st;
+        if (paths[k] && (st = mp_colfile_read(&cf->file[k], paths[k], n_mols)))
+            return st;
+        cf->has[k] = paths[k] != NULL;
+    }
+    return MP_OK;
+}
+
+mp_status mp_columns_files_apply(const mp_columns_files *cf, const mp_columns *c, mp_graphs *g,
+                                 int32_t first, const char *const *smiles)
+{
+    if (!cf->has[0] && !cf->has[1] && !c->atom_dim && !c->bond_dim)
+        return MP_OK;
+    mp_status st;
+    for (int k = 0; k < 2; k++)
+        if (cf->has[k] && (st = mp_colfile_apply(&cf->file[k], g, k, first, smiles)))
+            return st;
+    if ((st = mp_columns_check(c, g, cf->model_path)))
+        return st;
+    mp_columns_apply(c, g);
+    return MP_OK;
+}
+
+mp_status mp_columns_files_end(const mp_columns_files *cf, size_t seen, int last,
+                               const char *data_path)
+{
+    for (int k = 0; k < 2; k++) {
+        const mp_colfile *f = &cf->file[k];
+        size_t have = (size_t)f->n_mols;
+        if (cf->has[k] && (f->line ? last && have > seen : (last ? have != seen : have < seen)))
+            return mp_error_set(MP_ERR_FORMAT, "%s: %d molecules for the %zu input rows of %s",
+                                f->path, (int)f->n_mols, seen, data_path);
+    }
+    return MP_OK;
+}
+
+void mp_columns_files_free(mp_columns_files *cf)
+{
+    mp_colfile_free(&cf->file[0]);
+    mp_colfile_free(&cf->file[1]);
+    memset(cf, 0, sizeof *cf);
 }

@@ -22,6 +22,7 @@ typedef struct {
     mp_ensemble               *e;
     mp_model                  *m;
     mp_csv_reader             *r;
+    mp_columns_files           cols;    /* user atom / bond column files */
     mp_afile                   out;
     int                        out_open, npy, width;
     size_t                     n_header, smiles_col;
@@ -124,8 +125,13 @@ static mp_status flush(fp_run *p, const mp_featurize_opts *fo)
 {
     mp_features *f = NULL;
     mp_status st = mp_featurize(&f, (const char *const *)p->smiles, p->n, fo);
-    if (st)
+    if (!st)
+        st = mp_columns_files_apply(&p->cols, &p->e->cols, &f->g, (int32_t)p->stats->n_rows,
+                                    (const char *const *)p->smiles);
+    if (st) {
+        mp_features_free(f);
         return st;
+    }
     int32_t batch = p->e->backend->host_memory ? FP_BATCH_HOST : FP_BATCH_DEVICE, nb = 0;
     for (int32_t i = 0; i < p->n && !st; i++) {
         if (f->g.valid[i])
@@ -166,7 +172,9 @@ static mp_status fp_open(fp_run *p)
         return mp_error_set(MP_ERR_ARG, "--member %d: the model has %d member(s)", o->member,
                             p->e->n_members);
     p->m = p->e->members[o->member];
-    if ((st = mp_model_get_encoding(p->m, o->layer, NULL, &p->width)))
+    if ((st = mp_model_get_encoding(p->m, o->layer, NULL, &p->width)) ||
+        (st = mp_columns_files_open(&p->cols, &p->e->cols, o->atom_path, o->bond_path,
+                                    o->model_path, -1, "")))
         return st;
     size_t len = strlen(o->out_path);
     p->npy = len >= 4 && !strcmp(o->out_path + len - 4, ".npy");
@@ -225,8 +233,11 @@ static mp_status fp_rows(fp_run *p)
         }
         if ((p->n == p->cap || (eof && p->n > 0)) && (st = flush(p, &fo)))
             return st;
-        if (eof)
+        if (eof) {
+            if ((st = mp_columns_files_end(&p->cols, p->stats->n_rows, 1, o->data_path)))
+                return st;
             return p->npy ? write_npy_header(p, p->stats->n_rows) : MP_OK;
+        }
     }
 }
 
@@ -260,6 +271,7 @@ mp_status mp_fingerprint_file(const mp_fingerprint_opts *o, mp_predict_stats *st
     mp_free(p.extra);
     mp_free(p.sel);
     mp_csv_close(p.r);
+    mp_columns_files_free(&p.cols);
     mp_ensemble_free(p.e);
     return st;
 }

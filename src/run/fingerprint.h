@@ -15,6 +15,9 @@ extern "C" {
 typedef struct {
     const char    *model_path, *data_path, *out_path;
     mp_column_spec columns;       /* smiles_column only                         */
+    const char    *atom_path;     /* user atom / bond columns of a model trained *
+                                   * with them (columns.h; NULL: none)           */
+    const char    *bond_path;
     int            layer;         /* 0: encoder (the head's input), 1: ffn-last */
     int            member;        /* ensemble member (0)                        */
     const char    *backend;

@@ -44,36 +44,13 @@ static void chunk_free(chunk *c)
     mp_free(c->line);
 }
 
-/* The user atom / bond column files of a prediction (read once; each chunk
- * takes its rows), or none. */
-typedef struct {
-    mp_colfile file[2];   /* atoms, bonds */
-    int        has[2];
-    const char *model_path;
-} pred_cols;
-
-/* Chunk c's rows of the column files into f's store (first: the chunk's
- * first input row), checked against the model and scaled as at training. */
-static mp_status chunk_columns(const mp_ensemble *e, const pred_cols *pc, const chunk *c,
-                               int32_t first, mp_features *f)
-{
-    mp_status st;
-    for (int k = 0; k < 2; k++)
-        if (pc->has[k] && (st = mp_colfile_apply(&pc->file[k], &f->g, k, first,
-                                                 (const char *const *)c->smiles)))
-            return st;
-    if ((st = mp_columns_check(&e->cols, &f->g, pc->model_path)))
-        return st;
-    mp_columns_apply(&e->cols, &f->g);
-    return MP_OK;
-}
-
 /* The chunk featurized into *f (the caller frees it: the invalid rows'
  * reasons are in it) and predicted with its uncertainties (predict_unc.c);
  * row0: the chunk's first row in the input; file: the features file (NULL:
  * none); pc: the user atom / bond column files. */
 static mp_status predict_chunk(mp_unc_run *u, const chunk *c, const mp_featurize_opts *fo,
-                               const mp_featfile *file, const pred_cols *pc, int64_t row0,
+                               const mp_featfile *file, const mp_columns_files *pc,
+                               int64_t row0,
                                int32_t *idx, double *mean, double *unc, double *lower,
                                double *upper, double *vals, mp_features **f)
 {
@@ -81,8 +58,8 @@ static mp_status predict_chunk(mp_unc_run *u, const chunk *c, const mp_featurize
     if (st)
         return st;
     const mp_ensemble *e = u->e;
-    if ((pc->has[0] || pc->has[1] || e->cols.atom_dim || e->cols.bond_dim) &&
-        (st = chunk_columns(e, pc, c, (int32_t)row0, *f)))
+    if ((st = mp_columns_files_apply(pc, &e->cols, &(*f)->g, (int32_t)row0,
+                                     (const char *const *)c->smiles)))
         return st;
     if (file) {
         (*f)->file_values = file->values + row0 * file->n_cols;
@@ -146,7 +123,7 @@ typedef struct {
     double                *lower, *upper; /* cap x n_tasks        */
     double                *vals;          /* cap x n_tasks x values (heads.h) */
     int32_t               *idx;           /* cap                  */
-    pred_cols              cols;          /* user atom / bond columns */
+    mp_columns_files       cols;          /* user atom / bond columns */
 } predict_run;
 
 /* The output's header: the SMILES column's name, the tasks, their _unc,
@@ -208,22 +185,9 @@ static mp_status predict_open(predict_run *p)
                                 o->model_path, p->e->n_file);
     }
     /* the user columns: the files the model needs, read once */
-    const char *paths[2] = { o->atom_path, o->bond_path };
-    const int dims[2] = { p->e->cols.atom_dim, p->e->cols.bond_dim };
-    const char *opt[2] = { "--atom-descriptors-path", "--bond-features-path" };
-    p->cols.model_path = o->model_path;
-    for (int k = 0; k < 2; k++) {
-        if (dims[k] && !paths[k])
-            return mp_error_set(MP_ERR_ARG, "%s: the model was trained with %d %s columns: "
-                                "give them with %s", o->model_path, dims[k],
-                                k ? "bond" : "atom", opt[k]);
-        if (!dims[k] && paths[k])
-            return mp_error_set(MP_ERR_ARG, "%s: the model takes no %s columns: leave out %s",
-                                o->model_path, k ? "bond" : "atom", opt[k]);
-        if (paths[k] && (st = mp_colfile_read(&p->cols.file[k], paths[k], -1)))
-            return st;
-        p->cols.has[k] = paths[k] != NULL;
-    }
+    if ((st = mp_columns_files_open(&p->cols, &p->e->cols, o->atom_path, o->bond_path,
+                                    o->model_path, -1, "")))
+        return st;
     /* a whole number of batches: then the batches, and so the predictions'
      * bits, are the same for every chunk size */
     int32_t batch = PREDICT_BATCH_FOR(p->e);
@@ -362,15 +326,8 @@ static mp_status predict_rows(predict_run *p)
              * to spare, only whether it has too few) */
             size_t seen = (size_t)p->sh.row0 + p->stats->n_rows;
             int last = !o->shard.count || o->shard.index == o->shard.count - 1;
-            for (int k = 0; k < 2; k++) {
-                const mp_colfile *cf = &p->cols.file[k];
-                size_t have = (size_t)cf->n_mols;
-                if (p->cols.has[k] && (cf->line ? last && have > seen
-                                                : (last ? have != seen : have < seen)))
-                    return mp_error_set(MP_ERR_FORMAT, "%s: %d molecules for the %zu input "
-                                        "rows of %s", cf->path, (int)cf->n_mols, seen,
-                                        o->data_path);
-            }
+            if ((st = mp_columns_files_end(&p->cols, seen, last, o->data_path)))
+                return st;
             if (o->features_path && last)
                 return mp_featfile_check_rows(&p->file, o->features_path, seen, o->data_path);
             return MP_OK;
@@ -414,8 +371,7 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     if (p.u_open)
         mp_unc_run_free(&p.u);
     mp_csv_close(p.r);
-    mp_colfile_free(&p.cols.file[0]);
-    mp_colfile_free(&p.cols.file[1]);
+    mp_columns_files_free(&p.cols);
     mp_ensemble_free(p.e);
     return st;
 }
@@ -549,7 +505,8 @@ done:
 
 mp_status mp_eval_file(const char *model_path, const char *data_path,
                        const mp_column_spec *columns, const char *metric,
-                       const char *features_path, const char *backend, int threads,
+                       const char *features_path, const char *atom_path,
+                       const char *bond_path, const char *backend, int threads,
                        mp_eval_result *res)
 {
     memset(res, 0, sizeof *res);
@@ -560,6 +517,8 @@ mp_status mp_eval_file(const char *model_path, const char *data_path,
     mp_features *f = NULL;
     mp_featfile file;
     memset(&file, 0, sizeof file);
+    mp_columns_files cols;
+    memset(&cols, 0, sizeof cols);
     size_t *col = NULL;
     mp_column_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -584,7 +543,12 @@ mp_status mp_eval_file(const char *model_path, const char *data_path,
             (st = mp_featfile_check_rows(&file, features_path, d->n_rows, what)))
             goto done;
     }
-    if ((st = mp_featurize(&f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo)))
+    if ((st = mp_columns_files_open(&cols, &e->cols, atom_path, bond_path, model_path,
+                                    (int32_t)d->n_rows, "")) ||
+        (st = mp_featurize(&f, (const char *const *)d->smiles, (int32_t)d->n_rows, &fo)) ||
+        (st = mp_columns_files_apply(&cols, &e->cols, &f->g, 0,
+                                     (const char *const *)d->smiles)) ||
+        (st = mp_columns_files_end(&cols, d->n_rows, 1, data_path)))
         goto done;
     if (features_path) {
         f->file_values = file.values;
@@ -592,6 +556,7 @@ mp_status mp_eval_file(const char *model_path, const char *data_path,
     }
     st = eval_rows(e, d, f, col, res, data_path);
 done:
+    mp_columns_files_free(&cols);
     mp_free(col);
     mp_featfile_free(&file);
     mp_features_free(f);

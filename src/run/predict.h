@@ -35,6 +35,9 @@ typedef struct {
     uint64_t       dropout_seed;  /* dropout: the keys' seed (0)                  */
     int            calibrate;     /* mp_calibrator (calibrate.h); 0: none         */
     const char    *calibration_data;  /* labelled CSV the calibrator is fitted on */
+    const char    *calibration_atom_path;  /* its user atom / bond columns (a  *
+                                            * model with columns; NULL: none)  */
+    const char    *calibration_bond_path;
     double         alpha;         /* intervals' error rate (0.1)                  */
     const char    *backend;       /* "cpu" (default), "cuda[:...]"                */
     int            threads;       /* 0: default                                   */
@@ -136,10 +139,13 @@ typedef struct {
 /* Metrics of a saved model on a labelled file: the columns named like the
  * model's tasks are the targets.  metric NULL: every metric of the task type.
  * features_path: the file's extra features (one row per data row) for a
- * model trained with --features-path, else NULL. */
+ * model trained with --features-path, else NULL; atom_path / bond_path: the
+ * file's user atom / bond columns (columns.h) for a model trained with
+ * them, else NULL. */
 mp_status mp_eval_file(const char *model_path, const char *data_path,
                        const mp_column_spec *columns, const char *metric,
-                       const char *features_path, const char *backend, int threads,
+                       const char *features_path, const char *atom_path,
+                       const char *bond_path, const char *backend, int threads,
                        mp_eval_result *res);
 void      mp_eval_result_free(mp_eval_result *r);
 

@@ -126,12 +126,20 @@ static mp_status fit_calibration(mp_unc_run *u)
     size_t M = (size_t)e->n_members;
     mp_dataset *d = NULL;
     mp_features *f = NULL;
+    mp_columns_files cols;
     mp_column_spec spec;
     memset(&spec, 0, sizeof spec);
     spec.smiles_column = o->columns.smiles_column;
     mp_status st = mp_dataset_load(&d, o->calibration_data, &spec);
     if (st)
         return st;
+    if ((st = mp_columns_files_open(&cols, &e->cols, o->calibration_atom_path,
+                                    o->calibration_bond_path, o->model_path,
+                                    (int32_t)d->n_rows, "calibration-"))) {
+        mp_columns_files_free(&cols);
+        mp_dataset_free(d);
+        return st;
+    }
     size_t n = d->n_rows, nv = 0, n1 = n ? n : 1;
     size_t *col = mp_malloc(sizeof(size_t) * t), *ri = mp_malloc(sizeof(size_t) * n1);
     int32_t *idx = mp_malloc(sizeof(int32_t) * n1);
@@ -145,7 +153,9 @@ static mp_status fit_calibration(mp_unc_run *u)
         goto done;
     mp_featurize_opts fo = mp_ensemble_featurize_opts(e);
     fo.n_threads = o->threads;
-    if ((st = mp_featurize(&f, (const char *const *)d->smiles, (int32_t)n, &fo)))
+    if ((st = mp_featurize(&f, (const char *const *)d->smiles, (int32_t)n, &fo)) ||
+        (st = mp_columns_files_apply(&cols, &e->cols, &f->g, 0, (const char *const *)d->smiles)) ||
+        (st = mp_columns_files_end(&cols, n, 1, o->calibration_data)))
         goto done;
     for (size_t i = 0; i < n; i++)
         if (f->g.valid[i])
@@ -184,6 +194,7 @@ static mp_status fit_calibration(mp_unc_run *u)
         }
     }
 done:
+    mp_columns_files_free(&cols);
     mp_free(col);
     mp_free(ri);
     mp_free(idx);

@@ -244,6 +244,9 @@ typedef struct {
     unsigned             features;     /* o->features, with MP_FEAT_FILE     */
     mp_feature_scaling   scaling;
     mp_featfile          file;         /* --features-path (f->file_values)   */
+    mp_features          f_view;       /* o->inputs' features with this run's *
+                                        * own copies of the user columns      */
+    int                  f_viewed;     /* 1: f is &f_view                      */
     int32_t              eval_batch;
     int                  made_dir;     /* this run made save_dir             */
     int                  wrote;        /* outputs[0..wrote) are written      */
@@ -510,21 +513,13 @@ static mp_status featurize_rows(train_run *r, size_t *valid, size_t *n_valid)
     *n_valid = nv;
     if (nv == 0)
         return mp_error_set(MP_ERR_FORMAT, "%s: no valid molecule to train on", o->data_path);
-    /* the user atom / bond columns, one file row group per input row */
-    if (o->cols.atom_path || o->cols.bond_path) {
-        if (o->model != MP_MODEL_DMPNN)
-            return mp_error_set(MP_ERR_ARG, "--atom-descriptors-path and --bond-features-path "
-                                "are for the D-MPNN (an FFN model has no atoms)");
-        /* (the columns are scaled in place: not in a caller's features) */
-        if (o->inputs)
-            return mp_error_set(MP_ERR_ARG, "user atom / bond columns with molecules "
-                                "featurized in memory (train from the data file)");
-        return mp_columns_read(&r->f->g, &o->cols, (const char *const *)d->smiles);
-    }
-    if (o->cols.atom_mode != MP_ATOM_COLS_NONE)
-        return mp_error_set(MP_ERR_ARG, "--atom-descriptors %s without --atom-descriptors-path",
-                            mp_atom_cols_name(o->cols.atom_mode));
-    return MP_OK;
+    /* the user atom / bond columns, one file row group per input row (of
+     * molecules given in memory: a copy, as they are scaled in place) */
+    if ((st = mp_columns_opts_check(&o->cols, o->model == MP_MODEL_DMPNN)))
+        return st;
+    if (o->inputs)
+        return mp_columns_view(&r->f_view, &r->f_viewed, o->inputs->features, &o->cols, &r->f);
+    return mp_columns_read(&r->f->g, &o->cols, (const char *const *)d->smiles);
 }
 
 /* The valid rows split into train, validation and test (r->sets). */
@@ -936,6 +931,8 @@ static void train_free(train_run *r, int failed)
         mp_features_free(r->f);
         mp_dataset_free(r->d);
     }
+    if (r->f_viewed)
+        mp_columns_view_free(&r->f_view);
     mp_featfile_free(&r->file);
 }
 
