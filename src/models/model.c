@@ -1,9 +1,8 @@
 /*
- * model.c - the life of an mp_model: configuration, the parameter block and
- * its views, Xavier initialisation, the activation arena, and the steps a
- * trainer calls (forward, loss + backward, Adam).  The layers themselves are
- * in dmpnn.c and ffn.c; everything here talks to the device only through the
- * backend.
+ * model.c - the life of an mp_model: configuration, the parameter block and its
+ * views, Xavier initialisation, the activation arena, and the steps a trainer
+ * calls (forward, loss + backward, Adam).  The layers themselves are in dmpnn.c
+ * and ffn.c; everything here talks to the device only through the backend.
  */
 #include "models/model_impl.h"
 
@@ -37,8 +36,7 @@ mp_model_config mp_model_config_default(void)
     c.loss_lambda = 0.0;
     c.loss_eps = 1e-8;
     c.loss_alpha = 0.1;
-    c.spectra_act = MP_SPECTRA_EXP;
-    c.spectra_floor = 1e-8;
+    c.spectra_act = MP_SPECTRA_EXP, c.spectra_floor = 1e-8;
     c.activation = MP_ACT_RELU;
     return c;
 }
@@ -82,10 +80,9 @@ static mp_status config_check_head(const mp_model_config *c)
                        c->loss_eps);
     if (!(c->loss_alpha > 0 && c->loss_alpha < 1))
         return CFG_BAD("quantile alpha = %g (must be in (0, 1))", c->loss_alpha);
-    if (c->spectra_act != MP_SPECTRA_EXP && c->spectra_act != MP_SPECTRA_SOFTPLUS)
-        return CFG_BAD("unknown spectra activation %d", c->spectra_act);
-    if (!(c->spectra_floor > 0 && isfinite(c->spectra_floor)))
-        return CFG_BAD("spectra target floor = %g (must be finite and > 0)", c->spectra_floor);
+    if ((c->spectra_act != MP_SPECTRA_EXP && c->spectra_act != MP_SPECTRA_SOFTPLUS) ||
+        !(c->spectra_floor > 0 && isfinite(c->spectra_floor)))
+        return CFG_BAD("spectra activation %d, floor %g", c->spectra_act, c->spectra_floor);
     if ((unsigned)c->activation >= MP_ACT_COUNT)
         return CFG_BAD("unknown activation %d", (int)c->activation);
     if ((c->atom_messages | c->undirected | c->batch_norm) & ~1)
