@@ -181,6 +181,62 @@ MP_TEST(hpopt_tpe_finds_better_points_than_random_search)
     CHECK_MSG(best[1] < best[0], "tpe %.4f vs random %.4f", best[1], best[0]);
 }
 
+/* Mean distance between the round's points (x, n and lr scaled to [0, 1],
+ * the choice 0 or 1 apart). */
+static double round_spread(const double *x, int n)
+{
+    double sum = 0;
+    int pairs = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++, pairs++) {
+            const double *a = x + 4 * i, *b = x + 4 * j;
+            double d0 = a[0] - b[0], d1 = (a[1] - b[1]) / 39,
+                   d2 = (log10(a[2]) - log10(b[2])) / 4, d3 = a[3] != b[3];
+            sum += sqrt(d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3);
+        }
+    return pairs ? sum / pairs : 0;
+}
+
+/* A round of 8 side by side after 20 finished trials: with the constant
+ * liar (mp_hp_propose_in_round) TPE's proposals spread out, where from the
+ * finished trials alone they crowd the best region; its first proposal is
+ * the plain one, the pending trials' losses become the worst finished
+ * one, and random search is unchanged. */
+MP_TEST(hpopt_tpe_round_proposals_spread_with_the_constant_liar)
+{
+    enum { H = 20, R = 8, SEEDS = 5 };
+    mp_hp_space s;
+    toy_space(&s);
+    double spread[2] = { 0, 0 };
+    for (uint64_t seed = 0; seed < SEEDS; seed++) {
+        double xs[4 * (H + R)], ls[H + R], plain[4 * R];
+        toy_search(MP_HP_TPE, seed, H, xs, ls);
+        double worst = -INFINITY;
+        for (int i = 0; i < H; i++)
+            worst = fmax(worst, ls[i]);
+        mp_hp_proposer p = { MP_HP_TPE, seed, 10, 24 };
+        for (int i = 0; i < R; i++)
+            mp_hp_propose(&p, &s, xs, ls, H, H + i, plain + 4 * i);
+        for (int i = 0; i < R; i++)
+            mp_hp_propose_in_round(&p, &s, xs, ls, H, H + i, xs + 4 * (H + i));
+        CHECK(!memcmp(plain, xs + 4 * H, sizeof(double) * 4));
+        for (int i = H; i < H + R - 1; i++)
+            CHECK(ls[i] == worst);
+        double again[4];
+        mp_hp_propose_in_round(&p, &s, xs, ls, H, H + R - 1, again);
+        CHECK(!memcmp(again, xs + 4 * (H + R - 1), sizeof again));
+        spread[0] += round_spread(plain, R) / SEEDS;
+        spread[1] += round_spread(xs + 4 * H, R) / SEEDS;
+        mp_hp_proposer q = { MP_HP_RANDOM, seed, 10, 24 };
+        mp_hp_propose(&q, &s, xs, ls, H, H + 3, plain);
+        mp_hp_propose_in_round(&q, &s, xs, ls, H, H + 3, again);
+        CHECK(!memcmp(plain, again, sizeof again));
+    }
+    printf("    mean distance within a round of %d: from the finished trials %.3f, with the "
+           "liar %.3f\n", R, spread[0], spread[1]);
+    CHECK_MSG(spread[1] > 1.2 * spread[0], "liar %.3f vs plain %.3f", spread[1], spread[0]);
+}
+
 /* ===================================================================== */
 /* molprop hpopt                                                          */
 /* ===================================================================== */

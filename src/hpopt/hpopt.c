@@ -608,11 +608,11 @@ static void undo_start(const mp_hpopt_args *a, int wrote_identity, int made_sub,
 }
 
 mp_status mp_hp_propose_trial(search *S, const mp_hp_proposer *p, const double *xs,
-                              const double *losses, int n_hist, int i)
+                              double *losses, int n_hist, int i)
 {
     const mp_hp_space *sp = S->space;
     double x[MP_HP_MAX_DIMS];
-    mp_hp_propose(p, sp, xs, losses, n_hist, i, x);
+    mp_hp_propose_in_round(p, sp, xs, losses, n_hist, i, x);
     char text[64];
     for (int k = 0; k < sp->n; k++) {   /* as the file will hold it */
         mp_hp_value_text(&sp->dims[k], x[k], text, sizeof text);

@@ -82,6 +82,20 @@ typedef struct {
 void mp_hp_propose(const mp_hp_proposer *p, const mp_hp_space *s, const double *xs,
                    const double *losses, int n_done, int trial, double *x);
 
+/*
+ * Proposes point `trial` of a round of trials run side by side, the round
+ * starting at trial r0: trials 0..r0-1 are finished (losses as above), and
+ * r0..trial-1 are proposed (their points in xs) but not yet scored.  With
+ * TPE, once the finished trials alone reach `startup`, the pending ones
+ * join the history with the worst finished loss (Ginsbourger et al.'s
+ * "constant liar" for parallel proposals), so that a round's proposals
+ * spread out instead of all taking the best region; losses[r0..trial-1]
+ * are overwritten with that loss.  Random search and TPE's startup
+ * proposals are those of mp_hp_propose(.., r0, trial, ..).
+ */
+void mp_hp_propose_in_round(const mp_hp_proposer *p, const mp_hp_space *s, const double *xs,
+                            double *losses, int r0, int trial, double *x);
+
 #ifdef __cplusplus
 }
 #endif

@@ -71,10 +71,11 @@ mp_status mp_hp_append_trials(search *S, const int *trials, int n);
  * first failure among them (MP_ERR_INTERRUPTED with the search's message). */
 mp_status mp_hp_run_jobs(search *S, job *jobs, pthread_t *th, int n);
 /* Proposes trial i (x: as the trials file will hold it) from the first
- * n_hist trials' losses; a trial with a line must have these parameters
- * (MP_ERR_FORMAT otherwise). */
+ * n_hist trials' losses, the round's trials n_hist..i-1 pending
+ * (mp_hp_propose_in_round: it overwrites their losses); a trial with a
+ * line must have these parameters (MP_ERR_FORMAT otherwise). */
 mp_status mp_hp_propose_trial(search *S, const mp_hp_proposer *p, const double *xs,
-                              const double *losses, int n_hist, int i);
+                              double *losses, int n_hist, int i);
 /* The message of a search stopped by a signal during trial i (-1: between). */
 mp_status mp_hp_interrupted(const search *S, int i);
 /* The best finished trial (lowest loss, the earlier on ties), or -1. */

@@ -281,3 +281,23 @@ void mp_hp_propose(const mp_hp_proposer *p, const mp_hp_space *s, const double *
     mp_free(good);
     mp_free(rk);
 }
+
+void mp_hp_propose_in_round(const mp_hp_proposer *p, const mp_hp_space *s, const double *xs,
+                            double *losses, int r0, int trial, double *x)
+{
+    int n_ok = 0;
+    double worst = -INFINITY;
+    for (int i = 0; i < r0; i++)
+        if (!isnan(losses[i])) {
+            n_ok++;
+            worst = losses[i] > worst ? losses[i] : worst;
+        }
+    int startup = p->startup > 0 ? p->startup : 1;
+    if (p->method != MP_HP_TPE || n_ok < startup || trial == r0) {
+        mp_hp_propose(p, s, xs, losses, r0, trial, x);
+        return;
+    }
+    for (int i = r0; i < trial; i++)
+        losses[i] = worst;
+    mp_hp_propose(p, s, xs, losses, trial, trial, x);
+}
