@@ -51,19 +51,11 @@ const char *mp_test_shared(const char *rel)
     return buf;
 }
 
-int mp_test_cli(char *out, size_t cap, const char *fmt, ...)
+/* Runs cmd (its stderr joined to stdout), keeping the first cap-1 bytes of
+ * the output in out (may be NULL); the exit status, -1 if it did not run
+ * or died from a signal. */
+static int run_command(char *out, size_t cap, const char *cmd)
 {
-    const char *bin = getenv("MOLPROP_BIN");
-    if (!bin || !*bin) {
-        fprintf(stdout, "    MOLPROP_BIN is not set (run the tests through make test)\n");
-        return -1;
-    }
-    char args[8192], cmd[9000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", bin, args);
     FILE *p = popen(cmd, "r");
     if (!p)
         return -1;
@@ -83,6 +75,33 @@ int mp_test_cli(char *out, size_t cap, const char *fmt, ...)
     if (status == -1 || !WIFEXITED(status))
         return -1;
     return WEXITSTATUS(status);
+}
+
+int mp_test_cli(char *out, size_t cap, const char *fmt, ...)
+{
+    const char *bin = getenv("MOLPROP_BIN");
+    if (!bin || !*bin) {
+        fprintf(stdout, "    MOLPROP_BIN is not set (run the tests through make test)\n");
+        return -1;
+    }
+    char args[8192], cmd[9000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", bin, args);
+    return run_command(out, cap, cmd);
+}
+
+int mp_test_shell(char *out, size_t cap, const char *fmt, ...)
+{
+    char cmd[8200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd - 8, fmt, ap);
+    va_end(ap);
+    strcat(cmd, " 2>&1");
+    return run_command(out, cap, cmd);
 }
 
 char *mp_test_slurp(const char *path, size_t *len)

@@ -36,6 +36,10 @@ const char *mp_test_tmpdir(void);
 int mp_test_cli(char *out, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The same for a shell command line (printf-formatted), not the program. */
+int mp_test_shell(char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Reads a whole file into a NUL-terminated mp_malloc'd buffer (NULL if it
  * cannot be read); *len gets its length when len is not NULL. */
 char *mp_test_slurp(const char *path, size_t *len);

@@ -31,7 +31,8 @@ MP_TEST(columns_scaling_fits_training_rows)
     mp_graphs g;
     CHECK(store(&g, 3, 2));
     const int32_t train[5] = { 0, 2, 3, 7, 9 };
-    mp_columns_opts o = { "a.npz", MP_ATOM_COLS_DESCRIPTOR, "b.npz", 0, 0 };
+    mp_columns_opts o = { .atom_path = "a.npz", .atom_mode = MP_ATOM_COLS_DESCRIPTOR,
+                          .bond_path = "b.npz" };
     mp_columns c;
     CHECK_OK(mp_columns_fit(&c, &o, &g, train, 5));
     CHECK_EQ_INT(c.atom_dim, 3);

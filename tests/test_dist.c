@@ -30,24 +30,8 @@ static const char *tmp(const char *name)
     return b;
 }
 
-static int shell(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    while (fread(cmd, 1, sizeof cmd, p) > 0) {
-    }
-    int status = pclose(p);
-    return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+/* A shell command line with its output in out (tests/test.h). */
+#define shell(...) mp_test_shell(out, sizeof out, __VA_ARGS__)
 
 /* detect_leaks=0: in a sanitizer build, Open MPI's plugins, unloaded at
  * MPI_Finalize, leave blocks LeakSanitizer can neither name nor suppress

@@ -41,26 +41,8 @@ static int write_text(const char *path, const char *text, size_t n)
     return fclose(fp) == 0 && ok;
 }
 
-/* Runs a shell command (printf-formatted) with its output in out; its exit
- * status, -1 when it did not run. */
-static int shell(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    while (fread(cmd, 1, sizeof cmd, p) > 0) {
-    }
-    int status = pclose(p);
-    return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+/* A shell command line with its output in out (tests/test.h). */
+#define shell(...) mp_test_shell(out, sizeof out, __VA_ARGS__)
 
 /* ===================================================================== */
 /* The ranges against the reader                                          */

@@ -12,6 +12,7 @@
 #include "internal.h"   /* every module header */
 
 #include "models/heads.h"
+#include "run/fit.h"      /* mp_fit_eval_batch */
 #include "run/train_head.h"
 
 #include <stdlib.h>
