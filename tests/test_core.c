@@ -5,6 +5,7 @@
 #include "core/core.h"
 
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 MP_TEST(pyrandom_matches_cpython)
@@ -88,4 +89,50 @@ MP_TEST(afile_commit_and_abort)
     CHECK(access(path, F_OK) != 0);
     CHECK(mp_afile_open(&f, "/nonexistent-dir/x") == MP_ERR_IO);
     CHECK(strstr(mp_error_message(), "/nonexistent-dir/x") != NULL);
+}
+
+/* mp_exit in a child whose stdout is a pipe: the buffered output arrives
+ * and the status is the one given either way; the atexit handler runs only
+ * without mp_exit_skip_teardown (what the GPU backend asks for). */
+static void exit_handler_marks(void) { fputs("handler", stdout); }
+
+static int exit_child(int skip, char *got, size_t n, int *status)
+{
+    int fd[2];
+    if (pipe(fd) != 0)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        dup2(fd[1], STDOUT_FILENO);
+        close(fd[0]);
+        close(fd[1]);
+        atexit(exit_handler_marks);
+        fputs("buffered;", stdout);   /* a pipe: fully buffered, not yet written */
+        if (skip)
+            mp_exit_skip_teardown();
+        mp_exit(7);
+    }
+    close(fd[1]);
+    size_t used = 0;
+    ssize_t r;
+    while (used + 1 < n && (r = read(fd[0], got + used, n - 1 - used)) > 0)
+        used += (size_t)r;
+    got[used] = '\0';
+    close(fd[0]);
+    return waitpid(pid, status, 0) == pid ? 0 : -1;
+}
+
+MP_TEST(exit_skips_teardown_only_when_asked)
+{
+    char got[64];
+    int status = 0;
+    CHECK(exit_child(0, got, sizeof got, &status) == 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+    CHECK_EQ_STR(got, "buffered;handler");
+    CHECK(exit_child(1, got, sizeof got, &status) == 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+    CHECK_EQ_STR(got, "buffered;");
 }

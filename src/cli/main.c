@@ -323,7 +323,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         if (!strcmp(v, verbs[i].name)) {
             install_signals();
-            return exit_status(v, verbs[i].fn(argc - 1, argv + 1));
+            mp_exit(exit_status(v, verbs[i].fn(argc - 1, argv + 1)));
         }
     fprintf(stderr, "molprop: unknown command '%s'\n\n", v);
     usage(stderr);

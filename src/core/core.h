@@ -112,6 +112,11 @@ int  mp_threads_get(void);
  * parallel regions ask mp_threads_get; results never depend on it). */
 void mp_threads_set_local(int n);
 
+/* mp_exit (molprop.h) ends the process without exit's handlers after this
+ * (the GPU backend calls it on opening: its runtime's teardown at exit
+ * costs memory and frees nothing the process's end does not). */
+void mp_exit_skip_teardown(void);
+
 /* ===================================================================== */
 /* Output: atomic files and the I/O fault hook (io.c)                     */
 /* ===================================================================== */

@@ -57,13 +57,16 @@ int mp_dist_device(void) { return tl_group ? tl_device : g_local; }
 
 #if MP_HAVE_MPI
 
-static void finalize(void)
+void mp_dist_finalize(void)
 {
-    int done = 0;
+    int inited = 0, done = 0;
+    MPI_Initialized(&inited);
     MPI_Finalized(&done);
-    if (!done)
+    if (inited && !done)
         MPI_Finalize();
 }
+
+static void finalize(void) { mp_dist_finalize(); }
 
 static mp_status mpi_fail(const char *what, int rc)
 {
@@ -199,6 +202,8 @@ static mp_status proc_barrier(void)
 }
 
 #else /* !MP_HAVE_MPI */
+
+void mp_dist_finalize(void) {}
 
 mp_status mp_dist_init(void)
 {

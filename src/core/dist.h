@@ -34,6 +34,9 @@ int mp_dist_launched_size(void);
  * saying what is missing (each rank would do the whole job).
  */
 mp_status mp_dist_init(void);
+/* MPI_Finalize when MPI was initialized and not finalized yet (the exit
+ * handler mp_dist_init registers; mp_exit calls it before _exit). */
+void      mp_dist_finalize(void);
 int       mp_dist_rank(void);   /* 0 before mp_dist_init or without MPI */
 int       mp_dist_size(void);   /* 1 before mp_dist_init or without MPI */
 

@@ -3,9 +3,12 @@
  * (atomic file output is io.c).
  */
 #include "core.h"
+#include "dist.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -41,6 +44,23 @@ void mp_threads_set(int n)
 }
 
 void mp_threads_set_local(int n) { n_threads_local = n > 0 ? n : 0; }
+
+/* ===================================================================== */
+/* Exit                                                                   */
+/* ===================================================================== */
+
+static int skip_teardown;
+
+void mp_exit_skip_teardown(void) { skip_teardown = 1; }
+
+void mp_exit(int status)
+{
+    if (!skip_teardown)
+        exit(status);
+    mp_dist_finalize();   /* the one exit handler of ours that must run */
+    fflush(NULL);
+    _exit(status);
+}
 
 int mp_threads_get(void)
 {

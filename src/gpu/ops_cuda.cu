@@ -287,6 +287,7 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     char why[256];
     if (!mp_backend_cuda_available(why, sizeof why))
         return mp_error_set(MP_ERR_NODEVICE, "cuda backend: no usable GPU: %s", why);
+    mp_exit_skip_teardown();   /* the runtime is up: see mp_exit */
 
     mp_backend *b = (mp_backend *)mp_calloc(1, sizeof *b);
     gpu_ctx *c = (gpu_ctx *)mp_calloc(1, sizeof *c);
