@@ -7,6 +7,7 @@
 #include "run/fingerprint.h"
 
 #include "data/csv.h"
+#include "run/rows.h"
 
 #include <math.h>
 #include <string.h>
@@ -21,14 +22,10 @@ typedef struct {
     mp_predict_stats          *stats;
     mp_ensemble               *e;
     mp_model                  *m;
-    mp_csv_reader             *r;
+    mp_rows                    in;      /* the input, a chunk at a time  */
     mp_columns_files           cols;    /* user atom / bond column files */
     mp_afile                   out;
     int                        out_open, npy, width;
-    size_t                     n_header, smiles_col;
-    int32_t                    cap, n;
-    char                     **smiles;
-    size_t                    *line;
     float                     *vec;     /* cap x width                   */
     float                     *batch;   /* batch x width                 */
     float                     *extra;   /* batch x extra_dim             */
@@ -81,7 +78,7 @@ static mp_status write_row(fp_run *p, int32_t i, int valid)
             return mp_error_set(MP_ERR_IO, "%s: cannot write", p->o->out_path);
         return MP_OK;
     }
-    mp_csv_write_field(fp, p->smiles[i]);
+    mp_csv_write_field(fp, p->in.smiles[i]);
     for (int k = 0; k < p->width; k++) {
         fputc(',', fp);
         if (valid)
@@ -124,37 +121,36 @@ static mp_status run_batch(fp_run *p, const mp_features *f, int32_t nb)
 static mp_status flush(fp_run *p, const mp_featurize_opts *fo)
 {
     mp_features *f = NULL;
-    mp_status st = mp_featurize(&f, (const char *const *)p->smiles, p->n, fo);
+    mp_status st = mp_featurize(&f, (const char *const *)p->in.smiles, p->in.n, fo);
     if (!st)
         st = mp_columns_files_apply(&p->cols, &p->e->cols, &f->g, (int32_t)p->stats->n_rows,
-                                    (const char *const *)p->smiles);
+                                    (const char *const *)p->in.smiles);
     if (st) {
         mp_features_free(f);
         return st;
     }
     int32_t batch = p->e->backend->host_memory ? FP_BATCH_HOST : FP_BATCH_DEVICE, nb = 0;
-    for (int32_t i = 0; i < p->n && !st; i++) {
+    const int32_t n = p->in.n;
+    for (int32_t i = 0; i < n && !st; i++) {
         if (f->g.valid[i])
             p->sel[nb++] = i;
-        if (nb == batch || (i == p->n - 1 && nb > 0)) {
+        if (nb == batch || (i == n - 1 && nb > 0)) {
             st = run_batch(p, f, nb);
             nb = 0;
         }
     }
-    for (int32_t i = 0; i < p->n && !st; i++) {
+    for (int32_t i = 0; i < n && !st; i++) {
         if (!f->g.valid[i]) {
             if (!p->o->quiet && p->stats->n_invalid < 20)
                 fprintf(stderr, "%s:%zu: invalid SMILES '%s': no fingerprint\n",
-                        p->o->data_path, p->line[i], p->smiles[i]);
+                        p->o->data_path, p->in.line[i], p->in.smiles[i]);
             p->stats->n_invalid++;
         }
         st = write_row(p, i, f->g.valid[i]);
     }
     mp_features_free(f);
-    p->stats->n_rows += (size_t)p->n;
-    for (int32_t i = 0; i < p->n; i++)
-        mp_free(p->smiles[i]);
-    p->n = 0;
+    p->stats->n_rows += (size_t)n;
+    mp_rows_clear(&p->in);
     return st;
 }
 
@@ -178,28 +174,16 @@ static mp_status fp_open(fp_run *p)
         return st;
     size_t len = strlen(o->out_path);
     p->npy = len >= 4 && !strcmp(o->out_path + len - 4, ".npy");
-    char **fields;
-    size_t nf, line;
-    if ((st = mp_csv_open(&p->r, o->data_path)) || (st = mp_csv_next(p->r, &fields, &nf, &line)))
-        return st;
-    if (nf == 0)
-        return mp_error_set(MP_ERR_FORMAT, "%s: empty file (no header row)", o->data_path);
-    p->n_header = nf;
-    mp_column_spec spec = o->columns;
-    spec.no_targets = 1;
-    if ((st = mp_columns_resolve(o->data_path, fields, nf, &spec, &p->smiles_col, NULL, NULL)))
-        return st;
     int32_t batch = p->e->backend->host_memory ? FP_BATCH_HOST : FP_BATCH_DEVICE;
     int32_t cap = o->chunk_rows > 0 ? o->chunk_rows : FP_CHUNK;
     cap = (int32_t)(((int64_t)cap + batch - 1) / batch * batch);   /* whole batches */
-    p->cap = cap;
-    p->smiles = mp_calloc((size_t)cap, sizeof(char *));
-    p->line = mp_malloc(sizeof(size_t) * (size_t)cap);
+    if ((st = mp_rows_open(&p->in, o->data_path, &o->columns, cap)))
+        return st;
     p->vec = mp_malloc(sizeof(float) * (size_t)cap * (size_t)p->width);
     p->batch = mp_malloc(sizeof(float) * (size_t)batch * (size_t)p->width);
     p->extra = mp_malloc(sizeof(float) * ((size_t)batch * (size_t)p->e->cfg.extra_dim + 1));
     p->sel = mp_malloc(sizeof(int32_t) * (size_t)cap);
-    if (!p->smiles || !p->line || !p->vec || !p->batch || !p->extra || !p->sel)
+    if (!p->vec || !p->batch || !p->extra || !p->sel)
         return mp_error_set(MP_ERR_NOMEM, "fingerprint: out of memory (chunk of %d rows)",
                             (int)cap);
     if ((st = mp_afile_open(&p->out, o->out_path)))
@@ -207,7 +191,7 @@ static mp_status fp_open(fp_run *p)
     p->out_open = 1;
     if (p->npy)
         return write_npy_header(p, 0);
-    write_csv_header(p, fields[p->smiles_col]);
+    write_csv_header(p, p->in.smiles_name);
     return MP_OK;
 }
 
@@ -217,21 +201,11 @@ static mp_status fp_rows(fp_run *p)
     mp_featurize_opts fo = mp_ensemble_featurize_opts(p->e);
     fo.n_threads = o->threads;
     for (;;) {
-        char **fields;
-        size_t nf, line;
-        mp_status st = mp_csv_next(p->r, &fields, &nf, &line);
+        int eof;
+        mp_status st = mp_rows_fill(&p->in, &eof);
         if (st)
             return st;
-        int eof = nf == 0;
-        if (!eof) {
-            if (nf != p->n_header)
-                return mp_error_set(MP_ERR_FORMAT, "%s:%zu: expected %zu fields like the "
-                                    "header, found %zu", o->data_path, line, p->n_header, nf);
-            if (!(p->smiles[p->n] = mp_strdup(fields[p->smiles_col])))
-                return mp_error_set(MP_ERR_NOMEM, "out of memory");
-            p->line[p->n++] = line;
-        }
-        if ((p->n == p->cap || (eof && p->n > 0)) && (st = flush(p, &fo)))
+        if (p->in.n > 0 && (st = flush(p, &fo)))
             return st;
         if (eof) {
             if ((st = mp_columns_files_end(&p->cols, p->stats->n_rows, 1, o->data_path)))
@@ -262,15 +236,11 @@ mp_status mp_fingerprint_file(const mp_fingerprint_opts *o, mp_predict_stats *st
     }
     if (p.out_open)
         mp_afile_abort(&p.out);
-    for (int32_t i = 0; p.smiles && i < p.n; i++)
-        mp_free(p.smiles[i]);
-    mp_free(p.smiles);
-    mp_free(p.line);
+    mp_rows_close(&p.in);
     mp_free(p.vec);
     mp_free(p.batch);
     mp_free(p.extra);
     mp_free(p.sel);
-    mp_csv_close(p.r);
     mp_columns_files_free(&p.cols);
     mp_ensemble_free(p.e);
     return st;

@@ -4,6 +4,7 @@
 #include "run/predict.h"
 
 #include "data/spectra.h"
+#include "run/rows.h"
 #include "run/shard.h"
 
 #include "models/heads.h"
@@ -23,32 +24,11 @@
 #define PREDICT_BATCH_FOR(e) ((e)->backend->host_memory ? PREDICT_BATCH : PREDICT_BATCH_GPU)
 #define MAX_REPORTED_INVALID 20
 
-/* One chunk of input rows: the SMILES strings (owned) and their lines. */
-typedef struct {
-    int32_t n, cap;
-    char  **smiles;
-    size_t *line;
-} chunk;
-
-static void chunk_clear(chunk *c)
-{
-    for (int32_t i = 0; i < c->n; i++)
-        mp_free(c->smiles[i]);
-    c->n = 0;
-}
-
-static void chunk_free(chunk *c)
-{
-    chunk_clear(c);
-    mp_free(c->smiles);
-    mp_free(c->line);
-}
-
 /* The chunk featurized into *f (the caller frees it: the invalid rows'
  * reasons are in it) and predicted with its uncertainties (predict_unc.c);
  * row0: the chunk's first row in the input; file: the features file (NULL:
  * none); pc: the user atom / bond column files. */
-static mp_status predict_chunk(mp_unc_run *u, const chunk *c, const mp_featurize_opts *fo,
+static mp_status predict_chunk(mp_unc_run *u, const mp_rows *c, const mp_featurize_opts *fo,
                                const mp_featfile *file, const mp_columns_files *pc,
                                int64_t row0,
                                int32_t *idx, double *mean, double *unc, double *lower,
@@ -110,11 +90,9 @@ typedef struct {
     const mp_predict_opts *o;
     mp_predict_stats      *stats;
     mp_ensemble           *e;
-    mp_csv_reader         *r;
+    mp_rows                c;             /* the input, a chunk of rows at a time */
     mp_afile               out;
     int                    out_open;
-    size_t                 n_header, smiles_col;
-    chunk                  c;
     mp_featfile            file;          /* --features-path      */
     mp_unc_run             u;             /* uncertainty, calibration */
     mp_shard               sh;            /* --shard: its range and part (shard.h) */
@@ -194,23 +172,12 @@ static mp_status predict_open(predict_run *p)
     if (cap <= 0)
         cap = DEFAULT_CHUNK;
     cap = (int32_t)(((int64_t)cap + batch - 1) / batch * batch);
-    char **fields;
-    size_t nf, line;
-    if ((st = mp_csv_open(&p->r, o->data_path)) || (st = mp_csv_next(p->r, &fields, &nf, &line)))
-        return st;
-    if (nf == 0)
-        return mp_error_set(MP_ERR_FORMAT, "%s: empty file (no header row)", o->data_path);
-    p->n_header = nf;
-    mp_column_spec spec = o->columns;
-    spec.no_targets = 1;
-    if ((st = mp_columns_resolve(o->data_path, fields, nf, &spec, &p->smiles_col, NULL, NULL)))
+    if ((st = mp_rows_open(&p->c, o->data_path, &o->columns, cap)))
         return st;
     /* shards start on a batch boundary (the chunks are whole batches) */
-    if (o->shard.count && (st = mp_shard_begin(&p->sh, o, p->r, batch)))
+    if (o->shard.count && (st = mp_shard_begin(&p->sh, o, p->c.r, batch)))
         return st;
     size_t t = p->e->n_tasks;
-    p->c.smiles = mp_malloc(sizeof(char *) * (size_t)cap);
-    p->c.line = mp_malloc(sizeof(size_t) * (size_t)cap);
     const size_t V = (size_t)mp_ensemble_n_values(p->e);
     p->mean = mp_malloc(sizeof(double) * (size_t)cap * t);
     p->std = mp_malloc(sizeof(double) * (size_t)cap * t);
@@ -218,16 +185,14 @@ static mp_status predict_open(predict_run *p)
     p->idx = mp_malloc(sizeof(int32_t) * (size_t)cap);
     p->lower = mp_malloc(sizeof(double) * (size_t)cap * t);
     p->upper = mp_malloc(sizeof(double) * (size_t)cap * t);
-    if (!p->c.smiles || !p->c.line || !p->mean || !p->std || !p->vals || !p->idx || !p->lower ||
-        !p->upper)
+    if (!p->mean || !p->std || !p->vals || !p->idx || !p->lower || !p->upper)
         return mp_error_set(MP_ERR_NOMEM, "out of memory (chunk of %d rows)", cap);
-    p->c.cap = cap;
     if ((st = mp_afile_open(&p->out, o->shard.count ? p->sh.part_path : o->out_path)))
         return st;
     p->out_open = 1;
     if (o->shard.count)
         mp_shard_write_head(&p->sh, p->out.fp);
-    write_header(p, fields[p->smiles_col]);
+    write_header(p, p->c.smiles_name);
     if (o->shard.count)
         mp_shard_header_done(&p->sh, p->out.fp);
     return MP_OK;
@@ -288,7 +253,7 @@ static mp_status predict_flush(predict_run *p, const mp_featurize_opts *fo)
     }
     mp_features_free(f);
     p->stats->n_rows += (size_t)p->c.n;
-    chunk_clear(&p->c);
+    mp_rows_clear(&p->c);
     /* a full disk or a stop request ends the run now, not after the rest
      * of the input has been predicted for nothing */
     if ((st = mp_afile_check(&p->out)))
@@ -304,21 +269,11 @@ static mp_status predict_rows(predict_run *p)
     mp_featurize_opts fo = mp_ensemble_featurize_opts(p->e);
     fo.n_threads = o->threads;
     for (;;) {
-        char **fields;
-        size_t nf, line;
-        mp_status st = mp_csv_next(p->r, &fields, &nf, &line);
+        int eof;
+        mp_status st = mp_rows_fill(&p->c, &eof);
         if (st)
             return st;
-        int eof = nf == 0;
-        if (!eof) {
-            if (nf != p->n_header)
-                return mp_error_set(MP_ERR_FORMAT, "%s:%zu: expected %zu fields like the "
-                                    "header, found %zu", o->data_path, line, p->n_header, nf);
-            if (!(p->c.smiles[p->c.n] = mp_strdup(fields[p->smiles_col])))
-                return mp_error_set(MP_ERR_NOMEM, "out of memory");
-            p->c.line[p->c.n++] = line;
-        }
-        if ((p->c.n == p->c.cap || (eof && p->c.n > 0)) && (st = predict_flush(p, &fo)))
+        if (p->c.n > 0 && (st = predict_flush(p, &fo)))
             return st;
         if (eof) {
             /* every column file covers the input, no more and no less (a
@@ -360,7 +315,7 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     }
     if (p.out_open)
         mp_afile_abort(&p.out);
-    chunk_free(&p.c);
+    mp_rows_close(&p.c);
     mp_featfile_free(&p.file);
     mp_free(p.mean);
     mp_free(p.std);
@@ -370,7 +325,6 @@ mp_status mp_predict_file(const mp_predict_opts *o, mp_predict_stats *stats)
     mp_free(p.upper);
     if (p.u_open)
         mp_unc_run_free(&p.u);
-    mp_csv_close(p.r);
     mp_columns_files_free(&p.cols);
     mp_ensemble_free(p.e);
     return st;
