@@ -110,10 +110,11 @@ void      mp_unc_run_write_header(const mp_unc_run *u, FILE *fp);
 void      mp_unc_run_write_row(const mp_unc_run *u, FILE *fp, size_t i);
 
 /*
- * `molprop eval --preds P --data T --uncertainty-metrics nll,...`: the
- * metrics of the prediction file P (a task column, <task>_unc, and for
- * coverage <task>_lower / <task>_upper) against the labelled file T (rows
- * in the same order, SMILES equal); for every task of T that P predicts.
+ * `molprop eval --preds P --data T --uncertainty-metrics nll,...`
+ * (unc_eval.c): the metrics of the prediction file P (a task column,
+ * <task>_unc, and for coverage <task>_lower / <task>_upper) against the
+ * labelled file T (rows in the same order, SMILES equal); for every task of
+ * T that P predicts.
  * Binary tasks (labels 0/1 only) get nll of the predicted probability.
  */
 typedef struct {
