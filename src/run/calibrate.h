@@ -50,6 +50,9 @@
  *                       upper alpha/2 conformal quantile; the in-set
  *                       {k : -p_k < t_in} and out-set {k : -p_k <= t_out}
  *                       hold C_in <= Y <= C_out with probability 1 - alpha.
+ *                       The thresholds are fitted apart: with t_in > t_out
+ *                       a task may be in C_in and not in C_out (its
+ *                       molecule is then not covered); left as defined.
  *                       (Chemprop's own code mixes up its masks and axes:
  *                       the definition is followed, not its numbers.)
  */

@@ -12,6 +12,9 @@
  * class (<task>_class<k>_unc), but for dirichlet's u (<task>_unc); its
  * calibrators read the class probabilities: isotonic-multiclass rewrites
  * them, the conformal ones write prediction sets (<task>_class<k>_in_set).
+ * conformal-multilabel reads a binary model's probabilities, all its tasks
+ * at once, and writes the in-set and out-set of each molecule as 0 / 1 per
+ * task (<task>_in_set, <task>_out_set).
  */
 #include "run/predict.h"
 
@@ -47,12 +50,14 @@ static mp_status unc_bufs(mp_unc_run *u, size_t n)
     size_t cells = n * u->e->n_tasks, C = n_cls(u->e);
     mp_free(u->class_unc);
     mp_free(u->in_set);
+    mp_free(u->out_set);
     mp_free(u->member_unc);
     u->class_unc = mp_malloc(sizeof(double) * cells * C);
     u->in_set = mp_malloc(sizeof(double) * cells * C);
+    u->out_set = mp_malloc(sizeof(double) * cells);
     u->member_unc = mp_malloc(sizeof(double) * cells * (size_t)u->e->n_members);
     u->cap = 0;
-    if (!u->class_unc || !u->in_set || !u->member_unc)
+    if (!u->class_unc || !u->in_set || !u->out_set || !u->member_unc)
         return mp_error_set(MP_ERR_NOMEM, "predict: out of memory (uncertainties of %zu rows)",
                             n);
     u->cap = n;
@@ -114,8 +119,44 @@ static mp_status fit_task(mp_unc_run *u, size_t k, const size_t *ri, size_t m, s
     return mp_calibration_fit(&((mp_calibration *)u->cal)[k], kind, o->alpha, &in, y);
 }
 
+/* conformal-multilabel on the nv predicted rows of d (idx) with their
+ * probabilities mean [nv x T]: the labels of every task (col) at once,
+ * checked to be 0 / 1 (MP_ERR_ARG naming the line), missing ones NaN. */
+static mp_status fit_multilabel(mp_unc_run *u, const mp_dataset *d, const int32_t *idx,
+                                size_t nv, const size_t *col, const double *mean)
+{
+    const mp_predict_opts *o = u->o;
+    size_t t = u->e->n_tasks, labelled = 0;
+    double *y = mp_malloc(sizeof(double) * (nv * t + 1));
+    if (!y)
+        return mp_error_set(MP_ERR_NOMEM, "calibration: out of memory");
+    for (size_t r = 0; r < nv; r++)
+        for (size_t k = 0; k < t; k++) {
+            size_t i = (size_t)idx[r];
+            double target = d->targets[i * d->n_tasks + col[k]];
+            if (!isnan(target) && target != 0 && target != 1) {
+                mp_free(y);
+                return mp_error_set(MP_ERR_ARG, "%s:%zu: label %g of '%s' in '%s' is not 0 or 1 "
+                                    "(conformal-multilabel; calibrating %s)", d->path,
+                                    d->line[i], target, d->smiles[i], u->e->task_names[k],
+                                    o->model_path);
+            }
+            labelled += !isnan(target);
+            y[r * t + k] = target;
+        }
+    mp_status st;
+    if (labelled == 0)
+        st = mp_error_set(MP_ERR_ARG, "%s: no labelled cell in the %zu valid molecules "
+                          "(conformal-multilabel; calibrating %s)", o->calibration_data, nv,
+                          o->model_path);
+    else if ((st = mp_ml_calibration_fit(u->cal, o->alpha, mean, y, nv, t)))
+        st = mp_error_set(st, "%s: %s", o->calibration_data, mp_error_message());
+    mp_free(y);
+    return st;
+}
+
 /* Predicts the calibration file and fits one calibrator per task on its
- * labelled rows. */
+ * labelled rows (conformal-multilabel: one for all the tasks). */
 static mp_status fit_calibration(mp_unc_run *u)
 {
     const mp_predict_opts *o = u->o;
@@ -165,9 +206,15 @@ static mp_status fit_calibration(mp_unc_run *u)
     if ((st = mp_unc_run_predict(u, f, idx, (int32_t)nv, batch, INT64_C(1) << 40, mean, unc, lo,
                                  up, vals)))
         goto done;
-    size_t esz = is_mc(e) ? sizeof(mp_mc_calibration) : sizeof(mp_calibration);
-    if (!(u->cal = mp_calloc(t, esz))) {
+    int ml = o->calibrate == MP_CAL_CONFORMAL_MULTILABEL;
+    size_t esz = ml ? sizeof(mp_ml_calibration)
+                    : is_mc(e) ? sizeof(mp_mc_calibration) : sizeof(mp_calibration);
+    if (!(u->cal = mp_calloc(ml ? 1 : t, esz))) {
         st = mp_error_set(MP_ERR_NOMEM, "calibration: out of memory");
+        goto done;
+    }
+    if (ml) {
+        st = fit_multilabel(u, d, idx, nv, col, mean);
         goto done;
     }
     for (size_t k = 0; k < t; k++) {
@@ -242,10 +289,16 @@ static mp_status check_calibrator(const mp_predict_opts *o, const mp_ensemble *e
                                 "calibrate its class probabilities", o->model_path, name, task);
         return MP_OK;
     }
+    if (c == MP_CAL_CONFORMAL_MULTILABEL && cls)
+        return MP_OK;   /* it reads the probabilities: no --uncertainty needed */
     if (c == MP_CAL_CONFORMAL_MULTICLASS || c == MP_CAL_ISOTONIC_MULTICLASS ||
-        mp_calibrator_is_classification(c) != cls)
-        return mp_error_set(MP_ERR_ARG, "%s: --calibrate %s does not fit this %s model",
-                            o->model_path, name, task);
+        c == MP_CAL_CONFORMAL_MULTILABEL || mp_calibrator_is_classification(c) != cls)
+        return mp_error_set(MP_ERR_ARG, "%s: --calibrate %s does not fit this %s model: %s",
+                            o->model_path, name, task,
+                            cls ? "platt, isotonic or conformal-multilabel calibrate a binary "
+                                  "classification model"
+                                : "zscaling, zelikman, mve-weighting, conformal or "
+                                  "conformal-adaptive calibrate a regression model");
     if (c == MP_CAL_MVE_WEIGHTING && !per_member_variance(m))
         return mp_error_set(MP_ERR_ARG, "%s: --calibrate mve-weighting weighs each member's "
                             "variance: it needs --uncertainty mve, evidential or dropout (not %s)",
@@ -280,6 +333,7 @@ mp_status mp_unc_run_open(mp_unc_run *u, const mp_predict_opts *o, mp_ensemble *
     u->unc_cols = m != MP_UNC_NONE && !per_class;
     u->class_unc_cols = per_class;
     u->set_cols = mc && (c == MP_CAL_CONFORMAL_MULTICLASS || c == MP_CAL_CONFORMAL_ADAPTIVE);
+    u->ml_set_cols = c == MP_CAL_CONFORMAL_MULTILABEL;
     u->interval_cols = !mc && (mp_calibrator_makes_interval(c) || m == MP_UNC_QUANTILE);
     st = mp_ensemble_set_mc_dropout(e, m == MP_UNC_DROPOUT ? o->dropout_samples : 0,
                                     o->dropout_p, o->dropout_seed, 0);
@@ -292,7 +346,8 @@ mp_status mp_unc_run_open(mp_unc_run *u, const mp_predict_opts *o, mp_ensemble *
 
 void mp_unc_run_free(mp_unc_run *u)
 {
-    for (size_t k = 0; u->cal && k < u->e->n_tasks; k++) {
+    /* conformal-multilabel's one calibrator holds nothing to free */
+    for (size_t k = 0; u->cal && !u->ml_set_cols && k < u->e->n_tasks; k++) {
         if (is_mc(u->e))
             mp_mc_calibration_free(&((mp_mc_calibration *)u->cal)[k]);
         else
@@ -301,9 +356,10 @@ void mp_unc_run_free(mp_unc_run *u)
     mp_free(u->cal);
     mp_free(u->class_unc);
     mp_free(u->in_set);
+    mp_free(u->out_set);
     mp_free(u->member_unc);
     u->cal = NULL;
-    u->class_unc = u->in_set = u->member_unc = NULL;
+    u->class_unc = u->in_set = u->out_set = u->member_unc = NULL;
     u->cap = 0;
 }
 
@@ -505,6 +561,10 @@ mp_status mp_unc_run_predict(mp_unc_run *u, const mp_features *f, const int32_t 
     }
     if (st || !u->cal)
         return st;
+    if (o->calibrate == MP_CAL_CONFORMAL_MULTILABEL) {   /* one for all the tasks */
+        mp_ml_calibration_apply(u->cal, mean, nr, u->in_set, u->out_set);
+        return MP_OK;
+    }
     if (is_mc(e))
         return apply_mc(u, nr, mean, vals);
     /* the calibrators, task by task over the rows' strided values */
@@ -544,11 +604,19 @@ mp_status mp_unc_run_predict(mp_unc_run *u, const mp_features *f, const int32_t 
 }
 
 /* ===================================================================== */
-/* The multiclass columns                                                 */
+/* The set columns                                                        */
 /* ===================================================================== */
 
 void mp_unc_run_write_header(const mp_unc_run *u, FILE *fp)
 {
+    static const char *const ml_suffix[2] = { "in_set", "out_set" };
+    for (int s = 0; u->ml_set_cols && s < 2; s++)
+        for (size_t k = 0; k < u->e->n_tasks; k++) {
+            char name[1100];
+            snprintf(name, sizeof name, "%s_%s", u->e->task_names[k], ml_suffix[s]);
+            fputc(',', fp);
+            mp_csv_write_field(fp, name);
+        }
     static const char *const suffix[2] = { "unc", "in_set" };
     int want[2] = { u->class_unc_cols, u->set_cols };
     size_t C = n_cls(u->e);
@@ -564,6 +632,15 @@ void mp_unc_run_write_header(const mp_unc_run *u, FILE *fp)
 
 void mp_unc_run_write_row(const mp_unc_run *u, FILE *fp, size_t i)
 {
+    const double *ml_src[2] = { u->in_set, u->out_set };
+    size_t t = u->e->n_tasks;
+    for (int s = 0; u->ml_set_cols && s < 2; s++)
+        for (size_t k = 0; k < t; k++) {
+            double v = ml_src[s][i * t + k];
+            fputc(',', fp);
+            if (!isnan(v))
+                fprintf(fp, "%.0f", v);
+        }
     const double *src[2] = { u->class_unc, u->in_set };
     int want[2] = { u->class_unc_cols, u->set_cols };
     size_t C = n_cls(u->e), w = u->e->n_tasks * C;

@@ -127,7 +127,7 @@ mp_status mp_unc_eval_file(const char *preds_path, const char *truth_path,
     mp_column_spec spec;
     memset(&spec, 0, sizeof spec);
     spec.smiles_column = smiles_column;
-    double *buf = NULL;
+    double *buf = NULL, *ml = NULL;
     size_t *rowi = NULL;
     if ((st = mp_dataset_load(&P, preds_path, &spec)) ||
         (st = mp_dataset_load(&T, truth_path, &spec)))
@@ -152,10 +152,20 @@ mp_status mp_unc_eval_file(const char *preds_path, const char *truth_path,
     res->per_task = mp_malloc(sizeof(double) * (size_t)nm * (T->n_tasks ? T->n_tasks : 1));
     buf = mp_malloc(sizeof(double) * 5 * (n ? n : 1));
     rowi = mp_malloc(sizeof(size_t) * (n ? n : 1));
-    if (!res->per_task || !buf || !rowi) {
+    /* conformal-multilabel's sets and labels, n x tasks each, for the
+     * coverage of every molecule over all its tasks at once */
+    size_t nt = T->n_tasks, ml_cells = n * nt;
+    ml = mp_malloc(sizeof(double) * 3 * (ml_cells ? ml_cells : 1));
+    if (!res->per_task || !buf || !rowi || !ml) {
         st = mp_error_set(MP_ERR_NOMEM, "out of memory");
         goto done;
     }
+    double *ml_in = ml, *ml_out = ml + ml_cells, *ml_y = ml + 2 * ml_cells;
+    for (size_t c = 0; c < 3 * ml_cells; c++)
+        ml[c] = NAN;   /* tasks without sets stay out */
+    int ml_tasks = 0, want_coverage = 0;
+    for (int k = 0; k < nm; k++)
+        want_coverage |= ms[k] == MP_UNC_METRIC_COVERAGE;
     double sums[8] = { 0 };
     int counts[8] = { 0 };
     for (size_t j = 0; j < T->n_tasks; j++) {
@@ -186,6 +196,16 @@ mp_status mp_unc_eval_file(const char *preds_path, const char *truth_path,
         cl = find_column(P, name);
         snprintf(name, sizeof name, "%s_upper", task);
         ch = find_column(P, name);
+        /* conformal-multilabel's sets take the place of the interval */
+        snprintf(name, sizeof name, "%s_in_set", task);
+        size_t ci = find_column(P, name);
+        snprintf(name, sizeof name, "%s_out_set", task);
+        size_t co = find_column(P, name);
+        int sets = ci != SIZE_MAX && co != SIZE_MAX;
+        if (sets) {
+            cl = ci;
+            ch = co;
+        }
         double *p = buf, *v = buf + n, *lo = buf + 2 * n, *up = buf + 3 * n, *y = buf + 4 * n;
         size_t m = 0;
         int binary = 1;
@@ -195,14 +215,26 @@ mp_status mp_unc_eval_file(const char *preds_path, const char *truth_path,
             if (isnan(target) || isnan(pred))
                 continue;   /* no label, or no prediction (an invalid molecule) */
             binary &= target == 0 || target == 1;
+            if (sets && !binary) {
+                st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: label %g of '%s' in '%s' is not 0 or "
+                                  "1 (%s has its conformal-multilabel sets)", truth_path,
+                                  T->line[i], target, T->smiles[i], task, preds_path);
+                goto done;
+            }
             rowi[m] = i;
             y[m] = target;
             p[m] = pred;
             v[m] = cu != SIZE_MAX ? P->targets[i * P->n_tasks + cu] : NAN;
             lo[m] = cl != SIZE_MAX ? P->targets[i * P->n_tasks + cl] : NAN;
             up[m] = ch != SIZE_MAX ? P->targets[i * P->n_tasks + ch] : NAN;
+            if (sets) {
+                ml_in[i * nt + j] = lo[m];
+                ml_out[i * nt + j] = up[m];
+                ml_y[i * nt + j] = target;
+            }
             m++;
         }
+        ml_tasks += sets;
         for (int k = 0; k < nm; k++) {
             int needs_var = !(ms[k] == MP_UNC_METRIC_COVERAGE ||
                               (ms[k] == MP_UNC_METRIC_NLL && binary));
@@ -211,15 +243,22 @@ mp_status mp_unc_eval_file(const char *preds_path, const char *truth_path,
                                   preds_path, task, mp_unc_metric_name(ms[k]));
                 goto done;
             }
+            if (ms[k] == MP_UNC_METRIC_COVERAGE && binary && !sets) {
+                st = mp_error_set(MP_ERR_FORMAT, "%s: no columns '%s_in_set' and '%s_out_set' "
+                                  "(needed by coverage of a binary task: predict with "
+                                  "--calibrate conformal-multilabel)", preds_path, task, task);
+                goto done;
+            }
             if (ms[k] == MP_UNC_METRIC_COVERAGE && (cl == SIZE_MAX || ch == SIZE_MAX)) {
                 st = mp_error_set(MP_ERR_FORMAT, "%s: no columns '%s_lower' and '%s_upper' "
                                   "(needed by coverage: predict with --calibrate conformal)",
                                   preds_path, task, task);
                 goto done;
             }
-            if (binary && ms[k] != MP_UNC_METRIC_NLL) {
-                st = mp_error_set(MP_ERR_ARG, "%s: task '%s' is binary: only nll applies, not %s",
-                                  truth_path, task, mp_unc_metric_name(ms[k]));
+            if (binary && ms[k] != MP_UNC_METRIC_NLL && ms[k] != MP_UNC_METRIC_COVERAGE) {
+                st = mp_error_set(MP_ERR_ARG, "%s: task '%s' is binary: only nll and coverage "
+                                  "(of conformal-multilabel's sets) apply, not %s", truth_path,
+                                  task, mp_unc_metric_name(ms[k]));
                 goto done;
             }
             for (size_t i = 0; needs_var && i < m; i++)
@@ -229,7 +268,9 @@ mp_status mp_unc_eval_file(const char *preds_path, const char *truth_path,
                                       P->smiles[rowi[i]], v[i]);
                     goto done;
                 }
-            double sc = score(ms[k], binary, p, v, lo, up, y, m);
+            double sc = ms[k] == MP_UNC_METRIC_COVERAGE && sets
+                            ? mp_unc_coverage_multilabel(lo, up, y, m, 1, NULL)   /* its share */
+                            : score(ms[k], binary, p, v, lo, up, y, m);
             res->per_task[(size_t)k * T->n_tasks + res->n_tasks] = sc;
             if (!isnan(sc)) {
                 sums[k] += sc;
@@ -246,8 +287,17 @@ mp_status mp_unc_eval_file(const char *preds_path, const char *truth_path,
     }
     for (int k = 0; k < nm; k++)
         res->mean[k] = counts[k] ? sums[k] / counts[k] : NAN;
+    if (ml_tasks > 0 && want_coverage) {   /* of the sets over all the tasks at once */
+        size_t used = 0;
+        double joint = mp_unc_coverage_multilabel(ml_in, ml_out, ml_y, n, nt, &used);
+        for (int k = 0; k < nm; k++)
+            if (ms[k] == MP_UNC_METRIC_COVERAGE)
+                res->mean[k] = joint;
+        res->n_rows = used > res->n_rows ? used : res->n_rows;
+    }
 done:
     mp_free(buf);
+    mp_free(ml);
     mp_free(rowi);
     mp_dataset_free(P);
     mp_dataset_free(T);
