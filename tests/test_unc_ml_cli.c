@@ -7,11 +7,14 @@
  * thresholds worked out here from the library's own probabilities of the
  * calibration molecules (order statistics by counting), the coverage
  * against the file's sets and labels counted here, and every misuse is
- * refused with a message naming the file or the model.
+ * refused with a message naming the file or the model.  On a GPU the same
+ * host code applies the calibrator to the GPU's probabilities: the files
+ * agree with the cpu's (gpu_unc_ml_multilabel_matches_cpu, a skip here).
  */
 #include "test.h"
 #include "data/dataset.h"
 #include "featurize/featurize.h"
+#include "gpu/gpu.h"
 #include "run/ensemble.h"
 
 #include <math.h>
@@ -367,4 +370,59 @@ MP_TEST(unc_ml_cli_misuse_is_refused)
     CHECK(mp_test_cli(out, sizeof out, "eval --preds '%s' --data '%s' --uncertainty-metrics "
                       "coverage", sets, bad) != 0);
     CHECK_MSG(strstr(out, "bad_labels.csv:3: label 2") && strstr(out, "not 0 or 1"), "%s", out);
+}
+
+/* ===================================================================== */
+/* The cuda backend                                                       */
+/* ===================================================================== */
+
+/* The prediction files a (cpu) and b (gpu) agree: same columns and rows,
+ * the probabilities within tol (relative to 1 + |x|), and the 0 / 1 set
+ * columns on all but *flips cells (a task at a threshold's edge). */
+static int files_agree(const char *a, const char *b, double tol, int *flips)
+{
+    mp_dataset *A = load(a), *B = load(b);
+    int ok = A && B && A->n_rows == B->n_rows && A->n_tasks == B->n_tasks;
+    *flips = 0;
+    for (size_t j = 0; ok && j < A->n_tasks; j++) {
+        int set = strstr(A->task_names[j], "_set") != NULL;
+        ok = !strcmp(A->task_names[j], B->task_names[j]);
+        for (size_t i = 0; ok && i < A->n_rows; i++) {
+            double x = A->targets[i * A->n_tasks + j], y = B->targets[i * B->n_tasks + j];
+            if (isnan(x) || isnan(y))
+                ok = isnan(x) && isnan(y);
+            else if (set)
+                *flips += x != y;
+            else
+                ok = fabs(x - y) <= tol * (1 + fabs(x));
+        }
+    }
+    mp_dataset_free(A);
+    mp_dataset_free(B);
+    return ok;
+}
+
+MP_TEST(gpu_unc_ml_multilabel_matches_cpu)
+{
+    char why[300];
+    if (!mp_backend_cuda_available(why, sizeof why)) {
+        const char *req = getenv("MOLPROP_REQUIRE_GPU");
+        if (req && *req && strcmp(req, "0") != 0)
+            MP_FAIL("no GPU (MOLPROP_REQUIRE_GPU=1): %s", why);
+        MP_SKIP(why);
+    }
+    const char *dir = ml_setup();
+    CHECK_MSG(dir, "setup: %s", out);
+    char a[1300], b[1300];
+    snprintf(a, sizeof a, "%s/gpu_cpu.csv", dir);
+    snprintf(b, sizeof b, "%s/gpu_gpu.csv", dir);
+    for (int g = 0; g < 2; g++)
+        CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --model '%s/m/model.mpm' --data "
+                                 "'%s/test.csv' --out '%s' --calibrate conformal-multilabel "
+                                 "--calibration-data '%s/val_missing.csv' --alpha 0.2 --quiet%s",
+                                 dir, dir, g ? b : a, dir,
+                                 g ? " --device gpu --precision fp32" : ""), 0);
+    int flips;
+    CHECK_MSG(files_agree(a, b, 1e-4, &flips), "the gpu's probabilities differ from the cpu's");
+    CHECK_MSG(flips <= 3, "%d set cells differ", flips);
 }

@@ -293,12 +293,14 @@ static mp_status check_calibrator(const mp_predict_opts *o, const mp_ensemble *e
         return MP_OK;   /* it reads the probabilities: no --uncertainty needed */
     if (c == MP_CAL_CONFORMAL_MULTICLASS || c == MP_CAL_ISOTONIC_MULTICLASS ||
         c == MP_CAL_CONFORMAL_MULTILABEL || mp_calibrator_is_classification(c) != cls)
-        return mp_error_set(MP_ERR_ARG, "%s: --calibrate %s does not fit this %s model: %s",
+        return mp_error_set(MP_ERR_ARG, "%s: --calibrate %s does not fit this %s model%s",
                             o->model_path, name, task,
-                            cls ? "platt, isotonic or conformal-multilabel calibrate a binary "
+                            cls ? ": platt, isotonic or conformal-multilabel calibrate a binary "
                                   "classification model"
-                                : "zscaling, zelikman, mve-weighting, conformal or "
-                                  "conformal-adaptive calibrate a regression model");
+                            : mp_head_is_regression(e->cfg.task)
+                                ? ": zscaling, zelikman, mve-weighting, conformal or "
+                                  "conformal-adaptive calibrate a regression model"
+                                : "");
     if (c == MP_CAL_MVE_WEIGHTING && !per_member_variance(m))
         return mp_error_set(MP_ERR_ARG, "%s: --calibrate mve-weighting weighs each member's "
                             "variance: it needs --uncertainty mve, evidential or dropout (not %s)",
