@@ -439,13 +439,15 @@ static const mp_option_def predict_table[] = {
       .flags = MP_OPTF_U64 },
     { "calibrate", MP_OPT_CHOICE, "none",
       .choices = "none|zscaling|zelikman|mve-weighting|conformal|conformal-adaptive|platt|isotonic|"
-                 "conformal-multiclass|isotonic-multiclass",
+                 "conformal-multiclass|isotonic-multiclass|conformal-multilabel",
       .parse = parse_calibrator, .offset = AT(mp_predict_opts, calibrate), .arg = "C",
       .help = "fit a calibrator on --calibration-data: zscaling,\nzelikman, mve-weighting "
               "(--uncertainty mve,\nevidential or dropout), conformal,\nconformal-adaptive "
               "(regression; zelikman and the\nconformal ones write <task>_lower, _upper), "
               "platt,\nisotonic (binary classification),\nconformal-multiclass, conformal-adaptive "
-              "(sets:\n<task>_class<k>_in_set), isotonic-multiclass\n(multiclass)" },
+              "(sets:\n<task>_class<k>_in_set), isotonic-multiclass\n(multiclass), "
+              "conformal-multilabel (binary\nclassification, the tasks as labels: in- and\n"
+              "out-sets <task>_in_set, <task>_out_set)" },
     { "calibration-data", MP_OPT_TEXT, NULL, .offset = AT(mp_predict_opts, calibration_data),
       .arg = "F", .help = "labelled CSV (columns named like the tasks)" },
     { "calibration-atom-descriptors-path", MP_OPT_TEXT, NULL,
@@ -455,7 +457,7 @@ static const mp_option_def predict_table[] = {
       .offset = AT(mp_predict_opts, calibration_bond_path), .arg = "F",
       .help = "the per-bond columns of --calibration-data" },
     { "alpha", MP_OPT_REAL, "0.1", 1e-6, 0.999999, .offset = AT(mp_predict_opts, alpha),
-      .arg = "A", .help = "error rate of the intervals (coverage 1 - A)" },
+      .arg = "A", .help = "error rate of the intervals and sets (coverage\n1 - A)" },
     HEADING("run:"),
     THREADS(mp_predict_opts, threads),
     DEVICE,
@@ -495,7 +497,8 @@ static const mp_option_def eval_table[] = {
     { "uncertainty-metrics", MP_OPT_LIST, NULL,
       .offset = AT(mp_eval_args, unc_metrics), .arg = "L",
       .help = "with --preds: nll, miscalibration-area, ence,\nspearman, coverage "
-              "(comma-separated; a\nmulticlass task: nll, coverage)" },
+              "(comma-separated; a\nmulticlass task: nll, coverage; binary tasks:\nnll, and "
+              "coverage of conformal-multilabel's\nsets over all the tasks at once)" },
     { "data", MP_OPT_TEXT, NULL, .offset = AT(mp_eval_args, data_path), .arg = "F",
       .help = "CSV or gzipped CSV with the SMILES and the task\ncolumns",
       .flags = MP_OPTF_REQUIRED },

@@ -276,6 +276,27 @@ double mp_unc_coverage_sets(const double *in_set, const double *y, size_t n, int
     return (double)in / (double)n;
 }
 
+double mp_unc_coverage_multilabel(const double *in_set, const double *out_set, const double *y,
+                                  size_t n, size_t n_tasks, size_t *n_used)
+{
+    size_t used = 0, held = 0;
+    for (size_t i = 0; i < n; i++) {
+        int seen = 0, ok = 1;
+        for (size_t k = i * n_tasks; k < (i + 1) * n_tasks; k++) {
+            if (isnan(y[k]) || isnan(in_set[k]) || isnan(out_set[k]))
+                continue;
+            seen = 1;
+            if (y[k] == 1 ? !(out_set[k] > 0) : in_set[k] > 0)
+                ok = 0;   /* a positive outside C_out, or a negative inside C_in */
+        }
+        used += seen;
+        held += seen && ok;
+    }
+    if (n_used)
+        *n_used = used;
+    return used ? (double)held / (double)used : NAN;
+}
+
 double mp_unc_coverage(const double *lower, const double *upper, const double *y, size_t n)
 {
     if (n == 0)

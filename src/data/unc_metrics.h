@@ -3,7 +3,7 @@
  * scores them (chemprop/uncertainty/evaluator.py): the Gaussian NLL, the
  * miscalibration area, the expected normalized calibration error (ENCE),
  * the Spearman rank correlation between uncertainty and error, and the
- * coverage of prediction intervals.
+ * coverage of prediction intervals and sets.
  *
  * Every function scores ONE task over its n labelled molecules (the caller
  * drops rows with a missing label, as metrics.h's per-task helper does); a
@@ -76,6 +76,18 @@ double mp_unc_coverage(const double *lower, const double *upper, const double *y
  * Chemprop's conformal-coverage-multiclass). */
 double mp_unc_nll_multiclass(const double *prob, const double *y, size_t n, int C);
 double mp_unc_coverage_sets(const double *in_set, const double *y, size_t n, int C);
+/*
+ * Multilabel (conformal-multilabel's sets over n_tasks binary tasks):
+ * in_set, out_set and y [n x n_tasks] (nonzero = in the set; y 0 / 1, NaN
+ * where the label is missing).  The fraction of molecules whose sets hold
+ * C_in <= Y <= C_out on their labelled tasks: no task of the in-set is
+ * labelled 0 and every task labelled 1 is in the out-set.  A task whose
+ * label or sets are NaN is left out, a molecule with none left is not
+ * counted; *n_used (may be NULL) gets the molecules counted.  NaN when
+ * none is.  With n_tasks = 1 it is one task's share.
+ */
+double mp_unc_coverage_multilabel(const double *in_set, const double *out_set, const double *y,
+                                  size_t n, size_t n_tasks, size_t *n_used);
 
 /* The inverse error function on (-1, 1) (+-inf at +-1, NaN outside), to
  * double precision (a rational start refined by Newton steps on erf). */

@@ -15,7 +15,7 @@
 
 static const char *const cal_names[MP_CAL_COUNT] = {
     "none", "zscaling", "zelikman", "mve-weighting", "conformal", "conformal-adaptive",
-    "platt", "isotonic", "conformal-multiclass", "isotonic-multiclass"
+    "platt", "isotonic", "conformal-multiclass", "isotonic-multiclass", "conformal-multilabel"
 };
 
 mp_status mp_calibrator_parse(const char *s, mp_calibrator *out)
@@ -35,7 +35,7 @@ mp_status mp_calibrator_parse(const char *s, mp_calibrator *out)
     }
     return mp_error_set(MP_ERR_ARG, "unknown calibration '%s' (zscaling, zelikman, "
                         "mve-weighting, conformal, conformal-adaptive, platt, isotonic, "
-                        "conformal-multiclass, isotonic-multiclass)", s);
+                        "conformal-multiclass, isotonic-multiclass, conformal-multilabel)", s);
 }
 
 const char *mp_calibrator_name(mp_calibrator c)

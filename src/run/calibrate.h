@@ -41,6 +41,20 @@
  *                       label [y == k]), the C calibrated values divided by
  *                       their sum (0 / 0 gives NaN, as Chemprop's does)
  * Chemprop v2.3.1 has no Platt scaling for multiclass models.
+ * Multilabel (a binary classification model's tasks are the labels;
+ * mp_ml_calibration, calibrate_multilabel.c):
+ *   conformal-multilabel  Cauchois, Gupta & Duchi (JMLR 2021), as Chemprop
+ *                       v2.3.1 documents it: score -p_k; per molecule m_in =
+ *                       min of -p_k over its negative tasks, m_out = max
+ *                       over its positive ones; t_in the lower, t_out the
+ *                       upper alpha/2 conformal quantile; the in-set
+ *                       {k : -p_k < t_in} and out-set {k : -p_k <= t_out}
+ *                       hold C_in <= Y <= C_out with probability 1 - alpha.
+ *                       The thresholds are fitted apart: with t_in > t_out
+ *                       a task may be in C_in and not in C_out (its
+ *                       molecule is then not covered); left as defined.
+ *                       (Chemprop's own code mixes up its masks and axes:
+ *                       the definition is followed, not its numbers.)
  */
 #ifndef MP_CALIBRATE_H
 #define MP_CALIBRATE_H
@@ -62,13 +76,14 @@ typedef enum {
     MP_CAL_ISOTONIC,
     MP_CAL_CONFORMAL_MULTICLASS,
     MP_CAL_ISOTONIC_MULTICLASS,
+    MP_CAL_CONFORMAL_MULTILABEL,
     MP_CAL_COUNT
 } mp_calibrator;
 
 /* "zscaling", "zelikman" ("zelikman-interval"), "mve-weighting",
  * "conformal" ("conformal-regression"), "conformal-adaptive", "platt",
- * "isotonic", "conformal-multiclass", "isotonic-multiclass", "none";
- * MP_ERR_ARG listing them. */
+ * "isotonic", "conformal-multiclass", "isotonic-multiclass",
+ * "conformal-multilabel", "none"; MP_ERR_ARG listing them. */
 mp_status   mp_calibrator_parse(const char *s, mp_calibrator *out);
 const char *mp_calibrator_name(mp_calibrator c);
 /* 1 for the classification calibrators (platt, isotonic). */
@@ -144,6 +159,44 @@ mp_status mp_mc_calibration_fit(mp_mc_calibration *c, mp_calibrator kind, double
 void      mp_mc_calibration_apply(const mp_mc_calibration *c, const double *prob, size_t n,
                                   double *prob_out, double *in_set);
 void      mp_mc_calibration_free(mp_mc_calibration *c);
+
+/* ===================================================================== */
+/* Multilabel (calibrate_multilabel.c)                                    */
+/* ===================================================================== */
+
+/* conformal-multilabel, fitted once for all n_tasks tasks (no heap: no
+ * free needed). */
+typedef struct {
+    double alpha;
+    size_t n_tasks;
+    double t_in, t_out;   /* the thresholds on the score -p_k             */
+    size_t n;             /* the calibration molecules with a label       */
+} mp_ml_calibration;
+
+/* One molecule's m_in (the smallest -p_k over its tasks labelled 0; +inf
+ * when none) and m_out (the largest -p_k over those labelled 1; -inf when
+ * none) from prob and y [n_tasks]; a NaN label (missing) or probability
+ * leaves its task out. */
+void      mp_ml_scores(const double *prob, const double *y, size_t n_tasks, double *m_in,
+                       double *m_out);
+
+/*
+ * Fits conformal-multilabel at error rate alpha in (0, 1) on n molecules:
+ * prob [n x n_tasks] the predicted probabilities, y [n x n_tasks] the labels
+ * (0, 1, or NaN for missing).  Molecules without a labelled task are left
+ * out (c->n counts the rest).  t_in = the lower 1 - q quantile of m_in
+ * (mp_quantile_lower), t_out = the upper q one of m_out
+ * (mp_quantile_higher), q = mp_conformal_level(c->n, alpha / 2).
+ * MP_ERR_ARG for alpha outside (0, 1), a label that is not 0 / 1 (naming
+ * the molecule and task by index), no labelled molecule; MP_ERR_NOMEM.
+ */
+mp_status mp_ml_calibration_fit(mp_ml_calibration *c, double alpha, const double *prob,
+                                const double *y, size_t n, size_t n_tasks);
+/* Applies c to n rows of prob [n x n_tasks]: in_set and out_set [n x
+ * n_tasks] (either may be NULL) get 1 where task k is in the in-set (-p_k <
+ * t_in) / the out-set (-p_k <= t_out), else 0; NaN where p_k is NaN. */
+void      mp_ml_calibration_apply(const mp_ml_calibration *c, const double *prob, size_t n,
+                                  double *in_set, double *out_set);
 
 /* ===================================================================== */
 /* Building blocks (exported for the tests)                               */

@@ -59,7 +59,8 @@ typedef struct {
  * Writes out_path: the input's SMILES column, then one column per task,
  * then with an uncertainty method <task>_unc per task, and with an interval
  * (a quantile model, or the zelikman / conformal calibrators)
- * <task>_lower and <task>_upper per task; one row per input row in order.
+ * <task>_lower and <task>_upper per task, then any set columns
+ * (mp_unc_run_write_header); one row per input row in order.
  * The calibrators are fitted on calibration_data first (predict_unc.c;
  * platt and isotonic replace the probabilities themselves).  A
  * row whose SMILES is invalid keeps its place with empty predictions and is
@@ -83,13 +84,19 @@ typedef struct {
     const mp_predict_opts *o;
     mp_ensemble           *e;
     void                  *cal;    /* n_tasks mp_calibration, or for a multiclass
-                                    * model mp_mc_calibration (calibrate.h) */
+                                    * model mp_mc_calibration, or under
+                                    * conformal-multilabel one mp_ml_calibration
+                                    * for all the tasks (calibrate.h) */
     int                    unc_cols, interval_cols;   /* what the output has */
     int                    class_unc_cols, set_cols;  /* multiclass: _class<k>_unc,
                                                        * _class<k>_in_set       */
+    int                    ml_set_cols;  /* conformal-multilabel: <task>_in_set,
+                                          * <task>_out_set                      */
     /* the last chunk's (owned; mp_unc_run_write_row reads them): */
     double                *class_unc;   /* n x tasks x classes: the variances */
-    double                *in_set;      /* n x tasks x classes: 1 / 0         */
+    double                *in_set;      /* n x tasks x classes: 1 / 0 (a binary
+                                         * model's: n x tasks)                 */
+    double                *out_set;     /* conformal-multilabel: n x tasks     */
     double                *member_unc;  /* members x n x tasks (mve-weighting) */
     size_t                 cap;         /* rows they hold                     */
 } mp_unc_run;
@@ -102,26 +109,35 @@ void      mp_unc_run_free(mp_unc_run *u);
 mp_status mp_unc_run_predict(mp_unc_run *u, const mp_features *f, const int32_t *mols,
                              int32_t n, int32_t batch_size, int64_t row0, double *mean,
                              double *unc, double *lower, double *upper, double *vals);
-/* A multiclass model's per-class columns, after the _unc / _lower / _upper
- * ones: <task>_class<k>_unc (ensemble, dropout), then <task>_class<k>_in_set
- * (the conformal calibrators' prediction sets); the header (each name
- * preceded by a comma) and row i of the last chunk.  Nothing otherwise. */
+/* The set columns, after the _unc / _lower / _upper ones: a multiclass
+ * model's per-class <task>_class<k>_unc (ensemble, dropout), then
+ * <task>_class<k>_in_set (the conformal calibrators' prediction sets);
+ * under conformal-multilabel <task>_in_set for every task, then
+ * <task>_out_set (1 / 0: task k is in the in-set / the out-set); the header
+ * (each name preceded by a comma) and row i of the last chunk.  Nothing
+ * otherwise. */
 void      mp_unc_run_write_header(const mp_unc_run *u, FILE *fp);
 void      mp_unc_run_write_row(const mp_unc_run *u, FILE *fp, size_t i);
 
 /*
- * `molprop eval --preds P --data T --uncertainty-metrics nll,...`: the
- * metrics of the prediction file P (a task column, <task>_unc, and for
- * coverage <task>_lower / <task>_upper) against the labelled file T (rows
- * in the same order, SMILES equal); for every task of T that P predicts.
- * Binary tasks (labels 0/1 only) get nll of the predicted probability.
+ * `molprop eval --preds P --data T --uncertainty-metrics nll,...`
+ * (unc_eval.c): the metrics of the prediction file P (a task column,
+ * <task>_unc, and for coverage <task>_lower / <task>_upper) against the
+ * labelled file T (rows in the same order, SMILES equal); for every task of
+ * T that P predicts.  Binary tasks (labels 0/1 only) get nll of the
+ * predicted probability, and with conformal-multilabel's sets (columns
+ * <task>_in_set, <task>_out_set) coverage: per task the share of its
+ * labelled molecules whose label agrees with its sets, and as the mean
+ * the share of molecules with C_in <= Y <= C_out over all their labelled
+ * tasks at once (mp_unc_coverage_multilabel), not the tasks' mean.
  */
 typedef struct {
     size_t  n_tasks, n_rows;
     int     n_metrics;
     int     metrics[8];            /* mp_unc_metric                           */
     double *per_task;              /* n_metrics x n_tasks                     */
-    double  mean[8];               /* over the tasks with a score            */
+    double  mean[8];               /* over the tasks with a score (multilabel
+                                    * coverage: over the molecules, jointly)  */
 } mp_unc_eval_result;
 mp_status mp_unc_eval_file(const char *preds_path, const char *truth_path,
                            const char *smiles_column, const char *metrics,

@@ -1,9 +1,8 @@
 /*
- * predict_unc.c - the uncertainty side of `molprop predict` and `molprop
- * eval --uncertainty-metrics` (predict.h): the estimator a run uses
- * (uncertainty.h), the calibrators fitted on a labelled file (calibrate.h)
- * and applied chunk by chunk, and the uncertainty metrics of a prediction
- * file against a labelled one (unc_metrics.h).
+ * predict_unc.c - the uncertainty side of `molprop predict` (predict.h):
+ * the estimator a run uses (uncertainty.h) and the calibrators fitted on a
+ * labelled file (calibrate.h) and applied chunk by chunk.  The metrics of
+ * the file it writes are unc_eval.c's (`molprop eval --uncertainty-metrics`).
  *
  * Conventions (Chemprop v2.3.1's where it has one): a regression <task>_unc
  * is a variance in the target's units squared; a classification one the
@@ -13,11 +12,13 @@
  * class (<task>_class<k>_unc), but for dirichlet's u (<task>_unc); its
  * calibrators read the class probabilities: isotonic-multiclass rewrites
  * them, the conformal ones write prediction sets (<task>_class<k>_in_set).
+ * conformal-multilabel reads a binary model's probabilities, all its tasks
+ * at once, and writes the in-set and out-set of each molecule as 0 / 1 per
+ * task (<task>_in_set, <task>_out_set).
  */
 #include "run/predict.h"
 
 #include "data/csv.h"
-#include "data/unc_metrics.h"
 #include "models/heads.h"
 #include "run/calibrate.h"
 #include "run/uncertainty.h"
@@ -49,12 +50,14 @@ static mp_status unc_bufs(mp_unc_run *u, size_t n)
     size_t cells = n * u->e->n_tasks, C = n_cls(u->e);
     mp_free(u->class_unc);
     mp_free(u->in_set);
+    mp_free(u->out_set);
     mp_free(u->member_unc);
     u->class_unc = mp_malloc(sizeof(double) * cells * C);
     u->in_set = mp_malloc(sizeof(double) * cells * C);
+    u->out_set = mp_malloc(sizeof(double) * cells);
     u->member_unc = mp_malloc(sizeof(double) * cells * (size_t)u->e->n_members);
     u->cap = 0;
-    if (!u->class_unc || !u->in_set || !u->member_unc)
+    if (!u->class_unc || !u->in_set || !u->out_set || !u->member_unc)
         return mp_error_set(MP_ERR_NOMEM, "predict: out of memory (uncertainties of %zu rows)",
                             n);
     u->cap = n;
@@ -116,8 +119,44 @@ static mp_status fit_task(mp_unc_run *u, size_t k, const size_t *ri, size_t m, s
     return mp_calibration_fit(&((mp_calibration *)u->cal)[k], kind, o->alpha, &in, y);
 }
 
+/* conformal-multilabel on the nv predicted rows of d (idx) with their
+ * probabilities mean [nv x T]: the labels of every task (col) at once,
+ * checked to be 0 / 1 (MP_ERR_ARG naming the line), missing ones NaN. */
+static mp_status fit_multilabel(mp_unc_run *u, const mp_dataset *d, const int32_t *idx,
+                                size_t nv, const size_t *col, const double *mean)
+{
+    const mp_predict_opts *o = u->o;
+    size_t t = u->e->n_tasks, labelled = 0;
+    double *y = mp_malloc(sizeof(double) * (nv * t + 1));
+    if (!y)
+        return mp_error_set(MP_ERR_NOMEM, "calibration: out of memory");
+    for (size_t r = 0; r < nv; r++)
+        for (size_t k = 0; k < t; k++) {
+            size_t i = (size_t)idx[r];
+            double target = d->targets[i * d->n_tasks + col[k]];
+            if (!isnan(target) && target != 0 && target != 1) {
+                mp_free(y);
+                return mp_error_set(MP_ERR_ARG, "%s:%zu: label %g of '%s' in '%s' is not 0 or 1 "
+                                    "(conformal-multilabel; calibrating %s)", d->path,
+                                    d->line[i], target, d->smiles[i], u->e->task_names[k],
+                                    o->model_path);
+            }
+            labelled += !isnan(target);
+            y[r * t + k] = target;
+        }
+    mp_status st;
+    if (labelled == 0)
+        st = mp_error_set(MP_ERR_ARG, "%s: no labelled cell in the %zu valid molecules "
+                          "(conformal-multilabel; calibrating %s)", o->calibration_data, nv,
+                          o->model_path);
+    else if ((st = mp_ml_calibration_fit(u->cal, o->alpha, mean, y, nv, t)))
+        st = mp_error_set(st, "%s: %s", o->calibration_data, mp_error_message());
+    mp_free(y);
+    return st;
+}
+
 /* Predicts the calibration file and fits one calibrator per task on its
- * labelled rows. */
+ * labelled rows (conformal-multilabel: one for all the tasks). */
 static mp_status fit_calibration(mp_unc_run *u)
 {
     const mp_predict_opts *o = u->o;
@@ -167,9 +206,15 @@ static mp_status fit_calibration(mp_unc_run *u)
     if ((st = mp_unc_run_predict(u, f, idx, (int32_t)nv, batch, INT64_C(1) << 40, mean, unc, lo,
                                  up, vals)))
         goto done;
-    size_t esz = is_mc(e) ? sizeof(mp_mc_calibration) : sizeof(mp_calibration);
-    if (!(u->cal = mp_calloc(t, esz))) {
+    int ml = o->calibrate == MP_CAL_CONFORMAL_MULTILABEL;
+    size_t esz = ml ? sizeof(mp_ml_calibration)
+                    : is_mc(e) ? sizeof(mp_mc_calibration) : sizeof(mp_calibration);
+    if (!(u->cal = mp_calloc(ml ? 1 : t, esz))) {
         st = mp_error_set(MP_ERR_NOMEM, "calibration: out of memory");
+        goto done;
+    }
+    if (ml) {
+        st = fit_multilabel(u, d, idx, nv, col, mean);
         goto done;
     }
     for (size_t k = 0; k < t; k++) {
@@ -244,10 +289,18 @@ static mp_status check_calibrator(const mp_predict_opts *o, const mp_ensemble *e
                                 "calibrate its class probabilities", o->model_path, name, task);
         return MP_OK;
     }
+    if (c == MP_CAL_CONFORMAL_MULTILABEL && cls)
+        return MP_OK;   /* it reads the probabilities: no --uncertainty needed */
     if (c == MP_CAL_CONFORMAL_MULTICLASS || c == MP_CAL_ISOTONIC_MULTICLASS ||
-        mp_calibrator_is_classification(c) != cls)
-        return mp_error_set(MP_ERR_ARG, "%s: --calibrate %s does not fit this %s model",
-                            o->model_path, name, task);
+        c == MP_CAL_CONFORMAL_MULTILABEL || mp_calibrator_is_classification(c) != cls)
+        return mp_error_set(MP_ERR_ARG, "%s: --calibrate %s does not fit this %s model%s",
+                            o->model_path, name, task,
+                            cls ? ": platt, isotonic or conformal-multilabel calibrate a binary "
+                                  "classification model"
+                            : mp_head_is_regression(e->cfg.task)
+                                ? ": zscaling, zelikman, mve-weighting, conformal or "
+                                  "conformal-adaptive calibrate a regression model"
+                                : "");
     if (c == MP_CAL_MVE_WEIGHTING && !per_member_variance(m))
         return mp_error_set(MP_ERR_ARG, "%s: --calibrate mve-weighting weighs each member's "
                             "variance: it needs --uncertainty mve, evidential or dropout (not %s)",
@@ -282,6 +335,7 @@ mp_status mp_unc_run_open(mp_unc_run *u, const mp_predict_opts *o, mp_ensemble *
     u->unc_cols = m != MP_UNC_NONE && !per_class;
     u->class_unc_cols = per_class;
     u->set_cols = mc && (c == MP_CAL_CONFORMAL_MULTICLASS || c == MP_CAL_CONFORMAL_ADAPTIVE);
+    u->ml_set_cols = c == MP_CAL_CONFORMAL_MULTILABEL;
     u->interval_cols = !mc && (mp_calibrator_makes_interval(c) || m == MP_UNC_QUANTILE);
     st = mp_ensemble_set_mc_dropout(e, m == MP_UNC_DROPOUT ? o->dropout_samples : 0,
                                     o->dropout_p, o->dropout_seed, 0);
@@ -294,7 +348,8 @@ mp_status mp_unc_run_open(mp_unc_run *u, const mp_predict_opts *o, mp_ensemble *
 
 void mp_unc_run_free(mp_unc_run *u)
 {
-    for (size_t k = 0; u->cal && k < u->e->n_tasks; k++) {
+    /* conformal-multilabel's one calibrator holds nothing to free */
+    for (size_t k = 0; u->cal && !u->ml_set_cols && k < u->e->n_tasks; k++) {
         if (is_mc(u->e))
             mp_mc_calibration_free(&((mp_mc_calibration *)u->cal)[k]);
         else
@@ -303,9 +358,10 @@ void mp_unc_run_free(mp_unc_run *u)
     mp_free(u->cal);
     mp_free(u->class_unc);
     mp_free(u->in_set);
+    mp_free(u->out_set);
     mp_free(u->member_unc);
     u->cal = NULL;
-    u->class_unc = u->in_set = u->member_unc = NULL;
+    u->class_unc = u->in_set = u->out_set = u->member_unc = NULL;
     u->cap = 0;
 }
 
@@ -507,6 +563,10 @@ mp_status mp_unc_run_predict(mp_unc_run *u, const mp_features *f, const int32_t 
     }
     if (st || !u->cal)
         return st;
+    if (o->calibrate == MP_CAL_CONFORMAL_MULTILABEL) {   /* one for all the tasks */
+        mp_ml_calibration_apply(u->cal, mean, nr, u->in_set, u->out_set);
+        return MP_OK;
+    }
     if (is_mc(e))
         return apply_mc(u, nr, mean, vals);
     /* the calibrators, task by task over the rows' strided values */
@@ -546,11 +606,19 @@ mp_status mp_unc_run_predict(mp_unc_run *u, const mp_features *f, const int32_t 
 }
 
 /* ===================================================================== */
-/* The multiclass columns                                                 */
+/* The set columns                                                        */
 /* ===================================================================== */
 
 void mp_unc_run_write_header(const mp_unc_run *u, FILE *fp)
 {
+    static const char *const ml_suffix[2] = { "in_set", "out_set" };
+    for (int s = 0; u->ml_set_cols && s < 2; s++)
+        for (size_t k = 0; k < u->e->n_tasks; k++) {
+            char name[1100];
+            snprintf(name, sizeof name, "%s_%s", u->e->task_names[k], ml_suffix[s]);
+            fputc(',', fp);
+            mp_csv_write_field(fp, name);
+        }
     static const char *const suffix[2] = { "unc", "in_set" };
     int want[2] = { u->class_unc_cols, u->set_cols };
     size_t C = n_cls(u->e);
@@ -566,6 +634,15 @@ void mp_unc_run_write_header(const mp_unc_run *u, FILE *fp)
 
 void mp_unc_run_write_row(const mp_unc_run *u, FILE *fp, size_t i)
 {
+    const double *ml_src[2] = { u->in_set, u->out_set };
+    size_t t = u->e->n_tasks;
+    for (int s = 0; u->ml_set_cols && s < 2; s++)
+        for (size_t k = 0; k < t; k++) {
+            double v = ml_src[s][i * t + k];
+            fputc(',', fp);
+            if (!isnan(v))
+                fprintf(fp, "%.0f", v);
+        }
     const double *src[2] = { u->class_unc, u->in_set };
     int want[2] = { u->class_unc_cols, u->set_cols };
     size_t C = n_cls(u->e), w = u->e->n_tasks * C;
@@ -576,252 +653,4 @@ void mp_unc_run_write_row(const mp_unc_run *u, FILE *fp, size_t i)
             if (!isnan(v))
                 fprintf(fp, "%.9g", v);
         }
-}
-
-/* ===================================================================== */
-/* Uncertainty metrics of a prediction file                               */
-/* ===================================================================== */
-
-void mp_unc_eval_result_free(mp_unc_eval_result *r)
-{
-    mp_free(r->per_task);
-    memset(r, 0, sizeof *r);
-}
-
-/* The column of d named `name` (SIZE_MAX when absent). */
-static size_t find_column(const mp_dataset *d, const char *name)
-{
-    for (size_t j = 0; j < d->n_tasks; j++)
-        if (!strcmp(d->task_names[j], name))
-            return j;
-    return SIZE_MAX;
-}
-
-/*
- * Task j of T when P predicts it as a multiclass model does (columns
- * <task>_class0 ..): C = the number of those columns (0: it does not), and
- * its nll (of the class probabilities) and coverage (of the prediction
- * sets <task>_class<k>_in_set) into sc[0..nm); the other metrics do not
- * apply (MP_ERR_ARG).  Labels must be classes (MP_ERR_FORMAT naming the
- * line).  n_used: the labelled molecules with a prediction.
- */
-static mp_status eval_mc_task(const mp_dataset *P, const mp_dataset *T, size_t j,
-                              const mp_unc_metric *ms, int nm, size_t *C_out, double *sc,
-                              size_t *n_used)
-{
-    const char *task = T->task_names[j];
-    char name[1100];
-    size_t C = 0, cc[256], cs[256];
-    int have_sets = 1;
-    for (; C < 256; C++) {
-        snprintf(name, sizeof name, "%s_class%zu", task, C);
-        if ((cc[C] = find_column(P, name)) == SIZE_MAX)
-            break;
-        snprintf(name, sizeof name, "%s_class%zu_in_set", task, C);
-        have_sets &= (cs[C] = find_column(P, name)) != SIZE_MAX;
-    }
-    *C_out = C;
-    if (C == 0)
-        return MP_OK;
-    size_t n = T->n_rows, m = 0;
-    double *buf = mp_malloc(sizeof(double) * (n ? n : 1) * (2 * C + 1));
-    if (!buf)
-        return mp_error_set(MP_ERR_NOMEM, "out of memory");
-    double *prob = buf, *set = buf + n * C, *y = buf + 2 * n * C;
-    mp_status st = MP_OK;
-    for (size_t i = 0; i < n && st == MP_OK; i++) {
-        double target = T->targets[i * T->n_tasks + j];
-        if (isnan(target) || isnan(P->targets[i * P->n_tasks + cc[0]]))
-            continue;
-        if (!(target >= 0 && target < (double)C && target == floor(target))) {
-            st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: label %g of '%s' in '%s' is not a class "
-                              "(0 to %zu)", T->path, T->line[i], target, T->smiles[i], task,
-                              C - 1);
-            break;
-        }
-        for (size_t k = 0; k < C; k++) {
-            prob[m * C + k] = P->targets[i * P->n_tasks + cc[k]];
-            set[m * C + k] = have_sets ? P->targets[i * P->n_tasks + cs[k]] : NAN;
-        }
-        y[m++] = target;
-    }
-    for (int k = 0; k < nm && st == MP_OK; k++) {
-        if (ms[k] == MP_UNC_METRIC_NLL)
-            sc[k] = mp_unc_nll_multiclass(prob, y, m, (int)C);
-        else if (ms[k] == MP_UNC_METRIC_COVERAGE && have_sets)
-            sc[k] = mp_unc_coverage_sets(set, y, m, (int)C);
-        else if (ms[k] == MP_UNC_METRIC_COVERAGE)
-            st = mp_error_set(MP_ERR_FORMAT, "%s: no columns '%s_class<k>_in_set' (needed by "
-                              "coverage: predict with --calibrate conformal-multiclass or "
-                              "conformal-adaptive)", P->path, task);
-        else
-            st = mp_error_set(MP_ERR_ARG, "%s: task '%s' is multiclass: only nll and coverage "
-                              "apply, not %s", T->path, task, mp_unc_metric_name(ms[k]));
-    }
-    *n_used = m;
-    mp_free(buf);
-    return st;
-}
-
-/* Scores metric m on the labelled rows of one task. */
-static double score(mp_unc_metric m, int binary, const double *p, const double *v,
-                    const double *lo, const double *up, const double *y, size_t n)
-{
-    switch (m) {
-    case MP_UNC_METRIC_NLL:
-        return binary ? mp_unc_nll_binary(p, y, n) : mp_unc_nll_regression(p, v, y, n);
-    case MP_UNC_METRIC_MISCAL_AREA:
-        return mp_unc_miscalibration_area(p, v, y, n, 100);
-    case MP_UNC_METRIC_ENCE:
-        return mp_unc_ence(p, v, y, n, 100);
-    case MP_UNC_METRIC_SPEARMAN:
-        return mp_unc_spearman(p, v, y, n);
-    case MP_UNC_METRIC_COVERAGE:
-        return mp_unc_coverage(lo, up, y, n);
-    default:
-        return NAN;
-    }
-}
-
-mp_status mp_unc_eval_file(const char *preds_path, const char *truth_path,
-                           const char *smiles_column, const char *metrics,
-                           mp_unc_eval_result *res)
-{
-    memset(res, 0, sizeof *res);
-    mp_unc_metric ms[MP_UNC_METRIC_COUNT];
-    int nm = 0;
-    mp_status st = mp_unc_metric_list_parse(metrics, ms, &nm);
-    if (st)
-        return st;
-    mp_dataset *P = NULL, *T = NULL;
-    mp_column_spec spec;
-    memset(&spec, 0, sizeof spec);
-    spec.smiles_column = smiles_column;
-    double *buf = NULL;
-    size_t *rowi = NULL;
-    if ((st = mp_dataset_load(&P, preds_path, &spec)) ||
-        (st = mp_dataset_load(&T, truth_path, &spec)))
-        goto done;
-    if (P->n_rows != T->n_rows) {
-        st = mp_error_set(MP_ERR_FORMAT, "%s has %zu rows, %s %zu: they must be the same "
-                          "molecules in the same order", preds_path, P->n_rows, truth_path,
-                          T->n_rows);
-        goto done;
-    }
-    for (size_t i = 0; i < P->n_rows; i++)
-        if (strcmp(P->smiles[i], T->smiles[i])) {
-            st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: SMILES '%s' where %s:%zu has '%s'",
-                              preds_path, P->line[i], P->smiles[i], truth_path, T->line[i],
-                              T->smiles[i]);
-            goto done;
-        }
-    size_t n = T->n_rows;
-    res->n_metrics = nm;
-    for (int k = 0; k < nm; k++)
-        res->metrics[k] = ms[k];
-    res->per_task = mp_malloc(sizeof(double) * (size_t)nm * (T->n_tasks ? T->n_tasks : 1));
-    buf = mp_malloc(sizeof(double) * 5 * (n ? n : 1));
-    rowi = mp_malloc(sizeof(size_t) * (n ? n : 1));
-    if (!res->per_task || !buf || !rowi) {
-        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    double sums[8] = { 0 };
-    int counts[8] = { 0 };
-    for (size_t j = 0; j < T->n_tasks; j++) {
-        const char *task = T->task_names[j];
-        char name[1100];
-        size_t cp = find_column(P, task), cu, cl, ch;
-        if (cp == SIZE_MAX)
-            continue;   /* a labelled column the predictions do not have */
-        size_t C = 0, used = 0;
-        double mcs[MP_UNC_METRIC_COUNT];
-        if ((st = eval_mc_task(P, T, j, ms, nm, &C, mcs, &used)))
-            goto done;
-        if (C > 0) {   /* a multiclass task */
-            for (int k = 0; k < nm; k++) {
-                res->per_task[(size_t)k * T->n_tasks + res->n_tasks] = mcs[k];
-                if (!isnan(mcs[k])) {
-                    sums[k] += mcs[k];
-                    counts[k]++;
-                }
-            }
-            res->n_tasks++;
-            res->n_rows = used > res->n_rows ? used : res->n_rows;
-            continue;
-        }
-        snprintf(name, sizeof name, "%s_unc", task);
-        cu = find_column(P, name);
-        snprintf(name, sizeof name, "%s_lower", task);
-        cl = find_column(P, name);
-        snprintf(name, sizeof name, "%s_upper", task);
-        ch = find_column(P, name);
-        double *p = buf, *v = buf + n, *lo = buf + 2 * n, *up = buf + 3 * n, *y = buf + 4 * n;
-        size_t m = 0;
-        int binary = 1;
-        for (size_t i = 0; i < n; i++) {
-            double target = T->targets[i * T->n_tasks + j];
-            double pred = P->targets[i * P->n_tasks + cp];
-            if (isnan(target) || isnan(pred))
-                continue;   /* no label, or no prediction (an invalid molecule) */
-            binary &= target == 0 || target == 1;
-            rowi[m] = i;
-            y[m] = target;
-            p[m] = pred;
-            v[m] = cu != SIZE_MAX ? P->targets[i * P->n_tasks + cu] : NAN;
-            lo[m] = cl != SIZE_MAX ? P->targets[i * P->n_tasks + cl] : NAN;
-            up[m] = ch != SIZE_MAX ? P->targets[i * P->n_tasks + ch] : NAN;
-            m++;
-        }
-        for (int k = 0; k < nm; k++) {
-            int needs_var = !(ms[k] == MP_UNC_METRIC_COVERAGE ||
-                              (ms[k] == MP_UNC_METRIC_NLL && binary));
-            if (needs_var && cu == SIZE_MAX) {
-                st = mp_error_set(MP_ERR_FORMAT, "%s: no column '%s_unc' (needed by %s)",
-                                  preds_path, task, mp_unc_metric_name(ms[k]));
-                goto done;
-            }
-            if (ms[k] == MP_UNC_METRIC_COVERAGE && (cl == SIZE_MAX || ch == SIZE_MAX)) {
-                st = mp_error_set(MP_ERR_FORMAT, "%s: no columns '%s_lower' and '%s_upper' "
-                                  "(needed by coverage: predict with --calibrate conformal)",
-                                  preds_path, task, task);
-                goto done;
-            }
-            if (binary && ms[k] != MP_UNC_METRIC_NLL) {
-                st = mp_error_set(MP_ERR_ARG, "%s: task '%s' is binary: only nll applies, not %s",
-                                  truth_path, task, mp_unc_metric_name(ms[k]));
-                goto done;
-            }
-            for (size_t i = 0; needs_var && i < m; i++)
-                if (!(v[i] > 0)) {
-                    st = mp_error_set(MP_ERR_FORMAT, "%s:%zu: %s_unc of '%s' is %g (a variance "
-                                      "must be positive)", preds_path, P->line[rowi[i]], task,
-                                      P->smiles[rowi[i]], v[i]);
-                    goto done;
-                }
-            double sc = score(ms[k], binary, p, v, lo, up, y, m);
-            res->per_task[(size_t)k * T->n_tasks + res->n_tasks] = sc;
-            if (!isnan(sc)) {
-                sums[k] += sc;
-                counts[k]++;
-            }
-        }
-        res->n_tasks++;
-        res->n_rows = m > res->n_rows ? m : res->n_rows;
-    }
-    if (res->n_tasks == 0) {
-        st = mp_error_set(MP_ERR_FORMAT, "%s predicts none of the columns of %s", preds_path,
-                          truth_path);
-        goto done;
-    }
-    for (int k = 0; k < nm; k++)
-        res->mean[k] = counts[k] ? sums[k] / counts[k] : NAN;
-done:
-    mp_free(buf);
-    mp_free(rowi);
-    mp_dataset_free(P);
-    mp_dataset_free(T);
-    if (st)
-        mp_unc_eval_result_free(res);
-    return st;
 }
