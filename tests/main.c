@@ -126,6 +126,45 @@ char *mp_test_slurp(const char *path, size_t *len)
     return b.data;
 }
 
+const char *mp_test_tmp(const char *prefix, const char *name)
+{
+    static char buf[8][1200];
+    static int next;
+    char *b = buf[next++ % 8];
+    snprintf(b, sizeof buf[0], "%s/%s%s", mp_test_tmpdir(), prefix, name);
+    return b;
+}
+
+int mp_test_same_file(const char *a, const char *b)
+{
+    size_t na, nb;
+    char *x = mp_test_slurp(a, &na), *y = mp_test_slurp(b, &nb);
+    int same = x && y && na == nb && memcmp(x, y, na) == 0;
+    mp_free(x);
+    mp_free(y);
+    return same;
+}
+
+void mp_test_list_dir(const char *dir, char *out, size_t cap)
+{
+    out[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(out, cap, "(no directory)");
+        return;
+    }
+    struct dirent *e;
+    size_t n = 0;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        int w = snprintf(out + n, cap - n, "%s%s", n ? "," : "", e->d_name);
+        if (w > 0 && (size_t)w < cap - n)
+            n += (size_t)w;
+    }
+    closedir(d);
+}
+
 int mp_test_count_in(const char *dir, const char *part)
 {
     DIR *d = opendir(dir);

@@ -47,6 +47,17 @@ char *mp_test_slurp(const char *path, size_t *len);
 /* Entries under dir (recursively) whose name holds `part`; -1 without dir. */
 int mp_test_count_in(const char *dir, const char *part);
 
+/* "<tmpdir>/<prefix><name>", in one of 8 buffers used in turn (so up to 8
+ * such paths can be held at once). */
+const char *mp_test_tmp(const char *prefix, const char *name);
+
+/* 1 when both files can be read and hold the same bytes. */
+int mp_test_same_file(const char *a, const char *b);
+
+/* The names in dir, comma-separated, in readdir's order ("(no directory)"
+ * without it), into out[0..cap). */
+void mp_test_list_dir(const char *dir, char *out, size_t cap);
+
 #define MP_TEST(name)                                                         \
     static void mp_test_##name(mp_test_result *mp__r);                        \
     __attribute__((constructor)) static void mp_test_reg_##name(void)         \
@@ -67,6 +78,16 @@ int mp_test_count_in(const char *dir, const char *part);
         fprintf(stdout, "    skipped: %s\n", why);                            \
         *mp__r = MP_TEST_SKIP;                                                \
         return;                                                               \
+    } while (0)
+
+/* CHECK for a helper that cleans up: on failure records it and jumps to the
+ * helper's `fail:` label. */
+#define RCHECK(c, ...)                                                          \
+    do {                                                                        \
+        if (!(c)) {                                                             \
+            mp_test_fail_at(__FILE__, __LINE__, __VA_ARGS__);                   \
+            goto fail;                                                          \
+        }                                                                       \
     } while (0)
 
 #define CHECK(c)                                                              \

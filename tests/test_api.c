@@ -15,14 +15,7 @@
 
 static char out[1 << 16];
 
-static const char *tmp(const char *name)
-{
-    static char bufs[8][1200];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/api_%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("api_", name); }
 
 static int write_text(const char *path, const char *text)
 {
@@ -223,16 +216,6 @@ static int config_to_ini(const cJSON *cfg, const char *path)
     return fclose(fp) == 0;
 }
 
-static int same_file(const char *a, const char *b)
-{
-    size_t la, lb;
-    char *x = mp_test_slurp(a, &la), *y = mp_test_slurp(b, &lb);
-    int same = x && y && la == lb && !memcmp(x, y, la);
-    mp_free(x);
-    mp_free(y);
-    return same;
-}
-
 MP_TEST(cli_train_config_then_flags_and_repeat_from_metrics)
 {
     const char *ini = tmp("run.ini"), *dir = tmp("cfg_run"), *dir2 = tmp("cfg_repeat");
@@ -266,10 +249,10 @@ MP_TEST(cli_train_config_then_flags_and_repeat_from_metrics)
     char a[1300], b[1300];
     snprintf(a, sizeof a, "%s/model.mpm", dir);
     snprintf(b, sizeof b, "%s/model.mpm", dir2);
-    CHECK_MSG(same_file(a, b), "the run repeated from metrics.json's config differs");
+    CHECK_MSG(mp_test_same_file(a, b), "the run repeated from metrics.json's config differs");
     snprintf(a, sizeof a, "%s/split.tsv", dir);
     snprintf(b, sizeof b, "%s/split.tsv", dir2);
-    CHECK(same_file(a, b));
+    CHECK(mp_test_same_file(a, b));
 }
 
 /* The trainer's old environment knobs are the command line's defaults of

@@ -87,14 +87,7 @@ static mp_train_opts small_run(const char *save)
     return o;
 }
 
-static const char *tmp(const char *name)
-{
-    static char p[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", mp_test_tmpdir(), name);
-    return p[k];
-}
+static const char *tmp(const char *name) { return mp_test_tmp("", name); }
 
 /* Column i (a task) of every row of a predictions CSV into v (NaN: empty). */
 static int read_preds(const char *path, double *v, int n)

@@ -16,14 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *tmp(const char *name)
-{
-    static char bufs[8][1200];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/bench_%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("bench_", name); }
 
 static int write_text(const char *path, const char *text)
 {

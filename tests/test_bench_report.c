@@ -22,14 +22,7 @@
 
 extern char **environ;
 
-static const char *tmp(const char *name)
-{
-    static char bufs[8][1200];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/report_%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("report_", name); }
 
 /* Appends rows of `tool`: dataset ds, each model m with test v[m][seed]. */
 static void add_rows(const char *path, const char *tool, const char *ds, const char *metric,

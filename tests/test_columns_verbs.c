@@ -41,14 +41,7 @@ static const char *const MOLS[] = {
 static char data_path[1024], atom_path[1024], bond_path[1024], atom_b_path[1024],
     bad_path[1024], model_path[1200];
 
-static const char *tmp(const char *name)
-{
-    static char p[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/cv_%s", mp_test_tmpdir(), name);
-    return p[k];
-}
+static const char *tmp(const char *name) { return mp_test_tmp("cv_", name); }
 
 /* The data CSV, column CSVs from the molecules' atom and bond counts (2
  * atom columns, 1 bond column), atom_b: other values of the same width,

@@ -21,14 +21,7 @@
 
 static char out[65536];
 
-static const char *tmp(const char *name)
-{
-    static char buf[8][1200];
-    static int next;
-    char *b = buf[next++ % 8];
-    snprintf(b, sizeof buf[0], "%s/dist_%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("dist_", name); }
 
 /* A shell command line with its output in out (tests/test.h). */
 #define shell(...) mp_test_shell(out, sizeof out, __VA_ARGS__)

@@ -140,14 +140,7 @@ MP_TEST(dist_threads_one_rank_runs_in_the_caller)
     CHECK_EQ_INT(v, 100);
 }
 
-static const char *tmp(const char *name)
-{
-    static char buf[4][1200];
-    static int next;
-    char *b = buf[next++ % 4];
-    snprintf(b, sizeof buf[0], "%s/dthr_%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("dthr_", name); }
 
 static char out[16384];
 

@@ -162,14 +162,7 @@ static void server_stop(server *S)
 /* Helpers                                                                */
 /* ===================================================================== */
 
-static const char *tmp(const char *name)
-{
-    static char bufs[8][1200];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/fetch_%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("fetch_", name); }
 
 /* A CSV of n rows: real SMILES, a label each. */
 static char *make_csv(int n, size_t *len)

@@ -16,24 +16,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-static const char *tmp(const char *name)
-{
-    static char buf[8][1200];
-    static int next;
-    char *b = buf[next++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", mp_test_tmpdir(), name);
-    return b;
-}
-
-static int same_file(const char *a, const char *b)
-{
-    size_t na, nb;
-    char *x = mp_test_slurp(a, &na), *y = mp_test_slurp(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    mp_free(x);
-    mp_free(y);
-    return same;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("", name); }
 
 static int exists(const char *path)
 {
@@ -106,7 +89,7 @@ static void stop_after_bitwise(mp_test_result *mp__r, const char *backend, const
     CHECK(r.best_epoch[0] <= 2 && r.best_epoch[1] <= 2);
     mp_train_result_free(&r);
     CHECK_MSG(exists(ck), "the stopped run left no checkpoint");
-    CHECK_MSG(!same_file(ref, cut), "the model after 2 epochs is the one after 5");
+    CHECK_MSG(!mp_test_same_file(ref, cut), "the model after 2 epochs is the one after 5");
     CHECK(rename(cut, model) == 0);
 
     /* resumed to the same stop: no epoch trained, the same model again */
@@ -118,7 +101,7 @@ static void stop_after_bitwise(mp_test_result *mp__r, const char *backend, const
     CHECK_MSG(seen.n == 0, "a resume to where the run stopped trained %d epochs", seen.n);
     CHECK_EQ_INT(r.stopped_epoch, 2);
     mp_train_result_free(&r);
-    CHECK_MSG(same_file(model, cut), "a resume to where it stopped changed the model");
+    CHECK_MSG(mp_test_same_file(model, cut), "a resume to where it stopped changed the model");
 
     /* on to a later stop, then to the end: the straight run's model */
     b.stop_after = 4;
@@ -132,7 +115,7 @@ static void stop_after_bitwise(mp_test_result *mp__r, const char *backend, const
     CHECK_OK(mp_train(&b, &r));
     CHECK_EQ_INT(r.stopped_epoch, 0);
     mp_train_result_free(&r);
-    CHECK_MSG(same_file(ref, cut), "stopped at 2 and 4 and resumed: not the straight run's "
+    CHECK_MSG(mp_test_same_file(ref, cut), "stopped at 2 and 4 and resumed: not the straight run's "
               "model");
     CHECK_MSG(!exists(ck), "the run that ended left its checkpoint");
 }
@@ -353,7 +336,7 @@ static void halving_records(mp_test_result *mp__r, const char *device, int jobs,
     char a[1300], b[1300];
     snprintf(a, sizeof a, "%s/trials/%03d/model.mpm", out, best);
     snprintf(b, sizeof b, "%s/model.mpm", straight);
-    CHECK_MSG(same_file(a, b), "trial %d's model differs from its configuration trained "
+    CHECK_MSG(mp_test_same_file(a, b), "trial %d's model differs from its configuration trained "
               "straight", best);
     snprintf(a, sizeof a, "%s/trials/%03d/checkpoint.mpc", out, best);
     CHECK_MSG(!exists(a), "the finished trial kept its checkpoint");

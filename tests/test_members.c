@@ -18,55 +18,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *tmp(const char *name)
-{
-    static char buf[8][1200];
-    static int next;
-    char *b = buf[next++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", mp_test_tmpdir(), name);
-    return b;
-}
-
-#define RCHECK(c, ...)                                                          \
-    do {                                                                        \
-        if (!(c)) {                                                             \
-            mp_test_fail_at(__FILE__, __LINE__, __VA_ARGS__);                   \
-            goto fail;                                                          \
-        }                                                                       \
-    } while (0)
+static const char *tmp(const char *name) { return mp_test_tmp("", name); }
 
 static int same_model(const char *dir_a, const char *dir_b)
 {
     char a[1300], b[1300];
     snprintf(a, sizeof a, "%s/model.mpm", dir_a);
     snprintf(b, sizeof b, "%s/model.mpm", dir_b);
-    size_t na = 0, nb = 0;
-    char *x = mp_test_slurp(a, &na), *y = mp_test_slurp(b, &nb);
-    int same = x && y && na == nb && na > 0 && memcmp(x, y, na) == 0;
-    mp_free(x);
-    mp_free(y);
-    return same;
-}
-
-/* The names in dir, comma-separated. */
-static void list_dir(const char *dir, char *out, size_t cap)
-{
-    out[0] = '\0';
-    DIR *d = opendir(dir);
-    if (!d) {
-        snprintf(out, cap, "(no directory)");
-        return;
-    }
-    struct dirent *e;
-    size_t n = 0;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        int w = snprintf(out + n, cap - n, "%s%s", n ? "," : "", e->d_name);
-        if (w > 0 && (size_t)w < cap - n)
-            n += (size_t)w;
-    }
-    closedir(d);
+    return mp_test_same_file(a, b);
 }
 
 int mp_test_members_equal(const mp_train_opts *o, int jobs, int threads, const char *seq,
@@ -138,7 +97,7 @@ int mp_test_members_resume(const mp_train_opts *o, int jobs, int resume_jobs, in
     RCHECK(strstr(mp_error_message(), "SIGINT") && strstr(mp_error_message(), "--resume") &&
            strstr(mp_error_message(), "of member"),
            "the message does not say where the run stands: %s", mp_error_message());
-    list_dir(cut, names, sizeof names);
+    mp_test_list_dir(cut, names, sizeof names);
     RCHECK(!strcmp(names, MP_CHECKPOINT_FILE), "the stopped run left %s in %s", names, cut);
     {
         mp_kv *kv = NULL;
@@ -166,7 +125,7 @@ int mp_test_members_resume(const mp_train_opts *o, int jobs, int resume_jobs, in
     RCHECK(resumed <= train_polls * 4 / 5, "the resumed run trained %ld of %ld polls' worth: "
            "it did not continue from the checkpoint", resumed, train_polls);
     RCHECK(same_model(ref, cut), "the resumed model differs from the straight run's");
-    list_dir(cut, names, sizeof names);
+    mp_test_list_dir(cut, names, sizeof names);
     RCHECK(!strstr(names, MP_CHECKPOINT_FILE) && !strstr(names, ".tmp."),
            "after the resumed run %s holds %s", cut, names);
     return 1;
@@ -262,7 +221,7 @@ MP_TEST(members_side_by_side_write_failures)
         CHECK_MSG(strstr(mp_error_message(), dir) != NULL, "op %ld: no path in: %s", n,
                   mp_error_message());
         char names[4096];
-        list_dir(dir, names, sizeof names);
+        mp_test_list_dir(dir, names, sizeof names);
         CHECK_MSG(!strstr(names, ".tmp."), "op %ld left %s", n, names);
         (void)unlink(ck);
         (void)rmdir(dir);

@@ -17,14 +17,7 @@ static const char *const verbs[] = { "train", "predict", "eval", "featurize", "s
                                      "hpopt", "fingerprint" };
 #define N_VERBS (sizeof verbs / sizeof verbs[0])
 
-static const char *tmp(const char *name)
-{
-    static char bufs[4][1200];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("", name); }
 
 static int write_text(const char *path, const char *text)
 {

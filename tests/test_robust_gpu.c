@@ -9,14 +9,7 @@
 #include "gpu_test.h"
 #include "robust_test.h"
 
-static const char *tmp(const char *name)
-{
-    static char buf[8][1200];
-    static int next;
-    char *b = buf[next++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("", name); }
 
 MP_TEST(gpu_resume_resident_graph_bitwise)
 {

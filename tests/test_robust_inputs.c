@@ -17,14 +17,7 @@
 #include <stdlib.h>
 #include <zlib.h>
 
-static const char *tmp(const char *name)
-{
-    static char buf[8][1200];
-    static int next;
-    char *b = buf[next++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("", name); }
 
 /* Writes head, then `rep` times the n bytes of unit, then tail. */
 static int write_rep(const char *path, const char *head, const char *unit, size_t n, size_t rep,

@@ -14,14 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *tmp(const char *name)
-{
-    static char buf[8][1200];
-    static int next;
-    char *b = buf[next++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("", name); }
 
 mp_train_opts mp_test_robust_opts(const char *backend, int epochs, const char *dir)
 {
@@ -36,45 +29,6 @@ mp_train_opts mp_test_robust_opts(const char *backend, int epochs, const char *d
     o.member_jobs = 1;   /* one after another: the stop lands in a known member */
     return o;
 }
-
-/* The names in dir, comma-separated, sorted as readdir gives them. */
-static void list_dir(const char *dir, char *out, size_t cap)
-{
-    out[0] = '\0';
-    DIR *d = opendir(dir);
-    if (!d) {
-        snprintf(out, cap, "(no directory)");
-        return;
-    }
-    struct dirent *e;
-    size_t n = 0;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        int w = snprintf(out + n, cap - n, "%s%s", n ? "," : "", e->d_name);
-        if (w > 0 && (size_t)w < cap - n)
-            n += (size_t)w;
-    }
-    closedir(d);
-}
-
-static int same_file(const char *a, const char *b)
-{
-    size_t na, nb;
-    char *x = mp_test_slurp(a, &na), *y = mp_test_slurp(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    mp_free(x);
-    mp_free(y);
-    return same;
-}
-
-#define RCHECK(c, ...)                                                          \
-    do {                                                                        \
-        if (!(c)) {                                                             \
-            mp_test_fail_at(__FILE__, __LINE__, __VA_ARGS__);                   \
-            goto fail;                                                          \
-        }                                                                       \
-    } while (0)
 
 int mp_test_robust_resume(const mp_train_opts *o, int every, int stop_member, int stop_epoch,
                           int steps_in, const char *ref, const char *cut)
@@ -116,7 +70,7 @@ int mp_test_robust_resume(const mp_train_opts *o, int every, int stop_member, in
            mp_error_message());
     RCHECK(strstr(mp_error_message(), "SIGINT") && strstr(mp_error_message(), "--resume"),
            "the message does not say how to go on: %s", mp_error_message());
-    list_dir(cut, names, sizeof names);
+    mp_test_list_dir(cut, names, sizeof names);
     RCHECK(!strcmp(names, MP_CHECKPOINT_FILE), "the stopped run left %s in %s", names, cut);
     {
         mp_kv *kv = NULL;
@@ -139,8 +93,8 @@ int mp_test_robust_resume(const mp_train_opts *o, int every, int stop_member, in
     mp_train_result_free(&r);
     snprintf(path, sizeof path, "%s/model.mpm", ref);
     snprintf(path2, sizeof path2, "%s/model.mpm", cut);
-    RCHECK(same_file(path, path2), "the resumed model differs from the straight run's");
-    list_dir(cut, names, sizeof names);
+    RCHECK(mp_test_same_file(path, path2), "the resumed model differs from the straight run's");
+    mp_test_list_dir(cut, names, sizeof names);
     RCHECK(!strstr(names, MP_CHECKPOINT_FILE) && !strstr(names, ".tmp."),
            "after the resumed run %s holds %s", cut, names);
     return 1;
@@ -300,7 +254,7 @@ MP_TEST(robust_interrupt_without_checkpoint_leaves_nothing)
     mp_interrupt_clear();
     CHECK_EQ_INT(st, MP_ERR_INTERRUPTED);
     char names[4096];
-    list_dir(dir, names, sizeof names);
+    mp_test_list_dir(dir, names, sizeof names);
     CHECK_MSG(!strcmp(names, ""), "left %s", names);
 }
 

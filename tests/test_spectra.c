@@ -23,14 +23,7 @@
 
 static char out[65536];
 
-static const char *tmp(const char *name)
-{
-    static char buf[8][1200];
-    static int next;
-    char *b = buf[next++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", mp_test_tmpdir(), name);
-    return b;
-}
+static const char *tmp(const char *name) { return mp_test_tmp("", name); }
 
 /* 1 when file `path` holds `needle` (binary-safe: a model file's header
  * follows its magic bytes). */
