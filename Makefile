@@ -109,7 +109,7 @@ LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cpp=$(BUILD)/%.o) $(LIB_CU:%.c
 CLI_OBJ  := $(CLI_C:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_C:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test test-san test-gpu bench-gpu check demo bench clean install examples fuzz
+.PHONY: all deps test test-san test-gpu bench-gpu check demo bench benches clean install examples fuzz
 all: $(BUILD)/molprop $(BUILD)/libmolprop.a $(BUILD)/libmolprop.so
 
 deps:
@@ -240,6 +240,7 @@ endif
 
 check: deps
 	$(MAKE) all
+	$(MAKE) benches
 	$(MAKE) test
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
 	    UBSAN_OPTIONS=print_stacktrace=1 $(MAKE) test-san
@@ -249,6 +250,11 @@ demo: deps all
 
 # Featurization benchmarks (bench/featurize.sh runs them and prints medians).
 bench: $(BUILD)/bench/parse_rate $(BUILD)/bench/featurize_rate $(BUILD)/bench/desc_rate
+
+# Every benchmark program, built (none is run): check builds them so that an
+# API change cannot leave one behind.
+benches: bench $(BUILD)/bench_sparse_labels $(BUILD)/bench_train_step \
+	$(if $(filter 1,$(CUDA)),bench-gpu)
 
 $(BUILD)/bench/parse_rate: bench/parse_rate.cpp
 	@mkdir -p $(dir $@)

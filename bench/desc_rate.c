@@ -15,7 +15,7 @@
  * SMILES parsed as Chemprop's make_mol does, the graph, the canonical SMILES
  * written and read again for descriptastorus' path, the descriptors.
  */
-#include "molprop.h"
+#include "internal.h"   /* every module header */
 
 #include <stdlib.h>
 #include <string.h>

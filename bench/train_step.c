@@ -111,8 +111,8 @@ WRAPV(T_COPY, copy2d, (mp_backend *b, void *d, mp_stype dst, int ldd, const void
 WRAPV(T_BIAS, col_sum, (mp_backend *b, void *d, const void *x, int ldx, int32_t r, int c),
       (inner, d, x, ldx, r, c))
 WRAPV(T_LOSS, loss, (mp_backend *b, void *l, void *dy, const void *y, const void *t,
-                     const uint8_t *mk, int32_t n, int nt, mp_loss_kind k),
-      (inner, l, dy, y, t, mk, n, nt, k))
+                     const uint8_t *mk, int32_t n, const mp_loss_spec *spec),
+      (inner, l, dy, y, t, mk, n, spec))
 WRAPV(T_ADAM, adam, (mp_backend *b, void *p, void *m, void *v, const void *g, size_t n, double lr,
                      double b1, double b2, double e, double wd, long t),
       (inner, p, m, v, g, n, lr, b1, b2, e, wd, t))
