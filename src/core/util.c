@@ -1,5 +1,5 @@
 /*
- * util.c - clock, thread count, CRC-32, strings and the growable buffer
+ * util.c - clock, thread count, mp_exit, CRC-32, strings and the growable buffer
  * (atomic file output is io.c).
  */
 #include "core.h"
@@ -45,6 +45,19 @@ void mp_threads_set(int n)
 
 void mp_threads_set_local(int n) { n_threads_local = n > 0 ? n : 0; }
 
+int mp_threads_get(void)
+{
+    if (n_threads_local > 0)
+        return n_threads_local;
+    if (n_threads_set > 0)
+        return n_threads_set;
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 /* ===================================================================== */
 /* Exit                                                                   */
 /* ===================================================================== */
@@ -60,19 +73,6 @@ void mp_exit(int status)
     mp_dist_finalize();   /* the one exit handler of ours that must run */
     fflush(NULL);
     _exit(status);
-}
-
-int mp_threads_get(void)
-{
-    if (n_threads_local > 0)
-        return n_threads_local;
-    if (n_threads_set > 0)
-        return n_threads_set;
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
 }
 
 /* ===================================================================== */
