@@ -6,6 +6,7 @@
  * seed, and every misuse is refused with a message.
  */
 #include "test.h"
+#include "test_unc_util.h"
 #include "core/core.h"
 
 #include <math.h>
@@ -15,16 +16,6 @@
 static char out[65536];
 
 static const char *tmp(const char *name) { return mp_test_tmp("", name); }
-
-/* The number printed on the eval line of `metric` ("coverage   0.9"). */
-static double eval_number(const char *text, const char *metric)
-{
-    size_t len = strlen(metric);
-    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (!strncmp(p, metric, len) && p[len] == ' ')
-            return strtod(p + len, NULL);
-    return NAN;
-}
 
 /* A lipo FFN model on a random 50/25/25 split (train.csv, val.csv,
  * test.csv in tmp("lipo")), trained once per run; the model's path. */
@@ -68,16 +59,16 @@ MP_TEST(unc_cli_conformal_covers_90_percent)
 {
     CHECK_MSG(lipo_model(), "training the lipo model failed: %s", out);
     CHECK_EQ_INT(lipo_predict_eval("--calibrate conformal --alpha 0.1", "coverage", "conf.csv"), 0);
-    double cov = eval_number(out, "coverage");
+    double cov = tu_eval_number(out, "coverage");
     CHECK_MSG(fabs(cov - 0.9) <= 0.03, "conformal coverage %g at alpha 0.1: %s", cov, out);
     /* normalized by the dropout spread */
     CHECK_EQ_INT(lipo_predict_eval("--uncertainty dropout --dropout-samples 5 --calibrate "
                                    "conformal-adaptive --alpha 0.1", "coverage,nll", "ad.csv"), 0);
-    cov = eval_number(out, "coverage");
+    cov = tu_eval_number(out, "coverage");
     CHECK_MSG(fabs(cov - 0.9) <= 0.03, "adaptive coverage %g at alpha 0.1: %s", cov, out);
     /* another alpha */
     CHECK_EQ_INT(lipo_predict_eval("--calibrate conformal --alpha 0.3", "coverage", "c3.csv"), 0);
-    cov = eval_number(out, "coverage");
+    cov = tu_eval_number(out, "coverage");
     CHECK_MSG(fabs(cov - 0.7) <= 0.03, "conformal coverage %g at alpha 0.3: %s", cov, out);
 }
 
@@ -86,19 +77,19 @@ MP_TEST(unc_cli_calibration_lowers_heldout_nll)
     CHECK_MSG(lipo_model(), "training the lipo model failed: %s", out);
     const char *m = "nll,miscalibration-area,ence,spearman";
     CHECK_EQ_INT(lipo_predict_eval("--uncertainty dropout --dropout-samples 5", m, "raw.csv"), 0);
-    double raw = eval_number(out, "nll"), raw_area = eval_number(out, "miscalibration-area");
-    CHECK_MSG(isfinite(raw) && isfinite(raw_area) && isfinite(eval_number(out, "ence")) &&
-              isfinite(eval_number(out, "spearman")), "%s", out);
+    double raw = tu_eval_number(out, "nll"), raw_area = tu_eval_number(out, "miscalibration-area");
+    CHECK_MSG(isfinite(raw) && isfinite(raw_area) && isfinite(tu_eval_number(out, "ence")) &&
+              isfinite(tu_eval_number(out, "spearman")), "%s", out);
     CHECK_EQ_INT(lipo_predict_eval("--uncertainty dropout --dropout-samples 5 --calibrate zscaling",
                                    m, "zs.csv"), 0);
-    double zs = eval_number(out, "nll");
+    double zs = tu_eval_number(out, "nll");
     CHECK_MSG(zs < raw, "zscaling: held-out nll %g, uncalibrated %g", zs, raw);
-    CHECK_MSG(eval_number(out, "miscalibration-area") < raw_area, "miscalibration area %g vs %g",
-              eval_number(out, "miscalibration-area"), raw_area);
+    CHECK_MSG(tu_eval_number(out, "miscalibration-area") < raw_area, "miscalibration area %g vs %g",
+              tu_eval_number(out, "miscalibration-area"), raw_area);
     CHECK_EQ_INT(lipo_predict_eval("--uncertainty dropout --dropout-samples 5 --calibrate zelikman",
                                    "nll,coverage", "zk.csv"), 0);
-    CHECK_MSG(eval_number(out, "nll") < raw, "zelikman: held-out nll %g, uncalibrated %g",
-              eval_number(out, "nll"), raw);
+    CHECK_MSG(tu_eval_number(out, "nll") < raw, "zelikman: held-out nll %g, uncalibrated %g",
+              tu_eval_number(out, "nll"), raw);
 }
 
 MP_TEST(unc_cli_dropout_deterministic_for_a_seed)
@@ -201,7 +192,7 @@ MP_TEST(unc_cli_classification_calibration)
             break;
         CHECK_EQ_INT(mp_test_cli(out, sizeof out, "eval --preds '%s' --data '%s/test.csv' "
                                  "--uncertainty-metrics nll", pred, dir), 0);
-        nll[k] = eval_number(out, "nll");
+        nll[k] = tu_eval_number(out, "nll");
         CHECK_MSG(isfinite(nll[k]), "%s: %s", cal[k], out);
     }
     /* the probabilities (last field of each row) of the raw and isotonic files */

@@ -10,6 +10,7 @@
  * misuse is refused with a message naming the model and the method.
  */
 #include "test.h"
+#include "test_unc_util.h"
 #include "data/dataset.h"
 #include "featurize/featurize.h"
 #include "gpu/gpu.h"
@@ -24,33 +25,6 @@ static char out[65536];
 
 static const char *tmp(const char *name) { return mp_test_tmp("", name); }
 
-/* The number printed on the eval line of `metric` ("coverage   0.9"). */
-static double eval_number(const char *text, const char *metric)
-{
-    size_t len = strlen(metric);
-    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (!strncmp(p, metric, len) && p[len] == ' ')
-            return strtod(p + len, NULL);
-    return NAN;
-}
-
-static mp_dataset *load(const char *path)
-{
-    mp_dataset *d = NULL;
-    mp_column_spec spec;
-    memset(&spec, 0, sizeof spec);
-    return mp_dataset_load(&d, path, &spec) == MP_OK ? d : NULL;
-}
-
-/* The column of d named name (-1 when absent). */
-static int col(const mp_dataset *d, const char *name)
-{
-    for (size_t j = 0; j < d->n_tasks; j++)
-        if (!strcmp(d->task_names[j], name))
-            return (int)j;
-    return -1;
-}
-
 /* ESOL's solubility in tertiles (tmp("mc/esol3.csv")), split 50/25/25 at
  * random into tmp("mc"), a multiclass ensemble of 2 (m2) and a
  * multiclass-dirichlet model (md) trained on its train part; the
@@ -64,7 +38,7 @@ static const char *mc_setup(void)
         return dir;
     char path[1300];
     snprintf(path, sizeof path, "%s/esol3.csv", dir);
-    mp_dataset *d = load(mp_test_shared("datasets/esol.csv.gz"));
+    mp_dataset *d = tu_load(mp_test_shared("datasets/esol.csv.gz"));
     if (!d)
         return NULL;
     double *v = malloc(sizeof(double) * d->n_rows);
@@ -105,7 +79,7 @@ static const char *mc_setup(void)
  * same batches of 256); *n the rows.  NULL on failure. */
 static double *member_values(mp_ensemble *e, const char *path, size_t *n, int raw)
 {
-    mp_dataset *d = load(path);
+    mp_dataset *d = tu_load(path);
     mp_features *f = NULL;
     if (!d)
         return NULL;
@@ -179,7 +153,8 @@ MP_TEST(unc_mc_cli_ensemble_variance_and_conformal_sets)
     double *tv = member_values(e, path, &nt, 0);
     mp_ensemble_free(e);
     CHECK(vv && tv && nv > 200 && nt > 200);
-    mp_dataset *V = load(tmp("mc/val.csv")), *T = load(tmp("mc/test.csv")), *P = load(pred);
+    mp_dataset *V = tu_load(tmp("mc/val.csv")), *T = tu_load(tmp("mc/test.csv"));
+    mp_dataset *P = tu_load(pred);
     CHECK(V && T && P && P->n_rows == nt);
     /* the calibration scores -p_y of the member mean; qhat their quantile at
      * rank ceil(level (n - 1)) + 1, level = ceil((n + 1) 0.9) / n */
@@ -199,17 +174,17 @@ MP_TEST(unc_mc_cli_ensemble_variance_and_conformal_sets)
             double a = tv[i * 3 + c], b = tv[nt * 3 + i * 3 + c], mu = (a + b) / 2;
             double var = ((a - mu) * (a - mu) + (b - mu) * (b - mu)) / 2;
             snprintf(name, sizeof name, "sol_class%d_unc", c);
-            double got = P->targets[i * P->n_tasks + col(P, name)];
+            double got = P->targets[i * P->n_tasks + tu_col(P, name)];
             if (bad_var < 0 && !(fabs(got - var) <= 1e-7 * var + 1e-12))
                 bad_var = (int)i;
             snprintf(name, sizeof name, "sol_class%d_in_set", c);
-            double in = P->targets[i * P->n_tasks + col(P, name)];
+            double in = P->targets[i * P->n_tasks + tu_col(P, name)];
             if (bad_set < 0 && in != (double)(-mu <= qhat))
                 bad_set = (int)i;
             if (c == (int)T->targets[i]) {
                 covered += in == 1;
                 snprintf(name, sizeof name, "sol_class%d", c);
-                nll -= log(P->targets[i * P->n_tasks + col(P, name)]);
+                nll -= log(P->targets[i * P->n_tasks + tu_col(P, name)]);
             }
         }
     }
@@ -220,8 +195,8 @@ MP_TEST(unc_mc_cli_ensemble_variance_and_conformal_sets)
     /* eval scores the file as worked out here; coverage near 1 - alpha */
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "eval --preds '%s' --data '%s/test.csv' "
                              "--uncertainty-metrics nll,coverage", pred, dir), 0);
-    CHECK_NEAR(eval_number(out, "coverage"), (double)covered / (double)nt, 1e-6, 0);
-    CHECK_NEAR(eval_number(out, "nll"), nll / (double)nt, 0, 1e-5);
+    CHECK_NEAR(tu_eval_number(out, "coverage"), (double)covered / (double)nt, 1e-6, 0);
+    CHECK_NEAR(tu_eval_number(out, "nll"), nll / (double)nt, 0, 1e-5);
     CHECK_MSG(fabs((double)covered / (double)nt - 0.9) <= 0.04, "coverage %g at alpha 0.1",
               (double)covered / (double)nt);
     mp_dataset_free(V);
@@ -250,7 +225,7 @@ MP_TEST(unc_mc_cli_dropout_adaptive_isotonic)
     mp_free(a);
     mp_free(b);
     CHECK_MSG(same, "dropout with one seed gave two files");
-    mp_dataset *P = load(p1), *T = load(tmp("mc/test.csv"));
+    mp_dataset *P = tu_load(p1), *T = tu_load(tmp("mc/test.csv"));
     CHECK(P && T && P->n_rows == T->n_rows);
     /* APS sets are nested: a class in the set brings every more probable
      * one; the variances are variances */
@@ -260,11 +235,11 @@ MP_TEST(unc_mc_cli_dropout_adaptive_isotonic)
         for (int c = 0; c < 3; c++) {
             char name[64];
             snprintf(name, sizeof name, "sol_class%d", c);
-            p[c] = P->targets[i * P->n_tasks + col(P, name)];
+            p[c] = P->targets[i * P->n_tasks + tu_col(P, name)];
             snprintf(name, sizeof name, "sol_class%d_in_set", c);
-            in[c] = P->targets[i * P->n_tasks + col(P, name)];
+            in[c] = P->targets[i * P->n_tasks + tu_col(P, name)];
             snprintf(name, sizeof name, "sol_class%d_unc", c);
-            var_ok &= P->targets[i * P->n_tasks + col(P, name)] >= 0;
+            var_ok &= P->targets[i * P->n_tasks + tu_col(P, name)] >= 0;
         }
         for (int c = 0; c < 3; c++)
             for (int j = 0; j < 3; j++)
@@ -280,12 +255,12 @@ MP_TEST(unc_mc_cli_dropout_adaptive_isotonic)
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --model '%s/m2/model.mpm' --data "
                              "'%s/test.csv' --out '%s' --calibrate isotonic-multiclass "
                              "--calibration-data '%s/val.csv' --quiet", dir, dir, pi, dir), 0);
-    CHECK((P = load(pi)) != NULL);
+    CHECK((P = tu_load(pi)) != NULL);
     int sums = 1, argmax = 1, changed = 0;
     mp_dataset *R = NULL;
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "predict --model '%s/m2/model.mpm' --data "
                              "'%s/test.csv' --out '%s' --quiet", dir, dir, tmp("mc_raw.csv")), 0);
-    CHECK((R = load(tmp("mc_raw.csv"))) != NULL);
+    CHECK((R = tu_load(tmp("mc_raw.csv"))) != NULL);
     for (size_t i = 0; i < P->n_rows; i++) {
         const double *row = P->targets + i * P->n_tasks;
         double s = row[1] + row[2] + row[3];
@@ -335,14 +310,14 @@ MP_TEST(unc_mc_cli_dirichlet_u_from_the_evidences)
     size_t n = 0;
     double *raw = member_values(e, tmp("mc/test.csv"), &n, 1);
     mp_ensemble_free(e);
-    mp_dataset *P = load(pu);
+    mp_dataset *P = tu_load(pu);
     CHECK(raw && P && P->n_rows == n);
     int bad = -1;
     for (size_t i = 0; i < n && bad < 0; i++) {
         double S = 0;
         for (int c = 0; c < 3; c++)
             S += log1p(exp(raw[i * 3 + c])) + 1;
-        double u = P->targets[i * P->n_tasks + col(P, "sol_unc")];
+        double u = P->targets[i * P->n_tasks + tu_col(P, "sol_unc")];
         if (!(fabs(u - 3 / S) <= 1e-7 * u))
             bad = (int)i;
     }
@@ -376,7 +351,7 @@ MP_TEST(unc_cli_mve_weighting_minimizes_the_calibration_nll)
                                  k ? "--calibrate mve-weighting" : "", dir), 0);
         CHECK_EQ_INT(mp_test_cli(out, sizeof out, "eval --preds '%s' --data '%s/val.csv' "
                                  "--uncertainty-metrics nll", pred, dir), 0);
-        nll[k] = eval_number(out, "nll");
+        nll[k] = tu_eval_number(out, "nll");
     }
     /* the reference: the NLL of every weighting on a 0.01 grid of the
      * simplex, from the members' own (mean, variance) */
@@ -387,7 +362,7 @@ MP_TEST(unc_cli_mve_weighting_minimizes_the_calibration_nll)
     size_t n = 0;
     double *v = member_values(e, tmp("mvew/val.csv"), &n, 0);
     mp_ensemble_free(e);
-    mp_dataset *V = load(tmp("mvew/val.csv"));
+    mp_dataset *V = tu_load(tmp("mvew/val.csv"));
     CHECK(v && V && V->n_rows == n);
     double best = INFINITY, uniform = 0;
     for (int a = 0; a <= 100; a++)
@@ -513,7 +488,7 @@ MP_TEST(unc_mc_cli_misuse_is_refused)
  * set columns on all but *flips cells (a class at the set's edge). */
 static int files_agree(const char *a, const char *b, double tol, int *flips)
 {
-    mp_dataset *A = load(a), *B = load(b);
+    mp_dataset *A = tu_load(a), *B = tu_load(b);
     int ok = A && B && A->n_rows == B->n_rows && A->n_tasks == B->n_tasks;
     *flips = 0;
     for (size_t j = 0; ok && j < A->n_tasks; j++) {

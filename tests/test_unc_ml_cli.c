@@ -12,6 +12,7 @@
  * agree with the cpu's (gpu_unc_ml_multilabel_matches_cpu, a skip here).
  */
 #include "test.h"
+#include "test_unc_util.h"
 #include "data/dataset.h"
 #include "featurize/featurize.h"
 #include "gpu/gpu.h"
@@ -24,33 +25,6 @@
 static char out[65536];
 
 static const char *tmp(const char *name) { return mp_test_tmp("", name); }
-
-/* The number printed on the eval line of `metric` ("coverage   0.9"). */
-static double eval_number(const char *text, const char *metric)
-{
-    size_t len = strlen(metric);
-    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (!strncmp(p, metric, len) && p[len] == ' ')
-            return strtod(p + len, NULL);
-    return NAN;
-}
-
-static mp_dataset *load(const char *path)
-{
-    mp_dataset *d = NULL;
-    mp_column_spec spec;
-    memset(&spec, 0, sizeof spec);
-    return mp_dataset_load(&d, path, &spec) == MP_OK ? d : NULL;
-}
-
-/* The column of d named name (-1 when absent). */
-static int col(const mp_dataset *d, const char *name)
-{
-    for (size_t j = 0; j < d->n_tasks; j++)
-        if (!strcmp(d->task_names[j], name))
-            return (int)j;
-    return -1;
-}
 
 /* ClinTox split 50/25/25 at random into tmp("ml"), with val_missing.csv
  * (val.csv with every 5th CT_TOX and every 7th FDA_APPROVED label blank)
@@ -72,7 +46,7 @@ static const char *ml_setup(void)
         return NULL;
     char path[1300];
     snprintf(path, sizeof path, "%s/val.csv", dir);
-    mp_dataset *V = load(path);
+    mp_dataset *V = tu_load(path);
     snprintf(path, sizeof path, "%s/val_missing.csv", dir);
     FILE *fp = V ? fopen(path, "w") : NULL;
     if (!fp) {
@@ -107,7 +81,7 @@ static const char *ml_setup(void)
  * 256); NULL on failure. */
 static double *probabilities(mp_ensemble *e, const char *path, size_t *n)
 {
-    mp_dataset *d = load(path);
+    mp_dataset *d = tu_load(path);
     mp_features *f = NULL;
     if (!d)
         return NULL;
@@ -184,8 +158,8 @@ MP_TEST(unc_ml_cli_sets_and_coverage)
     snprintf(path, sizeof path, "%s/test.csv", dir);
     double *tp = probabilities(e, path, &nt);
     mp_ensemble_free(e);
-    mp_dataset *V = load(tmp("ml/val_missing.csv")), *T = load(tmp("ml/test.csv"));
-    mp_dataset *P = load(pred);
+    mp_dataset *V = tu_load(tmp("ml/val_missing.csv")), *T = tu_load(tmp("ml/test.csv"));
+    mp_dataset *P = tu_load(pred);
     CHECK(vp && tp && V && T && P && V->n_rows == nv && P->n_rows == nt && T->n_rows == nt);
     double *m_in = malloc(sizeof(double) * nv), *m_out = malloc(sizeof(double) * nv);
     size_t n = 0, missing = 0;
@@ -223,8 +197,8 @@ MP_TEST(unc_ml_cli_sets_and_coverage)
                 { "FDA_APPROVED_in_set", "CT_TOX_in_set" },
                 { "FDA_APPROVED_out_set", "CT_TOX_out_set" }
             };
-            double in = P->targets[i * P->n_tasks + (size_t)col(P, names[0][k])];
-            double o = P->targets[i * P->n_tasks + (size_t)col(P, names[1][k])];
+            double in = P->targets[i * P->n_tasks + (size_t)tu_col(P, names[0][k])];
+            double o = P->targets[i * P->n_tasks + (size_t)tu_col(P, names[1][k])];
             double p = tp[i * 2 + (size_t)k], y = T->targets[i * T->n_tasks + (size_t)k];
             if (isnan(p)) {   /* an invalid molecule: empty cells */
                 not01 += !isnan(in) || !isnan(o);
@@ -257,10 +231,10 @@ MP_TEST(unc_ml_cli_sets_and_coverage)
     /* eval: the share of molecules with C_in <= Y <= C_out, as counted here */
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "eval --preds '%s' --data '%s/test.csv' "
                              "--uncertainty-metrics coverage,nll", pred, dir), 0);
-    double cov = eval_number(out, "coverage");
+    double cov = tu_eval_number(out, "coverage");
     CHECK_NEAR(cov, (double)covered / (double)counted, 1e-6, 0);
     CHECK_MSG(strstr(out, "2 task(s)"), "%s", out);
-    CHECK_MSG(isfinite(eval_number(out, "nll")), "%s", out);
+    CHECK_MSG(isfinite(tu_eval_number(out, "nll")), "%s", out);
     /* 370 exchangeable test molecules: about 1 - alpha or more */
     CHECK_MSG(cov >= 1 - alpha - 0.06, "coverage %g at alpha %g", cov, alpha);
 }
@@ -374,7 +348,7 @@ MP_TEST(unc_ml_cli_misuse_is_refused)
  * columns on all but *flips cells (a task at a threshold's edge). */
 static int files_agree(const char *a, const char *b, double tol, int *flips)
 {
-    mp_dataset *A = load(a), *B = load(b);
+    mp_dataset *A = tu_load(a), *B = tu_load(b);
     int ok = A && B && A->n_rows == B->n_rows && A->n_tasks == B->n_tasks;
     *flips = 0;
     for (size_t j = 0; ok && j < A->n_tasks; j++) {
