@@ -110,20 +110,6 @@ static double *member_values(mp_ensemble *e, const char *path, size_t *n, int ra
 /* Ensemble variance and conformal sets                                   */
 /* ===================================================================== */
 
-/* The k-th smallest of x (1-based), by counting. */
-static double kth_smallest(const double *x, size_t n, size_t k)
-{
-    double best = INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        size_t le = 0;
-        for (size_t j = 0; j < n; j++)
-            le += x[j] <= x[i];
-        if (le >= k && x[i] < best)
-            best = x[i];
-    }
-    return best;
-}
-
 MP_TEST(unc_mc_cli_ensemble_variance_and_conformal_sets)
 {
     const char *dir = mc_setup();
@@ -164,7 +150,7 @@ MP_TEST(unc_mc_cli_ensemble_variance_and_conformal_sets)
         s[i] = -(vv[i * 3 + y] + vv[nv * 3 + i * 3 + y]) / 2;
     }
     double level = ceil((double)(nv + 1) * 0.9) / (double)nv;
-    double qhat = kth_smallest(s, nv, (size_t)ceil(level * (double)(nv - 1)) + 1);
+    double qhat = tu_kth_smallest(s, nv, (size_t)ceil(level * (double)(nv - 1)) + 1);
     free(s);
     int bad_var = -1, bad_set = -1, covered = 0;
     double nll = 0;

@@ -112,20 +112,6 @@ static double *probabilities(mp_ensemble *e, const char *path, size_t *n)
     return p;
 }
 
-/* The k-th smallest of x (1-based), by counting (+inf when none is). */
-static double kth_smallest(const double *x, size_t n, size_t k)
-{
-    double best = INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        size_t le = 0;
-        for (size_t j = 0; j < n; j++)
-            le += x[j] <= x[i];
-        if (le >= k && x[i] < best)
-            best = x[i];
-    }
-    return best;
-}
-
 /* ===================================================================== */
 /* The sets and their coverage                                            */
 /* ===================================================================== */
@@ -185,8 +171,8 @@ MP_TEST(unc_ml_cli_sets_and_coverage)
     /* q = ceil((n + 1)(1 - alpha / 2)) / n; t_out at 0-based position
      * ceil(q (n - 1)), t_in at floor((1 - q)(n - 1)) */
     double q = ceil((double)(n + 1) * (1 - alpha / 2)) / (double)n;
-    double t_out = kth_smallest(m_out, n, (size_t)ceil(q * (double)(n - 1)) + 1);
-    double t_in = kth_smallest(m_in, n, (size_t)floor((1 - q) * (double)(n - 1)) + 1);
+    double t_out = tu_kth_smallest(m_out, n, (size_t)ceil(q * (double)(n - 1)) + 1);
+    double t_in = tu_kth_smallest(m_in, n, (size_t)floor((1 - q) * (double)(n - 1)) + 1);
     free(m_in);
     free(m_out);
     int bad_cell = -1, not01 = 0, covered = 0, counted = 0, in_sets = 0, out_sets = 0;

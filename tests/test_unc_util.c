@@ -32,3 +32,16 @@ int tu_col(const mp_dataset *d, const char *name)
             return (int)j;
     return -1;
 }
+
+double tu_kth_smallest(const double *x, size_t n, size_t k)
+{
+    double best = INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        size_t le = 0;
+        for (size_t j = 0; j < n; j++)
+            le += x[j] <= x[i];
+        if (le >= k && x[i] < best)
+            best = x[i];
+    }
+    return best;
+}

@@ -18,4 +18,8 @@ mp_dataset *tu_load(const char *path);
 /* The index of d's target column `name` (-1 when absent). */
 int tu_col(const mp_dataset *d, const char *name);
 
+/* The k-th smallest of x[0..n) (1-based), by counting: the brute-force
+ * reference the calibrators' quantiles are checked against (+inf when k > n). */
+double tu_kth_smallest(const double *x, size_t n, size_t k);
+
 #endif
