@@ -7,6 +7,7 @@
  * formula, a grid search over the weights), plus bad input.
  */
 #include "test.h"
+#include "test_unc_util.h"
 #include "data/unc_metrics.h"
 #include "run/calibrate.h"
 #include "run/uncertainty.h"
@@ -174,21 +175,6 @@ MP_TEST(unc_mc_match_chemprop_v2)
 /* Worked out here                                                        */
 /* ===================================================================== */
 
-/* The k-th smallest of x[0..n) (1-based), by counting: the smallest value
- * with at least k values at or below it. */
-static double kth_smallest(const double *x, size_t n, size_t k)
-{
-    double best = INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        size_t at_or_below = 0;
-        for (size_t j = 0; j < n; j++)
-            at_or_below += x[j] <= x[i];
-        if (at_or_below >= k && x[i] < best)
-            best = x[i];
-    }
-    return best;
-}
-
 /* The APS score of class k: the mass of the classes more likely than k,
  * or as likely and not after it, plus its own. */
 static double aps_by_hand(const double *p, int C, int k)
@@ -221,7 +207,7 @@ MP_TEST(unc_mc_conformal_by_hand)
         a[i] = aps_by_hand(p + i * 3, 3, (int)y[i]);
     }
     CHECK_EQ_INT(conformal_rank(7, 0.4), 6);
-    double q = kth_smallest(s, 7, 6), qa = kth_smallest(a, 7, 6);
+    double q = tu_kth_smallest(s, 7, 6), qa = tu_kth_smallest(a, 7, 6);
     CHECK_NEAR(q, -0.3, 0, 1e-15);   /* scores sorted: -.9 -.7 -.4 -.35 -.3 -.3 -.2 */
     mp_mc_calibration c;
     CHECK_OK(mp_mc_calibration_fit(&c, MP_CAL_CONFORMAL_MULTICLASS, 0.4, 3, p, y, 7));
@@ -249,7 +235,7 @@ MP_TEST(unc_mc_conformal_by_hand)
     /* alpha below 1 / (n + 1): the whole range (the largest score) */
     CHECK_OK(mp_mc_calibration_fit(&c, MP_CAL_CONFORMAL_MULTICLASS, 0.1, 3, p, y, 7));
     CHECK_EQ_INT(conformal_rank(7, 0.1), 7);
-    CHECK_NEAR(c.qhat, kth_smallest(s, 7, 7), 0, 0);
+    CHECK_NEAR(c.qhat, tu_kth_smallest(s, 7, 7), 0, 0);
     CHECK_NEAR(c.qhat, -0.2, 0, 1e-15);
     mp_mc_calibration_free(&c);
     /* the evaluators: -log p_y and the share of true classes in the set */

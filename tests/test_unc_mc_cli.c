@@ -10,6 +10,7 @@
  * misuse is refused with a message naming the model and the method.
  */
 #include "test.h"
+#include "gpu_test.h"
 #include "test_unc_util.h"
 #include "data/dataset.h"
 #include "featurize/featurize.h"
@@ -515,13 +516,7 @@ static int head_rows(const char *src, const char *dst, int n)
 
 MP_TEST(gpu_unc_mc_multiclass_matches_cpu)
 {
-    char why[300];
-    if (!mp_backend_cuda_available(why, sizeof why)) {
-        const char *req = getenv("MOLPROP_REQUIRE_GPU");
-        if (req && *req && strcmp(req, "0") != 0)
-            MP_FAIL("no GPU (MOLPROP_REQUIRE_GPU=1): %s", why);
-        MP_SKIP(why);
-    }
+    MP_NEED_GPU();
     const char *dir = mc_setup();
     CHECK_MSG(dir, "setup: %s", out);
     static const struct {

@@ -12,6 +12,7 @@
  * agree with the cpu's (gpu_unc_ml_multilabel_matches_cpu, a skip here).
  */
 #include "test.h"
+#include "gpu_test.h"
 #include "test_unc_util.h"
 #include "data/dataset.h"
 #include "featurize/featurize.h"
@@ -357,13 +358,7 @@ static int files_agree(const char *a, const char *b, double tol, int *flips)
 
 MP_TEST(gpu_unc_ml_multilabel_matches_cpu)
 {
-    char why[300];
-    if (!mp_backend_cuda_available(why, sizeof why)) {
-        const char *req = getenv("MOLPROP_REQUIRE_GPU");
-        if (req && *req && strcmp(req, "0") != 0)
-            MP_FAIL("no GPU (MOLPROP_REQUIRE_GPU=1): %s", why);
-        MP_SKIP(why);
-    }
+    MP_NEED_GPU();
     const char *dir = ml_setup();
     CHECK_MSG(dir, "setup: %s", out);
     char a[1300], b[1300];
