@@ -23,8 +23,20 @@
  * (about 2 ms) to drown the event resolution.  Molecules per second =
  * batch / median step time.
  *
+ * With --concurrent K it times instead K models side by side, each on its
+ * own backend instance (its stream, cuBLAS handles, batch and buffers), as
+ * `molprop train --ensemble-size K` trains its members: a round is every
+ * model's call issued once, each on its stream (forked from and joined to
+ * the first by events), from one host thread; it reports each op's and the
+ * captured step's microseconds per round beside one model's, and their
+ * ratio (K when the GPU runs the K calls one after another, 1 when it runs
+ * them side by side for free).  It also times the K steps' graphs as the
+ * branches of ONE graph (captured across the K streams), one launch per
+ * round.  --sm-target N sizes every model's products for N SMs
+ * (mp_backend_cuda_set_sm_target; 0: the whole GPU).
+ *
  * usage: gpu_ops [--batch N]... [--prec fp32|tf32|bf16|all] [--hidden H]
- *                [--depth D] [--trials T] [--seed S]
+ *                [--depth D] [--trials T] [--seed S] [--concurrent K [--sm-target N]]
  * (default: --batch 50 --batch 4096 --prec all --hidden 300 --depth 3
  *  --trials 15)
  */
@@ -37,6 +49,7 @@
 #include <cuda_runtime.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,46 +430,23 @@ typedef struct {
     double      flops;     /* per call (products)                         */
 } op_row;
 
-static int run_config(mp_precision prec, int32_t batch, int h, int depth, int trials,
-                      uint64_t seed)
-{
-    mp_backend *b = NULL;
-    if (mp_backend_cuda_open(&b, prec) != MP_OK) {
-        fprintf(stderr, "gpu_ops: %s\n", mp_error_message());
-        return 1;
-    }
-    mp_rng rng;
-    mp_rng_seed(&rng, seed, 3);
-    mp_graphs g;
-    rg_opts o = { 1, 53, 0.0, 0.0, 6 };     /* mean 27 atoms, 26 + 3 bonds */
-    if (!rg_make(&g, &rng, batch, 133, &o)) {
-        fprintf(stderr, "gpu_ops: out of host memory for the batch\n");
-        mp_backend_close(b);
-        return 1;
-    }
-    bench_ctx c;
-    int rc = 1;
-    if (ctx_make(&c, b, &g, h, depth, seed) != MP_OK) {
-        fprintf(stderr, "gpu_ops: model: %s\n", mp_error_message());
-        goto out;
-    }
-    mp_model *m = c.m;
-    timer t = { b, (cudaStream_t)mp_backend_cuda_stream(b), NULL, NULL, trials };
-    if (!cuda_check(cudaEventCreate(&t.e0), "event") || !cuda_check(cudaEventCreate(&t.e1), "event"))
-        goto out;
-    w_step(&c);                                 /* valid activations for the op timings */
-    if (b->sync(b) != MP_OK) {
-        fprintf(stderr, "gpu_ops: first step: %s\n", mp_error_message());
-        goto out_events;
-    }
+#define MAX_ROWS 40
 
-    const double A = g.n_atoms, E = g.n_edges, M = batch, H = h, F = 4.0, S = 2.0;
+/* The step's ops in the order the model issues them, with their calls per
+ * step and what each must move and compute (rows[MAX_ROWS]); returns how
+ * many.  Rows with 0 calls are for comparison only. */
+static int step_rows(op_row *rows, const bench_ctx *c, const mp_graphs *g, int32_t batch)
+{
+    const mp_model *m = c->m;
+    const int h = m->h, depth = m->cfg.depth;
+    mp_backend *b = c->b;
+    const double A = g->n_atoms, E = g->n_edges, M = batch, H = h, F = 4.0, S = 2.0;
     const double P = (double)m->n_params;
     const int d1 = depth - 1, copies = m->a.whcopy != NULL;
     const double OS = mp_stype_size(b, m->st_op), MS = mp_stype_size(b, m->st_m);
     /* the message: per atom in registers when msg and M are fp32, else two passes */
     const int direct = OS == F && MS == F;
-    op_row rows[] = {
+    const op_row all[] = {
         /* forward */
         { "atom_embed (W_i atom part)", w_atom_embed, 1, A * H * F + A * 20, 0 },
         { "edge_embed + M_0 (H0, M_0)", w_edge_embed_m0, 1, E * H * (F + 2 * MS) + E * 12, 0 },
@@ -503,7 +493,48 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
         { "adam_sched", w_adam_sched, 1, 7 * P * F, 0 },
         { "adam (host scalars)", w_adam, 0, 7 * P * F, 0 },
     };
-    const int n_rows = (int)(sizeof rows / sizeof rows[0]);
+    const int n = (int)(sizeof all / sizeof all[0]);
+    memcpy(rows, all, sizeof all);
+    return n;
+}
+
+static int run_config(mp_precision prec, int32_t batch, int h, int depth, int trials,
+                      uint64_t seed)
+{
+    mp_backend *b = NULL;
+    if (mp_backend_cuda_open(&b, prec) != MP_OK) {
+        fprintf(stderr, "gpu_ops: %s\n", mp_error_message());
+        return 1;
+    }
+    mp_rng rng;
+    mp_rng_seed(&rng, seed, 3);
+    mp_graphs g;
+    rg_opts o = { 1, 53, 0.0, 0.0, 6 };     /* mean 27 atoms, 26 + 3 bonds */
+    if (!rg_make(&g, &rng, batch, 133, &o)) {
+        fprintf(stderr, "gpu_ops: out of host memory for the batch\n");
+        mp_backend_close(b);
+        return 1;
+    }
+    bench_ctx c;
+    int rc = 1;
+    if (ctx_make(&c, b, &g, h, depth, seed) != MP_OK) {
+        fprintf(stderr, "gpu_ops: model: %s\n", mp_error_message());
+        goto out;
+    }
+    mp_model *m = c.m;
+    timer t = { b, (cudaStream_t)mp_backend_cuda_stream(b), NULL, NULL, trials };
+    if (!cuda_check(cudaEventCreate(&t.e0), "event") || !cuda_check(cudaEventCreate(&t.e1), "event"))
+        goto out;
+    w_step(&c);                                 /* valid activations for the op timings */
+    if (b->sync(b) != MP_OK) {
+        fprintf(stderr, "gpu_ops: first step: %s\n", mp_error_message());
+        goto out_events;
+    }
+
+    const double A = g.n_atoms, E = g.n_edges, M = batch, H = h;
+    const int d1 = depth - 1;
+    op_row rows[MAX_ROWS];
+    const int n_rows = step_rows(rows, &c, &g, batch);
 
     printf("\n== %s%s | batch %d molecules: %d atoms, %d directed edges | hidden %d, depth %d, "
            "%zu parameters\n", mp_backend_cuda_info(b),
@@ -605,6 +636,291 @@ out:
 }
 
 /* ===================================================================== */
+/* K models side by side (--concurrent K)                                 */
+/* ===================================================================== */
+
+#define MAX_CONCURRENT 16
+
+typedef struct {
+    int          k;
+    bench_ctx    c[MAX_CONCURRENT];
+    cudaStream_t s[MAX_CONCURRENT];
+    cudaEvent_t  join[MAX_CONCURRENT];
+    cudaEvent_t  e0, e1;
+    int          trials;
+} multi;
+
+/* Milliseconds of one round: fn on each of the first n models, each on its
+ * own stream, rounds back to back (the streams forked from the first before
+ * the run, joined to it after); median over trials as time_ms. */
+static double multi_ms(multi *x, int n, work_fn fn, void **args)
+{
+    cudaStream_t s0 = x->s[0];
+    double *v = malloc((size_t)x->trials * sizeof *v);
+    if (!v)
+        return -1;
+    int reps = 1;
+    for (int k = -1; k < x->trials; k++) {   /* k = -1: warm up and calibrate */
+        for (;;) {
+            cuda_check(cudaEventRecord(x->e0, s0), "event");
+            for (int j = 1; j < n; j++)
+                cuda_check(cudaStreamWaitEvent(x->s[j], x->e0, 0), "wait");
+            for (int r = 0; r < reps; r++)
+                for (int j = 0; j < n; j++)
+                    fn(args[j]);
+            for (int j = 1; j < n; j++) {
+                cuda_check(cudaEventRecord(x->join[j], x->s[j]), "event");
+                cuda_check(cudaStreamWaitEvent(s0, x->join[j], 0), "wait");
+            }
+            cuda_check(cudaEventRecord(x->e1, s0), "event");
+            cuda_check(cudaEventSynchronize(x->e1), "event sync");
+            float ms = 0;
+            cuda_check(cudaEventElapsedTime(&ms, x->e0, x->e1), "elapsed");
+            if (k >= 0) {
+                v[k] = ms / reps;
+                break;
+            }
+            if (ms >= 2.0f || reps >= 4096)
+                break;
+            reps = ms <= 0.01f ? reps * 16 : (int)(reps * 2.2f / ms) + 1;
+            if (reps > 4096)
+                reps = 4096;
+        }
+    }
+    qsort(v, (size_t)x->trials, sizeof *v, cmp_double);
+    double med = v[x->trials / 2];
+    free(v);
+    for (int j = 0; j < n; j++)
+        if (x->c[j].b->sync(x->c[j].b) != MP_OK)
+            return -1;
+    return med;
+}
+
+/* One launch of the graph whose branches are the K models' captured steps. */
+typedef struct {
+    cudaGraphExec_t exec;
+    cudaStream_t    s;
+} k_graph;
+
+static void w_k_graph(void *x)
+{
+    k_graph *kg = x;
+    cuda_check(cudaGraphLaunch(kg->exec, kg->s), "graph launch");
+}
+
+/* fn issued `reps` times on each of the first n models' streams, captured
+ * as the n branches of one graph (a capture on the first stream that forks
+ * to the others by events and joins them): what the GPU does with n
+ * models' ops side by side, with no host launch in between. */
+static int k_graph_make(multi *x, k_graph *kg, int n, work_fn fn, int reps)
+{
+    cudaStream_t s0 = x->s[0];
+    cudaGraph_t g = NULL;
+    kg->s = s0;
+    kg->exec = NULL;
+    if (!cuda_check(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal), "capture"))
+        return 0;
+    cuda_check(cudaEventRecord(x->e0, s0), "event");
+    for (int j = 1; j < n; j++)
+        cuda_check(cudaStreamWaitEvent(x->s[j], x->e0, 0), "wait");
+    for (int r = 0; r < reps; r++)
+        for (int j = 0; j < n; j++)
+            fn(&x->c[j]);
+    for (int j = 1; j < n; j++) {
+        cuda_check(cudaEventRecord(x->join[j], x->s[j]), "event");
+        cuda_check(cudaStreamWaitEvent(s0, x->join[j], 0), "wait");
+    }
+    if (!cuda_check(cudaStreamEndCapture(s0, &g), "end capture"))
+        return 0;
+    int ok = cuda_check(cudaGraphInstantiate(&kg->exec, g, 0), "instantiate");
+    cudaGraphDestroy(g);
+    return ok;
+}
+
+/* Milliseconds per call of fn on n models side by side, on the GPU alone:
+ * a graph of 16 calls per model (k_graph_make), replayed. */
+#define OP_REPS 16
+static double k_graph_ms(multi *x, int n, work_fn fn)
+{
+    k_graph kg = { NULL, NULL };
+    double ms = -1;
+    if (k_graph_make(x, &kg, n, fn, OP_REPS)) {
+        void *ka[1] = { &kg };
+        ms = multi_ms(x, 1, w_k_graph, ka) / OP_REPS;
+    }
+    if (kg.exec)
+        cudaGraphExecDestroy(kg.exec);
+    return ms;
+}
+
+/* The K captured steps replayed `reps` times each, from one host thread
+ * (round robin over the streams) or from K threads (one per model, as the
+ * trainer drives members side by side): host seconds per round. */
+typedef struct {
+    bench_ctx *c;
+    int        reps;
+} replay_arg;
+
+static void *replay_thread(void *p)
+{
+    replay_arg *a = p;
+    for (int r = 0; r < a->reps; r++)
+        a->c->b->replay(a->c->b, a->c->graph);
+    a->c->b->sync(a->c->b);
+    return NULL;
+}
+
+static double host_rounds_ms(multi *x, int threads, int reps)
+{
+    for (int j = 0; j < x->k; j++)
+        if (ctx_rewind(&x->c[j]) != MP_OK || x->c[j].b->sync(x->c[j].b) != MP_OK)
+            return -1;
+    double t0 = mp_time_now();
+    if (!threads) {
+        for (int r = 0; r < reps; r++)
+            for (int j = 0; j < x->k; j++)
+                x->c[j].b->replay(x->c[j].b, x->c[j].graph);
+        for (int j = 0; j < x->k; j++)
+            x->c[j].b->sync(x->c[j].b);
+    } else {
+        pthread_t th[MAX_CONCURRENT];
+        replay_arg ra[MAX_CONCURRENT];
+        for (int j = 0; j < x->k; j++) {
+            ra[j] = (replay_arg){ &x->c[j], reps };
+            pthread_create(&th[j], NULL, replay_thread, &ra[j]);
+        }
+        for (int j = 0; j < x->k; j++)
+            pthread_join(th[j], NULL);
+    }
+    return (mp_time_now() - t0) * 1e3 / reps;
+}
+
+static int run_concurrent(mp_precision prec, int32_t batch, int h, int depth, int trials,
+                          uint64_t seed, int K, int sm_target)
+{
+    multi x;
+    memset(&x, 0, sizeof x);
+    x.k = K;
+    x.trials = trials;
+    mp_rng rng;
+    mp_rng_seed(&rng, seed, 3);
+    mp_graphs g;
+    rg_opts o = { 1, 53, 0.0, 0.0, 6 };
+    if (!rg_make(&g, &rng, batch, 133, &o)) {
+        fprintf(stderr, "gpu_ops: out of host memory for the batch\n");
+        return 1;
+    }
+    int rc = 1, made = 0;
+    k_graph kg = { NULL, NULL };
+    for (; made < K; made++) {
+        mp_backend *b = NULL;
+        if (mp_backend_cuda_open(&b, prec) != MP_OK) {
+            fprintf(stderr, "gpu_ops: %s\n", mp_error_message());
+            goto out;
+        }
+        if ((sm_target && mp_backend_cuda_set_sm_target(b, sm_target) != MP_OK) ||
+            ctx_make(&x.c[made], b, &g, h, depth, seed + (uint64_t)made) != MP_OK) {
+            fprintf(stderr, "gpu_ops: model %d: %s\n", made + 1, mp_error_message());
+            ctx_free(&x.c[made]);
+            mp_backend_close(b);
+            goto out;
+        }
+        x.s[made] = (cudaStream_t)mp_backend_cuda_stream(b);
+        cuda_check(cudaEventCreateWithFlags(&x.join[made], cudaEventDisableTiming), "event");
+        w_step(&x.c[made]);
+        mp_status st = b->sync(b);
+        if (st == MP_OK && (st = ctx_rewind(&x.c[made])) == MP_OK &&
+            (st = b->capture_begin(b)) == MP_OK) {
+            w_step(&x.c[made]);
+            st = b->capture_end(b, &x.c[made].graph);
+        }
+        if (st != MP_OK) {
+            fprintf(stderr, "gpu_ops: model %d: %s\n", made + 1, mp_error_message());
+            made++;
+            goto out;
+        }
+    }
+    if (!cuda_check(cudaEventCreate(&x.e0), "event") || !cuda_check(cudaEventCreate(&x.e1), "event"))
+        goto out;
+
+    op_row rows[MAX_ROWS];
+    const int n_rows = step_rows(rows, &x.c[0], &g, batch);
+    void *args[MAX_CONCURRENT];
+    for (int j = 0; j < K; j++)
+        args[j] = &x.c[j];
+    printf("\n== %s | batch %d molecules: %d atoms, %d directed edges | hidden %d, depth %d | "
+           "%d models side by side, a backend and stream each, products sized for %d SMs\n",
+           mp_backend_cuda_info(x.c[0].b), (int)batch, g.n_atoms, g.n_edges, h, depth, K,
+           sm_target);
+    printf("(each op: %d calls per model captured as one graph of K branches, replayed; us per "
+           "call)\n", OP_REPS);
+    printf("%-34s %6s %10s %12s %7s\n", "op", "calls", "us, one", "us, K/round", "ratio");
+    double one_sum = 0, k_sum = 0;
+    for (int i = 0; i < n_rows; i++) {
+        if (!rows[i].fn || !rows[i].calls)
+            continue;
+        double t1 = k_graph_ms(&x, 1, rows[i].fn), tk = k_graph_ms(&x, K, rows[i].fn);
+        if (t1 < 0 || tk < 0) {
+            fprintf(stderr, "gpu_ops: %s: %s\n", rows[i].name, mp_error_message());
+            goto out;
+        }
+        one_sum += rows[i].calls * t1;
+        k_sum += rows[i].calls * tk;
+        printf("%-34s %6d %10.2f %12.2f %7.2f\n", rows[i].name, rows[i].calls, t1 * 1e3,
+               tk * 1e3, tk / t1);
+    }
+    printf("%-34s %6s %10.2f %12.2f %7.2f\n", "sum of the ops x calls", "", one_sum * 1e3,
+           k_sum * 1e3, k_sum / one_sum);
+    for (int j = 0; j < K; j++)
+        if (ctx_rewind(&x.c[j]) != MP_OK)
+            goto out;
+    double s1 = multi_ms(&x, 1, w_graph, args), sk = multi_ms(&x, K, w_graph, args);
+    double sg = -1;
+    if (k_graph_make(&x, &kg, K, w_step, 1)) {
+        void *ka[1] = { &kg };
+        for (int j = 0; j < K; j++)
+            if (ctx_rewind(&x.c[j]) != MP_OK)
+                goto out;
+        sg = multi_ms(&x, 1, w_k_graph, ka);
+    }
+    if (s1 < 0 || sk < 0) {
+        fprintf(stderr, "gpu_ops: step graph: %s\n", mp_error_message());
+        goto out;
+    }
+    printf("%-34s %6s %10.2f %12.2f %7.2f\n", "STEP, CUDA graph replay", "", s1 * 1e3, sk * 1e3,
+           sk / s1);
+    if (sg > 0)
+        printf("%-34s %6s %10.2f %12.2f %7.2f\n", "STEP, K branches of one graph", "", s1 * 1e3,
+               sg * 1e3, sg / s1);
+    {
+        const int reps = 2000;   /* a step's graph >= 4096 steps of schedule: rewound */
+        double h1 = host_rounds_ms(&x, 0, reps), hk = host_rounds_ms(&x, 1, reps);
+        printf("%-34s %6s %10s %12.2f\n", "STEP, K graphs, one host thread", "", "", h1 * 1e3);
+        printf("%-34s %6s %10s %12.2f   (host wall clock per round, %d rounds)\n",
+               "STEP, K graphs, K host threads", "", "", hk * 1e3, reps);
+    }
+    printf("molecules/s: one model %.0f; %d models %.0f (each model's molecules counted)\n",
+           batch / (s1 * 1e-3), K, K * batch / ((sg > 0 && sg < sk ? sg : sk) * 1e-3));
+    rc = 0;
+out:
+    if (kg.exec)
+        cudaGraphExecDestroy(kg.exec);
+    if (x.e0)
+        cudaEventDestroy(x.e0);
+    if (x.e1)
+        cudaEventDestroy(x.e1);
+    for (int j = 0; j < made; j++) {
+        mp_backend *b = x.c[j].b;
+        if (x.join[j])
+            cudaEventDestroy(x.join[j]);
+        ctx_free(&x.c[j]);
+        mp_backend_close(b);
+    }
+    mp_graphs_free(&g);
+    return rc;
+}
+
+/* ===================================================================== */
 /* Main                                                                   */
 /* ===================================================================== */
 
@@ -623,14 +939,14 @@ static long arg_long(const char *opt, const char *s, long lo, long hi)
 int main(int argc, char **argv)
 {
     int32_t batches[8];
-    int n_batches = 0, h = 300, depth = 3, trials = 15, all = 1;
+    int n_batches = 0, h = 300, depth = 3, trials = 15, all = 1, concurrent = 0, sm_target = 0;
     uint64_t seed = 1;
     mp_precision prec = MP_PREC_FP32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: gpu_ops [--batch N]... [--prec fp32|tf32|bf16|all] [--hidden H] "
-                   "[--depth D] [--trials T] [--seed S]\n");
+                   "[--depth D] [--trials T] [--seed S] [--concurrent K [--sm-target N]]\n");
             return 0;
         }
         if (!v) {
@@ -646,6 +962,10 @@ int main(int argc, char **argv)
             depth = (int)arg_long(a, v, 2, MP_MAX_DEPTH);    /* the op rows time W_h */
         else if (!strcmp(a, "--trials"))
             trials = (int)arg_long(a, v, 1, 1000);
+        else if (!strcmp(a, "--sm-target"))
+            sm_target = (int)arg_long(a, v, 0, 1024);
+        else if (!strcmp(a, "--concurrent"))
+            concurrent = (int)arg_long(a, v, 1, MAX_CONCURRENT);
         else if (!strcmp(a, "--seed"))
             seed = (uint64_t)arg_long(a, v, 0, 1L << 40);
         else if (!strcmp(a, "--prec")) {
@@ -671,6 +991,8 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int p = all ? 0 : (int)prec; p <= (all ? 2 : (int)prec); p++)
         for (int i = 0; i < n_batches; i++)
-            rc |= run_config((mp_precision)p, batches[i], h, depth, trials, seed);
+            rc |= concurrent ? run_concurrent((mp_precision)p, batches[i], h, depth, trials, seed,
+                                              concurrent, sm_target)
+                             : run_config((mp_precision)p, batches[i], h, depth, trials, seed);
     return rc;
 }
