@@ -56,3 +56,23 @@ MP_TEST(gpu_members_side_by_side_resume_bitwise)
     mp_train_opts o = gpu_opts("cuda:bf16", 5, 3);
     CHECK(mp_test_members_resume(&o, 3, 2, 2, tmp("gm-ref"), tmp("gm-cut")));
 }
+
+/* set_share (ops.h): a share of 1 .. the SMs' count is taken, 0 refused
+ * with a message; the cuda backend has it, the cpu backend does not. */
+MP_TEST(gpu_set_share_takes_counts_and_refuses_zero)
+{
+    mp_backend *cpu = NULL;
+    CHECK(mp_backend_open(&cpu, "cpu") == MP_OK);
+    CHECK(cpu->set_share == NULL);
+    mp_backend_close(cpu);
+    MP_NEED_GPU();
+    mp_backend *b = NULL;
+    CHECK(mp_backend_open(&b, "cuda:bf16") == MP_OK);
+    CHECK(b->set_share != NULL);
+    CHECK(b->set_share(b, 5) == MP_OK);
+    CHECK(b->set_share(b, 1000) == MP_OK);   /* more instances than SMs: one SM each */
+    CHECK(b->set_share(b, 1) == MP_OK);
+    CHECK(b->set_share(b, 0) == MP_ERR_ARG);
+    CHECK(strstr(mp_error_message(), "share") != NULL);
+    mp_backend_close(b);
+}

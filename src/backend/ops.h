@@ -487,6 +487,15 @@ struct mp_backend {
      * losses and loss are of the backend's element type. */
     void (*step_end)(mp_backend *b, int32_t *k_dev, void *losses, const void *loss);
 
+    /* ---- sharing the device (optional: NULL on host-memory backends) -- */
+    /* This instance is one of n that run side by side on one device (an
+     * ensemble's members): the backend may size its work for 1/n of the
+     * device (cuda: its products' algorithms are chosen for 1/n of the
+     * SMs).  The results are a function of n, so instances whose results
+     * must agree take the same n; n = 1, the default, is the whole device.
+     * MP_ERR_ARG for n < 1. */
+    mp_status (*set_share)(mp_backend *b, int n);
+
     /* ---- capture (optional: NULL where ops cannot be recorded) -------- */
     /* Between capture_begin and capture_end the ops issued are recorded,
      * not run; replay runs the recording again (cuda: a CUDA graph).  Every

@@ -43,7 +43,7 @@
  * (tens of microseconds of host time, more than a small batch's product) is
  * asked once per shape: lt_heuristic in dense_cuda.cu. */
 #define LT_CACHE 256
-#define LT_KEY 12
+#define LT_KEY 13
 typedef struct {
     int valid, found;
     int key[LT_KEY];
@@ -67,6 +67,7 @@ typedef struct {
     float         *scratch;
     mp_precision   prec;
     int            sm_count;
+    int            sm_target;    /* SMs the products are sized for; 0: all (gpu.h) */
     size_t         mem_total;
     int            capturing;
     /* streaming (stream_cuda.cu): the copy lane and the fences of ops.h's

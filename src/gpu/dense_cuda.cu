@@ -199,7 +199,9 @@ static int lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasC
      * the operand and output types are part of the key */
     const int key[LT_KEY] = { m, n, k, lda, ldw, ldr, ldc, (int)al_a, (int)al_b, (int)al_c,
                               (int)al_d,
-                              (int)c->prec | (ab == CUDA_R_16BF) << 4 | (cd == CUDA_R_16BF) << 5 };
+                              (int)c->prec | (ab == CUDA_R_16BF) << 4 | (cd == CUDA_R_16BF) << 5,
+                              c->sm_target };
+    const int32_t sm_target = c->sm_target;
     memset(&res, 0, sizeof res);
     if (cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &no, sizeof no) ==
@@ -208,6 +210,9 @@ static int lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasC
             CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ==
             CUBLAS_STATUS_SUCCESS &&
+        (!sm_target ||
+         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target,
+                                        sizeof sm_target) == CUBLAS_STATUS_SUCCESS) &&
         cublasLtMatrixLayoutCreate(&la, ab, (uint64_t)n, (uint64_t)k, ldw) ==
             CUBLAS_STATUS_SUCCESS &&
         cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)k, (uint64_t)m, lda) ==

@@ -121,6 +121,14 @@ mp_precision mp_backend_cuda_precision(const mp_backend *b);
  * time it with CUDA events or order their own work after it (the bench). */
 void *mp_backend_cuda_stream(mp_backend *b);
 
+/* The number of SMs the backend's products (cuBLAS, cuBLASLt) are sized
+ * for: 0 (the default) the whole GPU; n > 0 when n SMs' worth is what this
+ * instance can expect while others run beside it (cublasSetSmCountTarget).
+ * The products' algorithms, so their bits, are a function of it: every
+ * instance whose results must agree takes the same n.  MP_ERR_ARG for n
+ * outside [0, the GPU's SMs]. */
+mp_status mp_backend_cuda_set_sm_target(mp_backend *b, int n);
+
 /* Forgets a recorded failure so that the backend can be used again (after a
  * caller handled, e.g., a too-large gemm).  CUDA errors that break the
  * context (an illegal address) cannot be forgotten: later calls fail again. */

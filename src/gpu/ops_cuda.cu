@@ -268,6 +268,15 @@ static const char *backend_name(mp_precision p)
     }
 }
 
+/* set_share (ops.h): the products sized for the n-th part of the SMs. */
+static mp_status cu_set_share(mp_backend *b, int n)
+{
+    if (n < 1)
+        return mp_error_set(MP_ERR_ARG, "cuda backend: a share of the GPU for %d instances", n);
+    int sm = CTX(b)->sm_count;
+    return mp_backend_cuda_set_sm_target(b, n == 1 ? 0 : (sm / n > 0 ? sm / n : 1));
+}
+
 /* Fails the open with the kept message (or NOMEM for the context itself). */
 static mp_status open_fail(mp_backend *b, mp_status st)
 {
@@ -370,6 +379,7 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     mp_cu_layer_ops(b);
     mp_cu_stream_ops(b);
     mp_cu_capture_ops(b);
+    b->set_share = cu_set_share;
     mp_cu_nccl_ops(b);
     *out = b;
     return MP_OK;
@@ -406,6 +416,23 @@ extern "C" mp_precision mp_backend_cuda_precision(const mp_backend *b)
 {
     gpu_ctx *c = mp_cu_ctx(b);
     return c ? c->prec : MP_PREC_FP32;
+}
+
+extern "C" mp_status mp_backend_cuda_set_sm_target(mp_backend *b, int n)
+{
+    gpu_ctx *c = mp_cu_ctx(b);
+    if (!c)
+        return mp_error_set(MP_ERR_ARG, "mp_backend_cuda_set_sm_target: not a cuda backend");
+    if (n < 0 || n > c->sm_count)
+        return mp_error_set(MP_ERR_ARG, "cuda backend: %d SMs to size the products for; this "
+                            "GPU has %d (0: all)", n, c->sm_count);
+    if (!BLAS_OK(c, cublasSetSmCountTarget(c->blas, n)) ||
+        !BLAS_OK(c, cublasSetSmCountTarget(c->blas2, n)))
+        return report(c);
+    c->sm_target = n;
+    for (int i = 0; i < LT_CACHE; i++)
+        c->lt_cache[i].valid = 0;
+    return MP_OK;
 }
 
 extern "C" void *mp_backend_cuda_stream(mp_backend *b)

@@ -122,6 +122,12 @@ typedef struct {
     int     threads;
 } worker_arg;
 
+/* The device's share of backend b for the members (set_share, ops.h). */
+static mp_status share(mp_backend *b, int n)
+{
+    return b->set_share && n > 1 ? b->set_share(b, n) : MP_OK;
+}
+
 static mp_status train_on(runner *R, mp_backend *b, int k)
 {
     const mp_members_opts *mo = R->mo;
@@ -172,8 +178,8 @@ static void *worker(void *p)
     mp_status st = MP_OK;
     if (run_b->host_memory)
         mp_threads_set_local(w->threads);
-    else
-        st = mp_backend_open(&b, run_b->name);
+    else if ((st = mp_backend_open(&b, run_b->name)) == MP_OK)
+        st = share(b, R->mo->share);
     if (st) {
         fail(R, st);
         return NULL;
@@ -195,7 +201,24 @@ static void *worker(void *p)
     return NULL;
 }
 
+static mp_status fit_members(const mp_members_opts *mo);
+
 mp_status mp_fit_members(const mp_members_opts *mo)
+{
+    /* The run's backend takes the members' share while they train (one
+     * after another they run on it), the whole device again after. */
+    mp_backend *b = mo->c->e->backend;
+    mp_status st = share(b, mo->share);
+    if (st == MP_OK)
+        st = fit_members(mo);
+    if (mo->share > 1 && b->set_share) {
+        mp_status s2 = b->set_share(b, 1);
+        st = st ? st : s2;
+    }
+    return st;
+}
+
+static mp_status fit_members(const mp_members_opts *mo)
 {
     runner R;
     memset(&R, 0, sizeof R);

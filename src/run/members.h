@@ -36,6 +36,11 @@ typedef struct {
     int                 jobs;       /* side by side (1: one after another, on the *
                                      * calling thread, with c->progress as it is) */
     int                 threads;    /* cpu threads in all, split among the jobs   */
+    int                 share;      /* on a device, every member's backend takes  *
+                                     * set_share(share) (ops.h) whatever the jobs, *
+                                     * so members side by side and one after      *
+                                     * another agree bit for bit (the ensemble's  *
+                                     * size; 0 or 1: the whole device)            */
     const mp_fit_state *states;     /* resuming: the members' states (n_states)   */
     int                 n_states;
     int                *best_epoch; /* per member of c->e: set for those trained  */
