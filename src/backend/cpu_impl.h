@@ -205,6 +205,11 @@ void mp_cpu_gemm_f32(int count, const mp_gemm *g);
  * run on bf16 instructions (1) or in sgemm on widened operands (0); a line
  * for logs. */
 void mp_cpu_gemm_bf16(int count, const mp_gemm *g, int relu);
+/* C = ReLU(R + A B) for one product g of bf16 A and B (ta 0, beta 0), R of
+ * C's storage with stride ldr (R and C may not overlap): the residual read
+ * by the product's epilogue, not copied into C first; the same bits as the
+ * copy followed by mp_cpu_gemm_bf16 with beta 1 and relu. */
+void mp_cpu_gemm_bf16_res_relu(const mp_gemm *g, const void *r, int ldr);
 void mp_cpu_widen(float *restrict dst, const uint16_t *restrict src, size_t n);
 void mp_cpu_narrow(uint16_t *restrict dst, const float *restrict src, size_t n);
 int  mp_cpu_bf16_native(void);
