@@ -135,6 +135,17 @@ static inline void my_columns(int h, int *c0, int *c1)
 #define KERNEL
 #endif
 
+/* The same, for loops that were written (and whose fp32 bits were fixed)
+ * as baseline code: no FMA contraction, so every version rounds each
+ * product and each sum as the baseline one does and gives its bits, only
+ * faster. */
+#if defined(__x86_64__)
+#define KERNEL_EXACT \
+    __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off")))
+#else
+#define KERNEL_EXACT
+#endif
+
 /* Row kernels: the inner loops every graph op is made of.  "omp simd"
  * because GCC's -O2 cost model would otherwise leave them scalar. */
 static inline void row_add(float *restrict y, const float *restrict x, int n)
