@@ -38,6 +38,13 @@ MPI      ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
 
 SAN      ?= 0
 FUZZ     ?= 0
+# jemalloc (Debian's libjemalloc2) as the CLI's allocator: RDKit's SMILES
+# parsing allocates per atom and bond, and with glibc's malloc a 2-thread
+# `molprop predict` of hiv spends ~14% of its CPU time in malloc and free
+# (bench/RESULTS.md, "On a quiet AMX machine").  Only the molprop program
+# links it, never libmolprop (a library does not choose its caller's
+# allocator); sanitizer builds keep ASan's.
+JEMALLOC ?= $(shell test -f /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 && echo 1 || echo 0)
 ifeq ($(FUZZ),1)
 # `make fuzz` (below): the library instrumented for libFuzzer, with ASan+UBSan
 BUILD    ?= build-fuzz
@@ -143,8 +150,15 @@ $(BUILD)/libmolprop.so: $(LIB_OBJ) $(BUILD)/cuda.stamp src/libmolprop.map
 	    $(LDFLAGS) -o $@ $(LIB_OBJ) $(LDLIBS)
 	ln -sf libmolprop.so $(BUILD)/libmolprop.so.$(SOVER)
 
-$(BUILD)/molprop: $(CLI_OBJ) $(BUILD)/libmolprop.a
-	$(CXX) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libmolprop.a $(LDLIBS)
+ifeq ($(JEMALLOC)$(SAN)$(FUZZ),100)
+CLI_MALLOC := -l:libjemalloc.so.2
+endif
+# relinked when the choice changes
+$(BUILD)/malloc.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo "CLI_MALLOC=$(CLI_MALLOC)" | cmp -s - $@ || echo "CLI_MALLOC=$(CLI_MALLOC)" > $@
+$(BUILD)/molprop: $(CLI_OBJ) $(BUILD)/libmolprop.a $(BUILD)/malloc.stamp
+	$(CXX) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libmolprop.a $(LDLIBS) $(CLI_MALLOC)
 
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ -Wl,--whole-archive $(TEST_OBJ) -Wl,--no-whole-archive \

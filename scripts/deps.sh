@@ -3,7 +3,7 @@
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact command to run and fails.
 set -e
-PKGS="build-essential librdkit-dev libdnnl-dev rdkit-data libboost-dev libopenblas-dev libcsv-dev zlib1g-dev libcjson-dev libinih-dev libssl-dev libcurl4-openssl-dev gnuplot-nox libopenmpi-dev openmpi-bin"
+PKGS="build-essential librdkit-dev libdnnl-dev libjemalloc2 rdkit-data libboost-dev libopenblas-dev libcsv-dev zlib1g-dev libcjson-dev libinih-dev libssl-dev libcurl4-openssl-dev gnuplot-nox libopenmpi-dev openmpi-bin"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

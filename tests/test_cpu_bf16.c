@@ -3,7 +3,8 @@
  * src/backend/cpu_dnnl.c) at the shapes the op table (test_backend_ops.c)
  * is too small to reach: row blocks and padded tails of the E x h x h
  * products (m past 512 rows), k chunks of dW = X^T dY (k past 1024), every
- * transpose, strides, alpha / beta, bf16 C and the residual-ReLU epilogue.
+ * transpose, strides, alpha / beta, bf16 C and the residual-ReLU epilogue
+ * (the residual in C, and in a buffer of its own).
  * Each product is checked against a double sum of the same bf16 values and
  * must give the same bytes again, and on 1 and 2 threads.  Then the model
  * level: a cpu:bf16 training run is deterministic, differs from fp32 (so the
@@ -60,11 +61,11 @@ static void *run_one(mp_backend *b, const shape *s, const uint16_t *A, const uin
 MP_TEST(cpu_bf16_gemm_blocks)
 {
     static const shape shapes[] = {
-        { 0, 0, 1300, 300, 300, 0, 0, 0, 1.0, 0.0 },   /* 2 blocks + a 276-row tail */
+        { 0, 0, 1300, 300, 300, 0, 0, 0, 1.0, 0.0 },   /* 5 blocks + a 20-row tail */
         { 0, 1, 1300, 300, 300, 0, 0, 0, 1.0, 0.0 },   /* dMsg = dZ W^T */
         { 1, 0, 300, 300, 2600, 0, 0, 0, 1.0, 1.0 },   /* dW += X^T dZ: 2 chunks + tail */
         { 1, 1, 70, 33, 1500, 3, 0, 0, -0.5, 1.0 },
-        { 0, 0, 512, 64, 100, 5, 0, 0, 2.0, 0.5 },      /* exactly one block */
+        { 0, 0, 512, 64, 100, 5, 0, 0, 2.0, 0.5 },      /* exactly two blocks */
         { 0, 0, 600, 45, 33, 2, 1, 0, 1.0, 0.0 },       /* bf16 C */
         { 1, 0, 40, 30, 1100, 0, 1, 0, 1.0, 0.0 },      /* bf16 C over k chunks: fallback */
         { 0, 0, 777, 300, 300, 0, 0, 1, 1.0, 1.0 },     /* ReLU(R + A W), fp32 R/C */
@@ -134,6 +135,63 @@ MP_TEST(cpu_bf16_gemm_blocks)
         CHECK_MSG(pad_ok, "shape %zu: wrote outside the m x n block", q);
         CHECK_MSG(rel <= tol, "shape %zu (ta=%d tb=%d m=%d n=%d k=%d): relative error %.3g > %g",
                   q, s->ta, s->tb, s->m, s->n, s->k, rel, tol);
+    }
+    mp_backend_close(b);
+}
+
+/* gemm_res_relu with the residual in its own buffer (C = ReLU(R + A W), R
+ * read by the product's epilogue) gives the bytes of the in-place form
+ * (R copied into C, then C += A W through the ReLU), leaves R and C's
+ * padding columns alone and writes every element of the m x n block (C
+ * poisoned first); 1 and 2 threads, row blocks and a padded tail. */
+MP_TEST(cpu_bf16_res_relu_separate)
+{
+    static const struct { int m, c16, pad_r, pad_c; } shapes[] = {
+        { 777, 0, 0, 0 }, { 777, 1, 0, 0 }, { 300, 1, 4, 0 }, { 1300, 0, 0, 3 }, { 21, 1, 2, 5 },
+    };
+    const int n = 300, k = 300;
+    mp_backend *b;
+    CHECK_OK(mp_backend_open(&b, "cpu:bf16"));
+    mp_rng rng;
+    mp_rng_seed(&rng, 78, 0);
+    for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
+        int m = shapes[q].m, c16 = shapes[q].c16, ldr = n + shapes[q].pad_r;
+        int ldc = n + shapes[q].pad_c;
+        size_t cs = c16 ? 2 : 4;
+        mp_stype cst = c16 ? MP_ST_BF16 : MP_ST_ELEM;
+        uint16_t *A = malloc((size_t)m * k * 2), *W = malloc((size_t)k * n * 2);
+        char *R = malloc((size_t)m * ldr * cs), *R0 = malloc((size_t)m * ldr * cs);
+        char *inplace = malloc((size_t)m * ldc * cs), *sep = malloc((size_t)m * ldc * cs);
+        fill_bf16(A, (size_t)m * k, &rng);
+        fill_bf16(W, (size_t)k * n, &rng);
+        for (size_t i = 0; i < (size_t)m * ldr; i++) {
+            float v = (float)(2 * mp_rng_uniform(&rng) - 1);
+            if (c16)
+                ((uint16_t *)R)[i] = mp_bf16_round(v);
+            else
+                ((float *)R)[i] = v;
+        }
+        memcpy(R0, R, (size_t)m * ldr * cs);
+        for (int nt = 1; nt <= 2; nt++) {
+            mp_threads_set(nt);
+            memset(inplace, 0x7f, (size_t)m * ldc * cs);
+            for (int i = 0; i < m; i++)
+                memcpy(inplace + (size_t)i * ldc * cs, R + (size_t)i * ldr * cs, (size_t)n * cs);
+            b->gemm_res_relu(b, m, n, k, A, k, W, n, MP_ST_BF16, inplace, ldc, inplace, ldc, cst);
+            memset(sep, 0x7f, (size_t)m * ldc * cs);   /* poison: NaN-like bytes */
+            b->gemm_res_relu(b, m, n, k, A, k, W, n, MP_ST_BF16, R, ldr, sep, ldc, cst);
+            mp_threads_set(0);
+            CHECK_MSG(!memcmp(inplace, sep, (size_t)m * ldc * cs),
+                      "shape %zu, %d threads: residual read by the epilogue differs from the "
+                      "copied residual (or touched C's padding)", q, nt);
+            CHECK_MSG(!memcmp(R, R0, (size_t)m * ldr * cs), "shape %zu: R was written", q);
+        }
+        free(A);
+        free(W);
+        free(R);
+        free(R0);
+        free(inplace);
+        free(sep);
     }
     mp_backend_close(b);
 }

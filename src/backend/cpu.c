@@ -447,6 +447,11 @@ static void cpu_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a,
     if (aw_st != MP_ST_ELEM || rc_st != MP_ST_ELEM) {
         /* cpu:bf16: the residual and the ReLU in the product's epilogue
          * (oneDNN's sum and relu post-ops: c rounded once) */
+        if (c != r && aw_st == MP_ST_BF16) {
+            mp_gemm g = { 0, 0, m, n, k, 1.0, 0.0, a, w, c, lda, ldw, ldc, aw_st, aw_st, rc_st };
+            mp_cpu_gemm_bf16_res_relu(&g, r, ldr);
+            return;
+        }
         if (c != r)
             cpu_copy2d(b, c, rc_st, ldc, r, rc_st, ldr, m, n);
         mp_gemm g = { 0, 0, m, n, k, 1.0, 1.0, a, w, c, lda, ldw, ldc, aw_st, aw_st, rc_st };

@@ -207,70 +207,81 @@ static inline __attribute__((always_inline)) void seg_row(float *o, float *t, co
     }
 }
 
-KERNEL static void seg_sums(float *s, const int32_t *in_start, const int32_t *in_edge, const void *m,
-                     mp_stype m_st, int32_t flip, int relu, size_t a, size_t z, int h)
+/* One edge's row: g = se - x (x through max(., 0) when relu); with y,
+ * g = yv > 0 ? g * scale : 0 and dh0e += g; out row = g.  t, o, yt: rows of
+ * scratch; x: the edge's reverse row (storage m_st). */
+static inline __attribute__((always_inline)) void edge_diff_row(
+    void *out, mp_stype out_st, size_t e, const float *se, const float *x, int relu,
+    const void *y, mp_stype y_st, float scale, float *dh0, float *o, float *yt, int h)
 {
-    float t[h];
-    for (size_t v = a; v < z; v++)
-        seg_row(s + v * h, t, in_start, in_edge, m, m_st, flip, relu, v, h);
+    if (relu) {
+#pragma omp simd
+        for (int j = 0; j < h; j++)
+            o[j] = se[j] - (x[j] > 0 ? x[j] : 0.0f);
+    } else {
+        row_sub(o, se, x, h);
+    }
+    if (y) {
+        row_mask(o, row_in(yt, y, y_st, e, h), scale, h);
+        if (dh0)
+            row_add(dh0 + e * h, o, h);
+    }
+    put(out, out_st, e * h, o, (size_t)h);
 }
 
-/* For e in [a, z): g = s[end[e]] - M[e ^ 1] (M through max(., 0) when
- * relu); with y, g = y[e] > 0 ? g * scale : 0 and dh0[e] += g; out[e] = g. */
-KERNEL static void edge_diffs(void *out, mp_stype out_st, const float *s, const int32_t *end,
-                       const void *m, mp_stype m_st, int relu, const void *y, mp_stype y_st,
-                       float scale, float *dh0, size_t a, size_t z, int h)
+/*
+ * The message and its adjoint, per atom v, as the cuda backend does it: S[v]
+ * from the rows x_k = m[in_edge[k] ^ flip] of v's segment, then the edge
+ * e = in_edge[k] ^ flip ^ 1 gets S[v] - x_k.  Every directed edge is the
+ * reverse of exactly one atom's incoming edge (forward: e leaves v, whose
+ * sum S[src[e]] it needs; backward: e enters v, S = dS[dst[e]]), so each
+ * output row has one writer, S never goes to memory to be gathered back per
+ * edge, and x_k is read again from L1.  The arithmetic is that of the sums
+ * and then the edge rows, in their order: the same bits as computing all of
+ * S first.  s_keep (backward): also left holding the sums.
+ */
+KERNEL static void message_rows(void *out, mp_stype out_st, float *s_keep,
+                                const int32_t *in_start, const int32_t *in_edge, const void *m,
+                                mp_stype m_st, int32_t flip, int relu, const void *y,
+                                mp_stype y_st, float scale, float *dh0, size_t a, size_t z,
+                                int h)
 {
-    float t[h], o[h], yt[h];
-    for (size_t e = a; e < z; e++) {
-        const float *x = row_in(t, m, m_st, e ^ 1, h), *se = s + (size_t)end[e] * h;
-        if (relu) {
-#pragma omp simd
-            for (int j = 0; j < h; j++)
-                o[j] = se[j] - (x[j] > 0 ? x[j] : 0.0f);
-        } else {
-            row_sub(o, se, x, h);
+    float sv[h], t[h], o[h], yt[h];
+    for (size_t v = a; v < z; v++) {
+        seg_row(sv, t, in_start, in_edge, m, m_st, flip, relu, v, h);
+        if (s_keep)
+            memcpy(s_keep + v * h, sv, (size_t)h * sizeof(float));
+        for (int32_t k = in_start[v]; k < in_start[v + 1]; k++) {
+            size_t xr = (size_t)(in_edge[k] ^ flip);
+            edge_diff_row(out, out_st, xr ^ 1, sv, row_in(t, m, m_st, xr, h), relu, y, y_st,
+                          scale, dh0, o, yt, h);
         }
-        if (y) {
-            row_mask(o, row_in(yt, y, y_st, e, h), scale, h);
-            if (dh0)
-                row_add(dh0 + e * h, o, h);
-        }
-        put(out, out_st, e * h, o, (size_t)h);
     }
 }
 
 static void message_any(void *out, mp_stype out_st, float *s, const int32_t *in_start,
-                        const int32_t *in_edge, const int32_t *end, const void *m,
-                        mp_stype m_st, int32_t flip, int relu, const void *y, mp_stype y_st,
-                        float scale, float *dh0, int32_t n_atoms, int32_t n_edges, int h)
+                        const int32_t *in_edge, const void *m, mp_stype m_st, int32_t flip,
+                        int relu, const void *y, mp_stype y_st, float scale, float *dh0,
+                        int32_t n_atoms, int32_t n_edges, int h, int keep_s)
 {
     if (h <= 0 || (n_atoms <= 0 && n_edges <= 0))
         return;
+    /* the in-edge CSR covers every edge once (graph store invariant) */
+    MP_ASSERT(in_start[0] == 0 && in_start[n_atoms] == n_edges);
+    float *s_keep = keep_s ? s : NULL;
     int nt = threads_for((size_t)n_edges * h * 2);
-    if (nt <= 1) {
-        seg_sums(s, in_start, in_edge, m, m_st, flip, relu, 0, (size_t)n_atoms, h);
-        edge_diffs(out, out_st, s, end, m, m_st, relu, y, y_st, scale, dh0, 0,
-                   (size_t)n_edges, h);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        size_t a, z;
-        my_range((size_t)n_atoms, 1, &a, &z);
-        seg_sums(s, in_start, in_edge, m, m_st, flip, relu, a, z, h);
-#pragma omp barrier
-        my_range((size_t)n_edges, 2, &a, &z);
-        edge_diffs(out, out_st, s, end, m, m_st, relu, y, y_st, scale, dh0, a, z, h);
-    }
+    PARALLEL_RANGE((size_t)n_atoms, 1,
+        message_rows(out, out_st, s_keep, in_start, in_edge, m, m_st, flip, relu, y, y_st,
+                     scale, dh0, a, z, h));
 }
 
 void mp_cpu_bf16_message(void *msg, mp_stype msg_st, float *s, const int32_t *in_start,
                          const int32_t *in_edge, const int32_t *edge_src, const void *m,
                          mp_stype m_st, int relu_in, int32_t n_atoms, int32_t n_edges, int h)
 {
-    message_any(msg, msg_st, s, in_start, in_edge, edge_src, m, m_st, 0, relu_in != 0, NULL,
-                MP_ST_ELEM, 1.0f, NULL, n_atoms, n_edges, h);
+    (void)edge_src;   /* src[e] = dst[e ^ 1]: the CSR says it (message_rows) */
+    message_any(msg, msg_st, s, in_start, in_edge, m, m_st, 0, relu_in != 0, NULL, MP_ST_ELEM,
+                1.0f, NULL, n_atoms, n_edges, h, 0);
 }
 
 void mp_cpu_bf16_message_backward(void *dz, mp_stype dz_st, float *dh0, float *ds,
@@ -280,8 +291,9 @@ void mp_cpu_bf16_message_backward(void *dz, mp_stype dz_st, float *dh0, float *d
                                   int32_t n_edges, int h)
 {
     float scale = p > 0 && p < 1 ? (float)(1.0 / (1.0 - p)) : 1.0f;
-    message_any(dz, dz_st, ds, in_start, in_edge, edge_dst, dmsg, dmsg_st, 1, 0, y, y_st,
-                scale, dh0, n_atoms, n_edges, h);
+    (void)edge_dst;   /* dst[e]: the atom whose segment holds e (message_rows) */
+    message_any(dz, dz_st, ds, in_start, in_edge, dmsg, dmsg_st, 1, 0, y, y_st, scale, dh0,
+                n_atoms, n_edges, h, 1);
 }
 
 KERNEL static void atom_sum_rows(void *av, mp_stype a_st, const int32_t *in_start,

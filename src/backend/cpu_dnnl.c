@@ -37,7 +37,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
-#define BLK_M 512
+#define BLK_M 256
 #define BLK_K 1024
 
 /* ===================================================================== */
@@ -117,15 +117,17 @@ static int fallback(const mp_gemm *g, int relu)
 /* oneDNN primitives                                                      */
 /* ===================================================================== */
 
+/* res: C = relu?(A B + R) with R (C's storage, stride ldr) read by a
+ * binary-add post-op, so the residual is never copied into C first. */
 typedef struct {
-    int   m, n, k, ta, tb, lda, ldb, ldc, c_bf16, relu;
+    int   m, n, k, ta, tb, lda, ldb, ldc, c_bf16, relu, res, ldr;
     float alpha, beta;
 } prim_key;
 
 typedef struct {
     prim_key          key;
     dnnl_primitive_t  prim;
-    dnnl_memory_desc_t a, b, c, scratch;
+    dnnl_memory_desc_t a, b, c, r, scratch;
 } prim;
 
 #define MAX_PRIMS 256
@@ -197,6 +199,12 @@ static prim *prim_get(const prim_key *k)
         goto done;
     if (k->beta != 0.0f && dnnl_post_ops_append_sum(po, k->beta))
         goto done;
+    if (k->res) {
+        dnnl_dims_t sr = { k->ldr, 1 };
+        if (dnnl_memory_desc_init_by_strides(&e->r, 2, dc, k->c_bf16 ? dnnl_bf16 : dnnl_f32, sr) ||
+            dnnl_post_ops_append_binary(po, dnnl_binary_add, &e->r))
+            goto done;
+    }
     if (k->relu && dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f))
         goto done;
     if (dnnl_primitive_attr_set_post_ops(attr, po))
@@ -227,11 +235,11 @@ out:
     return p;
 }
 
-/* Padding buffers per thread (two of them), kept for the process and grown
+/* Padding buffers per thread (three of them), kept for the process and grown
  * when a product needs more: a padded tail would otherwise allocate (and
  * the kernel zero) up to a megabyte per call.  Contents undefined. */
-static void *pad_buf[MAX_THREADS][2];
-static size_t pad_size[MAX_THREADS][2];
+static void *pad_buf[MAX_THREADS][3];
+static size_t pad_size[MAX_THREADS][3];
 
 static void *pad_get(int which, size_t bytes)
 {
@@ -247,8 +255,9 @@ static void *pad_get(int which, size_t bytes)
     return pad_buf[t][which];
 }
 
-/* Runs p on the given buffers on this thread.  Returns 0 on failure. */
-static int prim_run(prim *p, const void *a, const void *b, void *c)
+/* Runs p on the given buffers on this thread (r: the residual of a res
+ * primitive, else unused).  Returns 0 on failure. */
+static int prim_run(prim *p, const void *a, const void *b, void *c, const void *r)
 {
     int t = thread_id();
     if (t >= MAX_THREADS)
@@ -263,21 +272,28 @@ static int prim_run(prim *p, const void *a, const void *b, void *c)
         if (!scratch[t])
             return 0;
     }
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL, mr = NULL;
     int ok = !dnnl_memory_create(&ma, &p->a, engine, (void *)a) &&
              !dnnl_memory_create(&mb, &p->b, engine, (void *)b) &&
              !dnnl_memory_create(&mc, &p->c, engine, c) &&
-             (!need || !dnnl_memory_create(&ms, &p->scratch, engine, scratch[t]));
+             (!need || !dnnl_memory_create(&ms, &p->scratch, engine, scratch[t])) &&
+             (!p->key.res || !dnnl_memory_create(&mr, &p->r, engine, (void *)r));
     if (ok) {
-        dnnl_exec_arg_t args[4] = { { DNNL_ARG_SRC, ma }, { DNNL_ARG_WEIGHTS, mb },
-                                    { DNNL_ARG_DST, mc }, { DNNL_ARG_SCRATCHPAD, ms } };
-        ok = !dnnl_primitive_execute(p->prim, streams[t], need ? 4 : 3, args) &&
+        dnnl_exec_arg_t args[5] = { { DNNL_ARG_SRC, ma }, { DNNL_ARG_WEIGHTS, mb },
+                                    { DNNL_ARG_DST, mc } };
+        int n = 3;
+        if (need)
+            args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SCRATCHPAD, ms };
+        if (p->key.res)
+            args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mr };
+        ok = !dnnl_primitive_execute(p->prim, streams[t], n, args) &&
              !dnnl_stream_wait(streams[t]);
     }
     dnnl_memory_destroy(ma);
     dnnl_memory_destroy(mb);
     dnnl_memory_destroy(mc);
     dnnl_memory_destroy(ms);
+    dnnl_memory_destroy(mr);
     return ok;
 }
 
@@ -287,6 +303,8 @@ static int prim_run(prim *p, const void *a, const void *b, void *c)
 
 typedef struct {
     const mp_gemm *g;
+    const void    *res;        /* the residual R (C's storage, stride ldr) or NULL */
+    int            ldr;
     int            r0, r;      /* rows of C */
     int            relu;
     double         work;
@@ -302,36 +320,49 @@ static int pow2_at_least(int x)
 
 /* Rows [r0, r0 + r) of C for ta = 0: one call, or (r not a block) one call
  * on a copy padded to a power of two. */
-static int run_rows(const mp_gemm *g, int r0, int r, int relu, int prepare)
+static int run_rows(const task *t, int prepare)
 {
+    const mp_gemm *g = t->g;
+    int r0 = t->r0, r = t->r;
     size_t cs = g->c_st == MP_ST_BF16 ? 2 : 4;
     const uint16_t *a = (const uint16_t *)g->a + (size_t)r0 * g->lda;
     char *c = (char *)g->c + (size_t)r0 * g->ldc * cs;
+    const char *res = t->res ? (const char *)t->res + (size_t)r0 * t->ldr * cs : NULL;
     prim_key k = { r, g->n, g->k, 0, g->tb, g->lda, g->ldb, g->ldc, g->c_st == MP_ST_BF16,
-                   relu, (float)g->alpha, (float)g->beta };
+                   t->relu, res != NULL, res ? t->ldr : 0, (float)g->alpha, (float)g->beta };
     if (r == BLK_M || r == pow2_at_least(r)) {
         prim *p = prim_get(&k);
-        return p && (prepare || prim_run(p, a, g->b, c));
+        return p && (prepare || prim_run(p, a, g->b, c, res));
     }
     int mp = pow2_at_least(r);
     k.m = mp;
     k.lda = g->k;
     k.ldc = g->n;
+    if (res)
+        k.ldr = g->n;
     prim *p = prim_get(&k);
     if (!p || prepare)
         return p != NULL;
     uint16_t *ap = pad_get(0, (size_t)mp * g->k * 2);
     char *cp = pad_get(1, (size_t)mp * g->n * cs);
-    int ok = ap && cp;
+    char *rp = res ? pad_get(2, (size_t)mp * g->n * cs) : NULL;
+    int ok = ap && cp && (!res || rp);
     if (ok) {
         for (int i = 0; i < r; i++)
             memcpy(ap + (size_t)i * g->k, a + (size_t)i * g->lda, (size_t)g->k * 2);
-        /* the padding rows: zeros (their C rows are computed, then dropped) */
+        /* the padding rows: zeros (their C rows are computed, then dropped;
+         * and R's padding rows zeros too) */
         memset(ap + (size_t)r * g->k, 0, (size_t)(mp - r) * g->k * 2);
         if (g->beta != 0)
             for (int i = 0; i < r; i++)
                 memcpy(cp + (size_t)i * g->n * cs, c + (size_t)i * g->ldc * cs, (size_t)g->n * cs);
-        ok = prim_run(p, ap, g->b, cp);
+        if (res) {
+            for (int i = 0; i < r; i++)
+                memcpy(rp + (size_t)i * g->n * cs, res + (size_t)i * t->ldr * cs,
+                       (size_t)g->n * cs);
+            memset(rp + (size_t)r * g->n * cs, 0, (size_t)(mp - r) * g->n * cs);
+        }
+        ok = prim_run(p, ap, g->b, cp, rp);
         if (ok)
             for (int i = 0; i < r; i++)
                 memcpy(c + (size_t)i * g->ldc * cs, cp + (size_t)i * g->n * cs, (size_t)g->n * cs);
@@ -351,12 +382,12 @@ static int run_chunks(const mp_gemm *g, int r0, int r, int relu, int prepare)
     for (int k0 = 0; k0 < g->k && ok; k0 += BLK_K) {
         int t = g->k - k0 < BLK_K ? g->k - k0 : BLK_K;
         float beta = k0 == 0 ? (float)g->beta : 1.0f;
-        prim_key k = { r, g->n, t, 1, g->tb, g->lda, g->ldb, g->ldc, 0, 0,
+        prim_key k = { r, g->n, t, 1, g->tb, g->lda, g->ldb, g->ldc, 0, 0, 0, 0,
                        (float)g->alpha, beta };
         if (t == BLK_K || t == pow2_at_least(t)) {
             prim *p = prim_get(&k);
             const uint16_t *bp = g->tb ? b + k0 : b + (size_t)k0 * g->ldb;
-            ok = p && (prepare || prim_run(p, a + (size_t)k0 * g->lda + r0, bp, c));
+            ok = p && (prepare || prim_run(p, a + (size_t)k0 * g->lda + r0, bp, c, NULL));
             continue;
         }
         /* padded copies: A^T rows [t x r] -> [kp x r], B -> [kp x n] */
@@ -378,11 +409,15 @@ static int run_chunks(const mp_gemm *g, int r0, int r, int relu, int prepare)
             memset(bp + (size_t)t * g->n, 0, (size_t)(kp - t) * g->n * 2);
             for (int i = 0; i < t; i++)
                 memcpy(ap + (size_t)i * r, a + (size_t)(k0 + i) * g->lda + r0, (size_t)r * 2);
-            for (int i = 0; i < t; i++)
-                for (int j = 0; j < g->n; j++)
-                    bp[(size_t)i * g->n + j] = g->tb ? b[(size_t)j * g->ldb + k0 + i]
-                                                     : b[(size_t)(k0 + i) * g->ldb + j];
-            ok = prim_run(p, ap, bp, c);
+            if (!g->tb)   /* rows of B as they are (the usual dW = X^T dY) */
+                for (int i = 0; i < t; i++)
+                    memcpy(bp + (size_t)i * g->n, b + (size_t)(k0 + i) * g->ldb,
+                           (size_t)g->n * 2);
+            else
+                for (int i = 0; i < t; i++)
+                    for (int j = 0; j < g->n; j++)
+                        bp[(size_t)i * g->n + j] = b[(size_t)j * g->ldb + k0 + i];
+            ok = prim_run(p, ap, bp, c, NULL);
         }
     }
     return ok;
@@ -394,14 +429,15 @@ static int run_task(const task *t, int prepare)
 {
     int saved = omp_get_max_threads();
     omp_set_num_threads(1);
-    int ok = t->g->ta ? run_chunks(t->g, t->r0, t->r, t->relu, prepare)
-                      : run_rows(t->g, t->r0, t->r, t->relu, prepare);
+    int ok = t->g->ta ? !t->res && run_chunks(t->g, t->r0, t->r, t->relu, prepare)
+                      : run_rows(t, prepare);
     omp_set_num_threads(saved);
     return ok;
 }
 
-/* The tasks of product g (a function of its shape). */
-static int tasks_of(const mp_gemm *g, int relu, task *t, int cap)
+/* The tasks of product g (a function of its shape); res, ldr: its
+ * residual (task). */
+static int tasks_of(const mp_gemm *g, int relu, const void *res, int ldr, task *t, int cap)
 {
     int n = 0;
     if (g->ta) {
@@ -409,13 +445,13 @@ static int tasks_of(const mp_gemm *g, int relu, task *t, int cap)
         int rows = work >= 8e6 && g->m >= 32 ? (((g->m + 1) / 2) + 15) & ~15 : g->m;
         for (int r0 = 0; r0 < g->m && n < cap; r0 += rows) {
             int r = g->m - r0 < rows ? g->m - r0 : rows;
-            t[n++] = (task){ g, r0, r, relu, (double)r * g->n * g->k };
+            t[n++] = (task){ g, res, ldr, r0, r, relu, (double)r * g->n * g->k };
         }
         return n;
     }
     for (int r0 = 0; r0 < g->m && n < cap; r0 += BLK_M) {
         int r = g->m - r0 < BLK_M ? g->m - r0 : BLK_M;
-        t[n++] = (task){ g, r0, r, relu, (double)r * g->n * g->k };
+        t[n++] = (task){ g, res, ldr, r0, r, relu, (double)r * g->n * g->k };
     }
     return n;
 }
@@ -442,57 +478,88 @@ int mp_cpu_bf16_native(void)
 }
 
 /* count products of bf16 A and B (gemm's contract, ops.h), relu: ReLU of
- * the result (gemm_res_relu). */
-void mp_cpu_gemm_bf16(int count, const mp_gemm *g, int relu)
+ * the result; res (count 1 only): C = ReLU(A B + R), R of C's storage with
+ * stride ldr, g->beta 0.  Returns 0, having written nothing, where the
+ * product needs the fallback (res given) or done[] says which it did. */
+static int gemm_bf16(int count, const mp_gemm *g, int relu, const void *res, int ldr,
+                     int *done)
 {
-    int done[8] = { 0 };
 #if MP_HAVE_DNNL
     enum { CAP = 4096 };
     task *t = mp_cpu_bf16_native() ? mp_malloc(CAP * sizeof *t) : NULL;
-    if (t) {   /* no memory for the task list: the fallback does it all */
-        int n = 0;
-        for (int i = 0; i < count && i < 8; i++) {
-            if (g[i].m <= 0 || g[i].n <= 0 || g[i].k <= 0 || g[i].a_st != MP_ST_BF16 ||
-                g[i].b_st != MP_ST_BF16)
-                continue;
-            /* every primitive the product needs is made first (one ~2 ms JIT
-             * per new shape); a product oneDNN cannot serve goes to the
-             * fallback whole, before anything is written */
-            int nm = tasks_of(&g[i], relu, t + n, CAP - n);
-            int ok = nm > 0 && t[n + nm - 1].r0 + t[n + nm - 1].r == g[i].m;
-            for (int q = 0; q < nm && ok; q++)
-                ok = run_task(&t[n + q], 1);
-            if (!ok)
-                continue;
-            n += nm;
-            done[i] = 1;
-        }
-        for (int i = 1; i < n; i++)   /* largest first: a fixed order */
-            for (int j = i; j > 0 && t[j - 1].work < t[j].work; j--) {
-                task x = t[j];
-                t[j] = t[j - 1];
-                t[j - 1] = x;
-            }
-        int bad = 0, nt = mp_threads_get();
-        if (nt > n)
-            nt = n;
-        if (nt <= 1) {
-            for (int i = 0; i < n; i++)
-                bad |= !run_task(&t[i], 0);
-        } else {
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(| : bad)
-            for (int i = 0; i < n; i++)
-                bad |= !run_task(&t[i], 0);
-        }
-        /* with its primitives made, a run fails only when a few hundred KB
-         * of padding (or oneDNN's scratchpad) cannot be allocated */
-        MP_ASSERT(!bad);
-        mp_free(t);
+    if (!t)   /* no memory for the task list: the fallback does it all */
+        return 0;
+    int n = 0;
+    for (int i = 0; i < count && i < 8; i++) {
+        if (g[i].m <= 0 || g[i].n <= 0 || g[i].k <= 0 || g[i].a_st != MP_ST_BF16 ||
+            g[i].b_st != MP_ST_BF16)
+            continue;
+        /* every primitive the product needs is made first (one ~2 ms JIT
+         * per new shape); a product oneDNN cannot serve goes to the
+         * fallback whole, before anything is written */
+        int nm = tasks_of(&g[i], relu, res, ldr, t + n, CAP - n);
+        int ok = nm > 0 && t[n + nm - 1].r0 + t[n + nm - 1].r == g[i].m;
+        for (int q = 0; q < nm && ok; q++)
+            ok = run_task(&t[n + q], 1);
+        if (!ok)
+            continue;
+        n += nm;
+        done[i] = 1;
     }
+    for (int i = 1; i < n; i++)   /* largest first: a fixed order */
+        for (int j = i; j > 0 && t[j - 1].work < t[j].work; j--) {
+            task x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    int bad = 0, nt = mp_threads_get();
+    if (nt > n)
+        nt = n;
+    if (nt <= 1) {
+        for (int i = 0; i < n; i++)
+            bad |= !run_task(&t[i], 0);
+    } else {
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(| : bad)
+        for (int i = 0; i < n; i++)
+            bad |= !run_task(&t[i], 0);
+    }
+    /* with its primitives made, a run fails only when a few hundred KB
+     * of padding (or oneDNN's scratchpad) cannot be allocated */
+    MP_ASSERT(!bad);
+    mp_free(t);
+    return 1;
+#else
+    (void)count, (void)g, (void)relu, (void)res, (void)ldr, (void)done;
+    return 0;
 #endif
+}
+
+void mp_cpu_gemm_bf16(int count, const mp_gemm *g, int relu)
+{
+    int done[8] = { 0 };
+    gemm_bf16(count, g, relu, NULL, 0, done);
     for (int i = 0; i < count; i++) {
         if (done[i] || g[i].m <= 0 || g[i].n <= 0)
             continue;
         MP_ASSERT(fallback(&g[i], relu));
     }
+}
+
+void mp_cpu_gemm_bf16_res_relu(const mp_gemm *g, const void *r, int ldr)
+{
+    MP_ASSERT(g->beta == 0 && !g->ta);
+    int done[8] = { 0 };
+    if (g->m <= 0 || g->n <= 0)
+        return;
+    gemm_bf16(1, g, 1, r, ldr, done);
+    if (done[0])
+        return;
+    /* the fallback: R copied into C, then C = ReLU(C + A B) */
+    size_t cs = g->c_st == MP_ST_BF16 ? 2 : 4;
+    for (int i = 0; i < g->m; i++)
+        memcpy((char *)g->c + (size_t)i * g->ldc * cs, (const char *)r + (size_t)i * ldr * cs,
+               (size_t)g->n * cs);
+    mp_gemm f = *g;
+    f.beta = 1.0;
+    mp_cpu_gemm_bf16(1, &f, 1);
 }

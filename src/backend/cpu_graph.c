@@ -10,6 +10,24 @@
 
 #include <stdlib.h>
 
+KERNEL_EXACT static void atom_embed_rows(float *out, const int16_t *hot, const float *mass,
+                                         const float *w, const float *bias, const float *wm,
+                                         size_t a, size_t z, int h)
+{
+    for (size_t v = a; v < z; v++) {
+        float *o = out + v * h;
+        if (bias)
+            memcpy(o, bias, (size_t)h * sizeof(float));
+        else
+            memset(o, 0, (size_t)h * sizeof(float));
+        const int16_t *hv = hot + v * MP_ATOM_MAX_HOT;
+        for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
+            if (hv[q] >= 0)
+                row_add(o, w + (size_t)hv[q] * h, h);
+        row_axpy(o, mass[v], wm, h);
+    }
+}
+
 static void cpu_atom_embed(mp_backend *b, void *outv, const int16_t *hot, const float *mass,
                            const void *wv, const void *biasv, int32_t n_atoms, int h,
                            int mass_row)
@@ -17,19 +35,7 @@ static void cpu_atom_embed(mp_backend *b, void *outv, const int16_t *hot, const 
     float *out = outv;
     const float *w = wv, *bias = biasv, *wm = w + (size_t)mass_row * h;
     int nt = threads_for((size_t)n_atoms * h * 4);
-    PARALLEL_RANGE((size_t)n_atoms, 1,
-        for (size_t v = a; v < z; v++) {
-            float *o = out + v * h;
-            if (bias)
-                memcpy(o, bias, (size_t)h * sizeof(float));
-            else
-                memset(o, 0, (size_t)h * sizeof(float));
-            const int16_t *hv = hot + v * MP_ATOM_MAX_HOT;
-            for (int q = 0; q < MP_ATOM_MAX_HOT; q++)
-                if (hv[q] >= 0)
-                    row_add(o, w + (size_t)hv[q] * h, h);
-            row_axpy(o, mass[v], wm, h);
-        });
+    PARALLEL_RANGE((size_t)n_atoms, 1, atom_embed_rows(out, hot, mass, w, bias, wm, a, z, h));
 }
 
 /*
@@ -108,6 +114,24 @@ static void my_work_rows(const int64_t *cum, int n_rows, int *r0, int *r1)
     *r1 = z;
 }
 
+/* Rows [r0, r1) of scatter_by_slot's rows (slots, then the extra row). */
+KERNEL_EXACT static void scatter_rows(float *dw, const slot_index *ix, const float *g, int h,
+                                      const float *scale, int extra_row, int32_t n_in, int r0,
+                                      int r1)
+{
+    for (int r = r0; r < r1; r++) {
+        if (r < ix->n_slots) {
+            float *dst = dw + (size_t)r * h;
+            for (int32_t k = ix->start[r]; k < ix->start[r + 1]; k++)
+                row_add(dst, g + (size_t)ix->list[k] * h, h);
+        } else {
+            float *dst = dw + (size_t)extra_row * h;
+            for (int32_t i = 0; i < n_in; i++)
+                row_axpy(dst, scale[i], g + (size_t)i * h, h);
+        }
+    }
+}
+
 /* dw[s] += sum_{i in ix slot s} g[input row i] for every slot, plus, when
  * scale is given, dw[extra_row] += sum_i scale[i] g[i] over all n_in rows
  * (the mass row).  Rows are shared out by work. */
@@ -125,18 +149,8 @@ static void scatter_by_slot(float *dw, const slot_index *ix, const float *g, int
     }
     if (cum)
         cum[n_rows] = c;
-#define SCATTER_ROWS(r0, r1)                                                   \
-    for (int r = (r0); r < (r1); r++) {                                        \
-        if (r < ix->n_slots) {                                                 \
-            float *dst = dw + (size_t)r * h;                                   \
-            for (int32_t k = ix->start[r]; k < ix->start[r + 1]; k++)          \
-                row_add(dst, g + (size_t)ix->list[k] * h, h);                  \
-        } else {                                                               \
-            float *dst = dw + (size_t)extra_row * h;                           \
-            for (int32_t i = 0; i < n_in; i++)                                 \
-                row_axpy(dst, scale[i], g + (size_t)i * h, h);                 \
-        }                                                                      \
-    }
+#define SCATTER_ROWS(r0, r1) \
+    scatter_rows(dw, ix, g, h, scale, extra_row, n_in, (r0), (r1))
     if (nt <= 1) {
         SCATTER_ROWS(0, n_rows);
     } else {

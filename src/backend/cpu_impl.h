@@ -135,6 +135,17 @@ static inline void my_columns(int h, int *c0, int *c1)
 #define KERNEL
 #endif
 
+/* The same, for loops that were written (and whose fp32 bits were fixed)
+ * as baseline code: no FMA contraction, so every version rounds each
+ * product and each sum as the baseline one does and gives its bits, only
+ * faster. */
+#if defined(__x86_64__)
+#define KERNEL_EXACT \
+    __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off")))
+#else
+#define KERNEL_EXACT
+#endif
+
 /* Row kernels: the inner loops every graph op is made of.  "omp simd"
  * because GCC's -O2 cost model would otherwise leave them scalar. */
 static inline void row_add(float *restrict y, const float *restrict x, int n)
@@ -205,6 +216,11 @@ void mp_cpu_gemm_f32(int count, const mp_gemm *g);
  * run on bf16 instructions (1) or in sgemm on widened operands (0); a line
  * for logs. */
 void mp_cpu_gemm_bf16(int count, const mp_gemm *g, int relu);
+/* C = ReLU(R + A B) for one product g of bf16 A and B (ta 0, beta 0), R of
+ * C's storage with stride ldr (R and C may not overlap): the residual read
+ * by the product's epilogue, not copied into C first; the same bits as the
+ * copy followed by mp_cpu_gemm_bf16 with beta 1 and relu. */
+void mp_cpu_gemm_bf16_res_relu(const mp_gemm *g, const void *r, int ldr);
 void mp_cpu_widen(float *restrict dst, const uint16_t *restrict src, size_t n);
 void mp_cpu_narrow(uint16_t *restrict dst, const float *restrict src, size_t n);
 int  mp_cpu_bf16_native(void);
