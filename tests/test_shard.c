@@ -288,8 +288,8 @@ MP_TEST(shard_parts_merge_to_one_process_output)
 }
 
 /* --chunk-rows changes how many rows are held at a time, never the output:
- * the chunks are whole batches (256 rows on the cpu), so 1 (one batch),
- * 300 (two), 100000 (the whole file) and the default give the same bytes
+ * the chunks are whole batches (128 rows on the cpu), so 1 (one batch),
+ * 300 (three), 100000 (the whole file) and the default give the same bytes
  * and report the same invalid lines; a sharded run with small chunks still
  * merges to it.  Values out of range are refused. */
 MP_TEST(predict_chunk_rows_do_not_change_the_output)

@@ -466,8 +466,8 @@ static const mp_option_def predict_table[] = {
       .help = "no summary line" },
     { "chunk-rows", MP_OPT_INT, "auto", 1, 1048576, .offset = AT(mp_predict_opts, chunk_rows),
       .arg = "N", .help = "rows read, featurized and held at a time (memory\ngrows with it), "
-                          "rounded up to whole batches\n(256 rows; 4096 on a GPU): the "
-                          "predictions do\nnot depend on it; auto: 8192",
+                          "rounded up to whole batches\n(128 rows, 256 with MC dropout; 4096 on a GPU):\n"
+                          "the predictions do not depend on it; auto: 8192",
       .flags = MP_OPTF_AUTO },
     { "shard", MP_OPT_TEXT, "none", .parse = mp_shard_parse_option, .offset = AT(mp_predict_opts, shard),
       .arg = "I/N", .help = "predict the I-th of N byte ranges of --data (0 <=\nI < N) into "
