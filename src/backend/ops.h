@@ -487,6 +487,22 @@ struct mp_backend {
      * losses and loss are of the backend's element type. */
     void (*step_end)(mp_backend *b, int32_t *k_dev, void *losses, const void *loss);
 
+    /* ---- fused (optional: NULL where a backend has none) ------------- */
+    /* The message step of an inference forward in one pass:
+     *   c[e] = ReLU(r[e] + bf16(S[src[e]] - M[e ^ 1]) w),
+     * S[v] = sum_{k in in(v)} M[k] (M = m, or max(m, 0) when relu_in) into
+     * the scratch s [n_atoms x h] of the element type, the message rounded to
+     * w's storage as message writes msg, w [h x h].  r, c of storage rc_st,
+     * m of m_st; c overlaps none of the others.  Returns 0, queuing nothing,
+     * where these shapes or storage types are not fused: the caller then
+     * calls message and gemm_res_relu.  Deterministic, but not bit for bit
+     * that pair: the product sums in its own order. */
+    int (*message_update)(mp_backend *b, void *c, const void *r, mp_stype rc_st, void *s,
+                          const int32_t *in_start, const int32_t *in_edge,
+                          const int32_t *edge_src, const void *m, mp_stype m_st, int relu_in,
+                          const void *w, mp_stype w_st, int32_t n_atoms, int32_t n_edges,
+                          int h);
+
     /* ---- sharing the device (optional: NULL on host-memory backends) -- */
     /* This instance is one of n that run side by side on one device (an
      * ensemble's members): the backend may size its work for 1/n of the

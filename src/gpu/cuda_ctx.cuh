@@ -279,6 +279,11 @@ void mp_cu_layer_ops(mp_backend *b);
 void mp_cu_loss_ext(mp_backend *b, void *loss, void *dy, const void *y, const void *target,
                     const uint8_t *mask, int32_t n, const mp_loss_spec *spec);
 void mp_cu_rows_ops(mp_backend *b);
+/* fused_cuda.cu: message_update (the inference message step in one kernel),
+ * which takes S from rows_cuda.cu's segment sum */
+void mp_cu_fused_ops(mp_backend *b);
+void mp_cu_segment_sum(gpu_ctx *c, float *s, const int32_t *in_start, const int32_t *in_edge,
+                       const void *x, mp_stype x_st, int relu, int32_t n_atoms, int h);
 void mp_cu_reduce_ops(mp_backend *b);
 void mp_cu_capture_ops(mp_backend *b);
 void mp_cu_stream_ops(mp_backend *b);

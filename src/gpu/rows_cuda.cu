@@ -165,6 +165,14 @@ static void segment_sum(gpu_ctx *c, void *out, mp_stype out_st, const int32_t *i
     LAUNCHED(c, "k_segment_sum");
 }
 
+/* S for fused_cuda.cu's message_update: s[v] = sum_{k in in(v)} M[k] of
+ * the element type, M = x or max(x, 0) when relu. */
+void mp_cu_segment_sum(gpu_ctx *c, float *s, const int32_t *in_start, const int32_t *in_edge,
+                       const void *x, mp_stype x_st, int relu, int32_t n_atoms, int h)
+{
+    segment_sum(c, s, MP_ST_ELEM, in_start, in_edge, x, x_st, 0, relu, n_atoms, h);
+}
+
 /* The edge pass out[e] = s[idx[e]] - x[e ^ 1] in its three modes
  * (kernels_rows.cuh: GS_*); dh0, y, scale only for GS_BACKWARD. */
 template <int MODE>
@@ -376,4 +384,5 @@ extern "C" void mp_backend_cuda_plain_ops(mp_backend *b)
         return;
     b->message = message_two_pass;
     b->edge_embed = edge_embed_two_pass;
+    b->message_update = NULL;
 }
