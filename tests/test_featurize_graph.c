@@ -370,3 +370,43 @@ MP_TEST(featurize_morgan_counts_match_rdkit)
     CHECK(checked > 2000);
     CHECK_EQ_INT(bad, 0);
 }
+
+/* The molecules where morgan_counts decides from the graph alone which
+ * environments meet (rdkit_bridge.cpp): two-atom fragments (equal and
+ * unequal ends, beside other fragments), atoms whose neighbours are all
+ * terminal, lone atoms, atoms of more than 4 bonds, and more than 64 and
+ * 128 bonds (environments of 2 and 3 words). */
+MP_TEST(featurize_morgan_edge_cases_match_rdkit)
+{
+    char chain[400];
+    int k = 0;
+    for (int a = 0; a < 140; a++)
+        k += snprintf(chain + k, sizeof chain - (size_t)k, a % 7 == 3 ? "C(O)" : "C");
+    const char *smi[] = { "CC", "CO", "C.C", "CC.CC", "CO.OC.C", "[Na+].[Cl-]", "O", "[H][H]",
+                          "C#N", "N#N", "O=C=O", "CC(C)(C)C", "CC(C)C", "C(F)(F)(F)F",
+                          "FS(F)(F)(F)(F)F", "Cl[Fe](Cl)(Cl)(Cl)(Cl)Cl", "OS(=O)(=O)O",
+                          "CCC", "CCCC", "C1CC1", "c1ccccc1", "C1CC1.C1CC1", "CC(=O)[O-].[Na+]",
+                          "[13CH3][12CH3]", "[CH3][CH3].[CH3][CH2][CH3]", "C12C3C4C1C5C2C3C45",
+                          "CC(C)(C)C(C)(C)C", chain };
+    int32_t n = (int32_t)(sizeof smi / sizeof smi[0]);
+    mp_features *f = NULL;
+    mp_featurize_opts o = { .layout = MP_ATOM_V1, .morgan = 1, .n_threads = 1 };
+    CHECK_OK(mp_featurize(&f, smi, n, &o));
+    static uint32_t ref[MP_MORGAN_BITS];
+    float mine[MP_MORGAN_BITS];
+    int32_t bad = 0;
+    for (int32_t m = 0; m < n; m++) {
+        int v = mp_rdk_morgan_reference(smi[m], ref);
+        CHECK_EQ_INT(v, f->g.valid[m]);
+        if (!v)
+            continue;
+        mp_features_morgan_dense(f, m, 1, mine);
+        int diff = 0;
+        for (int j = 0; j < MP_MORGAN_BITS; j++)
+            diff += mine[j] != (float)ref[j];
+        if (diff && bad++ < 3)
+            printf("    '%s': %d bits differ from RDKit\n", smi[m], diff);
+    }
+    mp_features_free(f);
+    CHECK_EQ_INT(bad, 0);
+}

@@ -356,6 +356,94 @@ static void put_mats(mp_features *f, int32_t i, const mp_rdk_mol *m)
 /* The driver                                                             */
 /* ===================================================================== */
 
+/* Pass 1 for molecule i: featurized by thread t into its arena (or marked
+ * invalid with the reason), its sizes into mi, its descriptor rows into f.
+ * -1 on OOM. */
+static int featurize_one(mp_features *f, const mp_featurize_opts *o, const layout_desc *L,
+                         int what, mp_rdk_ctx *ctx, thread_state *ts, int t, mol_index *mi,
+                         const char *smiles, int32_t i)
+{
+    int morgan2 = (o->sets & MP_SET_V2_MORGAN) != 0;
+    const mp_rdk_mol *m = NULL;
+    char big[192];   /* too large for RDKit (limits.h): invalid, with why */
+    int r = mp_smiles_oversized(smiles, big, sizeof big) ? 0 : mp_rdk_featurize(ctx, smiles, what, &m);
+    int bad = r < 0;
+    if (r == 1) {
+        f->g.valid[i] = 1;
+        mi->na[i] = m->n_atoms;
+        mi->nb[i] = m->n_bonds;
+        mi->nm[i] = o->morgan ? m->n_morgan : 0;
+        mi->nm2[i] = morgan2 ? m->n_morgan2 : 0;
+        mi->thr[i] = t;
+        bad = put_record(ts, L, m, o->morgan, morgan2, &mi->off[i]) < 0;
+        if (o->descriptors)
+            memcpy(f->desc + (size_t)i * f->n_desc, m->desc, (size_t)f->n_desc * sizeof(double));
+        put_mats(f, i, m);
+        if (o->scaffolds && !bad)
+            bad = !(f->scaffold[i] = mp_strdup(m->scaffold ? m->scaffold : ""));
+    } else if (r == 0) {
+        if (o->descriptors)
+            for (int j = 0; j < f->n_desc; j++)
+                f->desc[(size_t)i * f->n_desc + j] = NAN;
+        put_mats(f, i, NULL);
+        const char *why = m ? m->error : big;
+        bad = !(f->error[i] = mp_strdup(why && *why ? why : "invalid SMILES"));
+    }
+    return bad ? -1 : 0;
+}
+
+/* Pass 2 for valid molecule i: its record p copied into place (the offsets
+ * of molecule i are set), its edges and CSR built. */
+static void place_record(mp_features *f, const mol_index *mi, const char *p, int32_t i)
+{
+    int32_t na = mi->na[i], nb = mi->nb[i], nm = mi->nm[i], nm2 = mi->nm2[i];
+    int32_t A = f->g.mol_atom[i], E = f->g.mol_edge[i];
+    rec_layout r = rec_at(na, nb, nm, nm2);
+    memcpy(f->g.atom_hot + (size_t)A * MP_ATOM_MAX_HOT, p + r.atom_hot,
+           (size_t)na * MP_ATOM_MAX_HOT * sizeof(int16_t));
+    memcpy(f->g.atom_mass + A, p + r.mass, (size_t)na * sizeof(float));
+    memcpy(f->g.bond_hot + (size_t)(E / 2) * MP_BOND_MAX_HOT, p + r.bond_hot,
+           (size_t)nb * MP_BOND_MAX_HOT);
+    mp_graphs_build_edges(&f->g, A, na, E, nb, (const int32_t *)(p + r.bond_a),
+                          (const int32_t *)(p + r.bond_b));
+    memcpy(f->g.bond_rdkit + E / 2, p + r.bond_rd, (size_t)nb * sizeof(int32_t));
+    if (nm) {
+        int32_t s = f->morgan_start[i];
+        memcpy(f->morgan_bit + s, p + r.mbit, (size_t)nm * sizeof(uint16_t));
+        memcpy(f->morgan_count + s, p + r.mcount, (size_t)nm * sizeof(uint32_t));
+    }
+    if (nm2) {
+        int32_t s = f->morgan2_start[i];
+        memcpy(f->morgan2_bit + s, p + r.mbit2, (size_t)nm2 * sizeof(uint16_t));
+        memcpy(f->morgan2_count + s, p + r.mcount2, (size_t)nm2 * sizeof(uint32_t));
+    }
+}
+
+/* A capacity for `total` items after `done` of n molecules: the rate so far
+ * over all n, plus an eighth (so a store usually grows once or twice). */
+static int32_t projected(int64_t total, int32_t done, int32_t n)
+{
+    int64_t c = total * n / (done > 0 ? done : 1);
+    c += c / 8 + 64;
+    if (c < total)
+        c = total;
+    return c > INT32_MAX ? INT32_MAX : (int32_t)c;
+}
+
+/* Grows a Morgan bit / count pair of arrays to `cap` (+1) entries. */
+static int grow_morgan(uint16_t **bit, uint32_t **count, int32_t cap)
+{
+    void *b = mp_realloc(*bit, ((size_t)cap + 1) * sizeof(uint16_t));
+    if (!b)
+        return -1;
+    *bit = b;
+    void *c = mp_realloc(*count, ((size_t)cap + 1) * sizeof(uint32_t));
+    if (!c)
+        return -1;
+    *count = c;
+    return 0;
+}
+
 static void free_strings(char **s, int32_t n)
 {
     if (!s)
@@ -426,8 +514,9 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
     mp_features *f = mp_calloc(1, sizeof *f);
     mol_index mi = { 0 };
     thread_state *ts = mp_calloc((size_t)nt, sizeof *ts);
+    mp_rdk_ctx **ctx = mp_calloc((size_t)nt, sizeof *ctx);   /* made by their threads */
     mp_status st = MP_OK;
-    if (!f || !ts)
+    if (!f || !ts || !ctx)
         goto nomem;
     f->g.layout = o.layout;
     f->g.atom_fdim = mp_atom_fdim(o.layout);
@@ -458,147 +547,126 @@ mp_status mp_featurize(mp_features **out, const char *const *smiles, int32_t n,
                 goto nomem;
     }
 
-    /* ---- pass 1 ---- */
-    int failed = 0;
-#pragma omp parallel num_threads(nt)
-    {
-        int t = 0;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-#endif
-        mp_rdk_ctx *ctx = mp_rdk_ctx_new();
-        if (!ctx)
-            __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
-#pragma omp for schedule(dynamic, 32)
-        for (int32_t i = 0; i < n; i++) {
-            if (__atomic_load_n(&failed, __ATOMIC_RELAXED))
-                continue;
-            if (mp_interrupt_check()) {   /* a stop was requested: unwind */
-                __atomic_store_n(&failed, 2, __ATOMIC_RELAXED);
-                continue;
-            }
-            const mp_rdk_mol *m = NULL;
-            char big[192];   /* too large for RDKit (limits.h): invalid, with why */
-            int r = mp_smiles_oversized(smiles[i], big, sizeof big)
-                        ? 0 : mp_rdk_featurize(ctx, smiles[i], what, &m);
-            int bad = r < 0;
-            if (r == 1) {
-                f->g.valid[i] = 1;
-                mi.na[i] = m->n_atoms;
-                mi.nb[i] = m->n_bonds;
-                mi.nm[i] = o.morgan ? m->n_morgan : 0;
-                mi.nm2[i] = morgan2 ? m->n_morgan2 : 0;
-                mi.thr[i] = t;
-                bad = put_record(&ts[t], L, m, o.morgan, morgan2, &mi.off[i]) < 0;
-                if (o.descriptors)
-                    memcpy(f->desc + (size_t)i * f->n_desc, m->desc,
-                           (size_t)f->n_desc * sizeof(double));
-                put_mats(f, i, m);
-                if (o.scaffolds && !bad)
-                    bad = !(f->scaffold[i] = mp_strdup(m->scaffold ? m->scaffold : ""));
-            } else if (r == 0) {
-                if (o.descriptors)
-                    for (int j = 0; j < f->n_desc; j++)
-                        f->desc[(size_t)i * f->n_desc + j] = NAN;
-                put_mats(f, i, NULL);
-                const char *why = m ? m->error : big;
-                bad = !(f->error[i] = mp_strdup(why && *why ? why : "invalid SMILES"));
-            }
-            if (bad)
-                __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
-        }
-        mp_rdk_ctx_free(ctx);
-    }
-    if (failed == 2) {
-        if ((st = mp_interrupt_poll()) == MP_OK)
-            st = mp_error_set(MP_ERR_INTERRUPTED, "interrupted");
-        goto fail;
-    }
-    if (failed)
-        goto nomem;
-
-    /* ---- prefix sums ---- */
-    int64_t ta = 0, te = 0, tm = 0, tm2 = 0;
-    for (int32_t i = 0; i < n; i++) {
-        ta += mi.na[i];
-        te += 2 * (int64_t)mi.nb[i];
-        tm += mi.nm[i];
-        tm2 += mi.nm2[i];
-    }
-    if (ta > INT32_MAX || te > INT32_MAX || tm > INT32_MAX || tm2 > INT32_MAX) {
-        st = mp_error_set(MP_ERR_ARG, "mp_featurize: %lld atoms / %lld edges do not fit one "
-                          "store (at most 2^31-1): featurize in chunks", (long long)ta,
-                          (long long)te);
-        goto fail;
-    }
+    /* the store's arrays, grown round by round below */
     {
         uint8_t *valid = f->g.valid;
         f->g.valid = NULL;
-        st = mp_graphs_alloc(&f->g, n, (int32_t)ta, (int32_t)te);
+        st = mp_graphs_alloc(&f->g, n, 0, 0);
         mp_free(f->g.valid);
         f->g.valid = valid;
         if (st)
             goto fail;
-        /* RDKit's bond order, for user bond files (graph.h) */
-        if (!(f->g.bond_rdkit = mp_malloc(((size_t)te / 2 + 1) * sizeof(int32_t))))
-            goto nomem;
     }
-    if (o.morgan) {
-        f->morgan_start = mp_malloc(nn * sizeof(int32_t));
-        f->morgan_bit = mp_malloc(((size_t)tm + 1) * sizeof(uint16_t));
-        f->morgan_count = mp_malloc(((size_t)tm + 1) * sizeof(uint32_t));
-        if (!f->morgan_start || !f->morgan_bit || !f->morgan_count)
-            goto nomem;
-    }
-    if (morgan2) {
-        f->morgan2_start = mp_malloc(nn * sizeof(int32_t));
-        f->morgan2_bit = mp_malloc(((size_t)tm2 + 1) * sizeof(uint16_t));
-        f->morgan2_count = mp_malloc(((size_t)tm2 + 1) * sizeof(uint32_t));
-        if (!f->morgan2_start || !f->morgan2_bit || !f->morgan2_count)
-            goto nomem;
-    }
-    int32_t *ms = f->morgan_start, *ms2 = f->morgan2_start;
+    if (!(f->g.bond_rdkit = mp_malloc(sizeof(int32_t))))   /* RDKit's bond order (graph.h) */
+        goto nomem;
+    if (o.morgan && (!(f->morgan_start = mp_malloc(nn * sizeof(int32_t))) ||
+                     grow_morgan(&f->morgan_bit, &f->morgan_count, 0) < 0))
+        goto nomem;
+    if (morgan2 && (!(f->morgan2_start = mp_malloc(nn * sizeof(int32_t))) ||
+                    grow_morgan(&f->morgan2_bit, &f->morgan2_count, 0) < 0))
+        goto nomem;
     f->g.mol_atom[0] = f->g.mol_edge[0] = 0;
-    if (ms)
-        ms[0] = 0;
-    if (ms2)
-        ms2[0] = 0;
-    for (int32_t i = 0; i < n; i++) {
-        f->g.mol_atom[i + 1] = f->g.mol_atom[i] + mi.na[i];
-        f->g.mol_edge[i + 1] = f->g.mol_edge[i] + 2 * mi.nb[i];
-        if (ms)
-            ms[i + 1] = ms[i] + mi.nm[i];
-        if (ms2)
-            ms2[i + 1] = ms2[i] + mi.nm2[i];
-    }
-    f->g.in_start[f->g.n_atoms] = f->g.n_edges;
+    if (o.morgan)
+        f->morgan_start[0] = 0;
+    if (morgan2)
+        f->morgan2_start[0] = 0;
 
-    /* ---- pass 2 ---- */
+    /* The molecules in rounds of `chunk`: pass 1, the offsets, pass 2.  A
+     * round's records fit the caches and the arenas are reused from round to
+     * round (no page faults after the first); the result does not depend on
+     * the round size. */
+    int32_t chunk = 256 * nt > 1024 ? 256 * nt : 1024;
+    int64_t ta = 0, te = 0, tm = 0, tm2 = 0;   /* totals so far */
+    int32_t cap_m = 0, cap_m2 = 0;             /* of morgan(2)_bit / _count */
+    for (int32_t c0 = 0; c0 < n; c0 += chunk) {
+        int32_t c1 = n - c0 > chunk ? c0 + chunk : n;
+        for (int t = 0; t < nt; t++)
+            ts[t].arena.len = 0;
+
+        /* ---- pass 1 ---- */
+        int failed = 0;
+#pragma omp parallel num_threads(nt)
+        {
+            int t = 0;
+#ifdef _OPENMP
+            t = omp_get_thread_num();
+#endif
+            if (!ctx[t] && !(ctx[t] = mp_rdk_ctx_new()))
+                __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+#pragma omp for schedule(dynamic, 32)
+            for (int32_t i = c0; i < c1; i++) {
+                if (__atomic_load_n(&failed, __ATOMIC_RELAXED))
+                    continue;
+                if (mp_interrupt_check()) {   /* a stop was requested: unwind */
+                    __atomic_store_n(&failed, 2, __ATOMIC_RELAXED);
+                    continue;
+                }
+                if (featurize_one(f, &o, L, what, ctx[t], &ts[t], t, &mi, smiles[i], i) < 0)
+                    __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+            }
+        }
+        if (failed == 2) {
+            if ((st = mp_interrupt_poll()) == MP_OK)
+                st = mp_error_set(MP_ERR_INTERRUPTED, "interrupted");
+            goto fail;
+        }
+        if (failed)
+            goto nomem;
+
+        /* ---- offsets ---- */
+        for (int32_t i = c0; i < c1; i++) {
+            ta += mi.na[i];
+            te += 2 * (int64_t)mi.nb[i];
+            tm += mi.nm[i];
+            tm2 += mi.nm2[i];
+        }
+        if (ta > INT32_MAX || te > INT32_MAX || tm > INT32_MAX || tm2 > INT32_MAX) {
+            st = mp_error_set(MP_ERR_ARG, "mp_featurize: %lld atoms / %lld edges do not fit one "
+                              "store (at most 2^31-1): featurize in chunks", (long long)ta,
+                              (long long)te);
+            goto fail;
+        }
+        if (ta > f->g.cap_atoms || te > f->g.cap_edges) {
+            int32_t ca = projected(ta, c1, n), ce = projected(te, c1, n);
+            if (mp_graphs_reserve(&f->g, ca > f->g.cap_atoms ? ca : f->g.cap_atoms,
+                                  ce > f->g.cap_edges ? ce : f->g.cap_edges) != MP_OK)
+                goto nomem;
+            void *q = mp_realloc(f->g.bond_rdkit, ((size_t)f->g.cap_edges / 2 + 1) * sizeof(int32_t));
+            if (!q)
+                goto nomem;
+            f->g.bond_rdkit = q;
+        }
+        if (o.morgan && tm > cap_m) {
+            int32_t c = projected(tm, c1, n);
+            if (grow_morgan(&f->morgan_bit, &f->morgan_count, c) < 0)
+                goto nomem;
+            cap_m = c;
+        }
+        if (morgan2 && tm2 > cap_m2) {
+            int32_t c = projected(tm2, c1, n);
+            if (grow_morgan(&f->morgan2_bit, &f->morgan2_count, c) < 0)
+                goto nomem;
+            cap_m2 = c;
+        }
+        int32_t *ms = f->morgan_start, *ms2 = f->morgan2_start;
+        for (int32_t i = c0; i < c1; i++) {
+            f->g.mol_atom[i + 1] = f->g.mol_atom[i] + mi.na[i];
+            f->g.mol_edge[i + 1] = f->g.mol_edge[i] + 2 * mi.nb[i];
+            if (ms)
+                ms[i + 1] = ms[i] + mi.nm[i];
+            if (ms2)
+                ms2[i + 1] = ms2[i] + mi.nm2[i];
+        }
+
+        /* ---- pass 2 ---- */
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int32_t i = 0; i < n; i++) {
-        if (!f->g.valid[i])
-            continue;
-        int32_t na = mi.na[i], nb = mi.nb[i], nm = mi.nm[i], nm2 = mi.nm2[i];
-        int32_t A = f->g.mol_atom[i], E = f->g.mol_edge[i];
-        rec_layout r = rec_at(na, nb, nm, nm2);
-        const char *p = ts[mi.thr[i]].arena.data + mi.off[i];
-        memcpy(f->g.atom_hot + (size_t)A * MP_ATOM_MAX_HOT, p + r.atom_hot,
-               (size_t)na * MP_ATOM_MAX_HOT * sizeof(int16_t));
-        memcpy(f->g.atom_mass + A, p + r.mass, (size_t)na * sizeof(float));
-        memcpy(f->g.bond_hot + (size_t)(E / 2) * MP_BOND_MAX_HOT, p + r.bond_hot,
-               (size_t)nb * MP_BOND_MAX_HOT);
-        mp_graphs_build_edges(&f->g, A, na, E, nb, (const int32_t *)(p + r.bond_a),
-                              (const int32_t *)(p + r.bond_b));
-        memcpy(f->g.bond_rdkit + E / 2, p + r.bond_rd, (size_t)nb * sizeof(int32_t));
-        if (nm) {
-            memcpy(f->morgan_bit + ms[i], p + r.mbit, (size_t)nm * sizeof(uint16_t));
-            memcpy(f->morgan_count + ms[i], p + r.mcount, (size_t)nm * sizeof(uint32_t));
-        }
-        if (nm2) {
-            memcpy(f->morgan2_bit + ms2[i], p + r.mbit2, (size_t)nm2 * sizeof(uint16_t));
-            memcpy(f->morgan2_count + ms2[i], p + r.mcount2, (size_t)nm2 * sizeof(uint32_t));
-        }
+        for (int32_t i = c0; i < c1; i++)
+            if (f->g.valid[i])
+                place_record(f, &mi, ts[mi.thr[i]].arena.data + mi.off[i], i);
     }
+    f->g.n_atoms = (int32_t)ta;
+    f->g.n_edges = (int32_t)te;
+    f->g.in_start[f->g.n_atoms] = f->g.n_edges;
     goto done;
 
 nomem:
@@ -613,6 +681,10 @@ done:
             mp_free(ts[t].order);
         }
     mp_free(ts);
+    if (ctx)
+        for (int t = 0; t < nt; t++)
+            mp_rdk_ctx_free(ctx[t]);
+    mp_free(ctx);
     mp_free(mi.na);
     mp_free(mi.nb);
     mp_free(mi.nm);

@@ -6,6 +6,13 @@
 
 #include <string.h>
 
+/* The characters that start an organic-subset atom, and '*': a table, not
+ * two strchr calls per character (they showed in the featurization profile). */
+static const unsigned char atom_char[256] = {
+    ['*'] = 1, ['B'] = 1, ['C'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['S'] = 1, ['F'] = 1,
+    ['I'] = 1, ['b'] = 1, ['c'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['s'] = 1,
+};
+
 size_t mp_smiles_count_atoms(const char *s)
 {
     size_t n = 0;
@@ -19,7 +26,7 @@ size_t mp_smiles_count_atoms(const char *s)
         if (c == '[') {   /* one bracket atom, whatever it holds */
             in_bracket = 1;
             n++;
-        } else if (c == '*' || strchr("BCNOPSFI", c) || strchr("bcnops", c)) {
+        } else if (atom_char[(unsigned char)c]) {
             n++;   /* "Cl" and "Br": the 'l' and 'r' are not counted */
         }
     }

@@ -193,6 +193,14 @@ bool grow(T *&p, int32_t &cap, int32_t n)
 /* Per-thread featurization                                               */
 /* ===================================================================== */
 
+/* A counted layer-1 Morgan environment: its env_key and the candidate
+ * (atom, its invariant) holding it (env_claim); the environment itself is
+ * the holder's row of env1. */
+struct env_entry {
+    std::uint64_t key;
+    std::uint32_t atom, invariant;
+};
+
 /* Scratch of the Morgan fingerprint (see morgan_counts), reused. */
 struct morgan_ws {
     /* filled by copy_graph's one pass over RDKit's atoms and bonds: */
@@ -202,18 +210,17 @@ struct morgan_ws {
     std::vector<std::int32_t> h_nbrs;            /* per atom: hydrogen neighbours */
     std::vector<std::int32_t> bond_rdtype;       /* per bond: Bond::BondType      */
     std::vector<std::uint8_t> in_ring;           /* per atom: in any SSSR ring    */
-    std::vector<std::uint32_t> inv, next;        /* per atom: this / next layer   */
-    std::vector<std::uint64_t> env, env_next;    /* per atom: bonds of its environment, W words */
-    std::vector<std::uint8_t> dead;
-    std::vector<std::pair<std::int32_t, std::uint32_t>> nbrs;
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> cands;   /* (invariant, atom) */
-    std::vector<std::uint32_t> order;
-    std::vector<std::uint64_t> cand_key;         /* env_key of each candidate's environment */
-    std::vector<std::uint64_t> seen;             /* environments counted so far, W words each */
-    std::vector<std::uint64_t> seen_key;
-    std::vector<std::int32_t> seen_slot;         /* open addressing over seen_key: index + 1 */
+    std::vector<std::uint32_t> cursor;           /* copy_graph's fill positions   */
+    /* per atom, and one all-zero row n past the last (the padding of nbr_step): */
+    std::vector<std::uint32_t> inv0, inv1;       /* invariants: initial, after layer 0 */
+    std::vector<std::uint64_t> bmask;            /* its own bonds, W words        */
+    std::vector<std::uint64_t> env1;             /* layer 1's environment, W words */
+    std::vector<std::uint8_t> inner;             /* a neighbour with 2+ bonds     */
+    std::vector<std::uint64_t> keys;             /* nbr_key of one atom's neighbours */
+    std::vector<env_entry> seen;                 /* layer 1's environments (at most 1 per atom) */
+    std::int32_t n_seen;
+    std::vector<std::int32_t> seen_slot;         /* open addressing over seen: index + 1 */
     std::uint64_t touched[MP_MORGAN_BITS / 64];  /* bits with a nonzero count */
-    std::int32_t n_touched;
     std::uint32_t count[MP_MORGAN_BITS];
 };
 
@@ -399,10 +406,10 @@ static int copy_graph(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
     w.nbr_atom.resize((size_t)2 * nb);
     w.nbr_bond.resize((size_t)2 * nb);
     w.nbr_type.resize((size_t)2 * nb);
-    w.next.assign(w.nbr_start.begin(), w.nbr_start.end() - 1);   /* fill cursors */
+    w.cursor.assign(w.nbr_start.begin(), w.nbr_start.end() - 1);
     for (int32_t k = 0; k < nb; k++) {
         int32_t u = m->bond_begin[k], v = m->bond_end[k];
-        std::uint32_t cu = w.next[u]++, cv = w.next[v]++;
+        std::uint32_t cu = w.cursor[u]++, cv = w.cursor[v]++;
         w.nbr_atom[cu] = (std::uint32_t)v;
         w.nbr_atom[cv] = (std::uint32_t)u;
         w.nbr_bond[cu] = w.nbr_bond[cv] = (std::uint32_t)k;
@@ -450,14 +457,27 @@ static int copy_graph(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
  * environment already counted (in an earlier layer, or earlier in this one
  * in the order (environment, invariant, atom)) is not counted again, and its
  * atom drops out of later layers.  Atoms without bonds drop out at once.
+ *
+ * With two layers, which environments meet is known from the graph alone,
+ * and only layer 1 needs a look-up:
+ *   - layer 0's environment of atom i is its own bonds, bmask(i).  Another
+ *     atom k with the same bonds must lie on i's bond i-j, so k = j, and
+ *     then both have that one bond only: a two-atom fragment, of which the
+ *     smaller (invariant, atom) counts.
+ *   - layer 1's environment of i is bmask(i) and its neighbours' bmask.  It
+ *     equals a layer-0 environment bmask(k) when every one of these bonds
+ *     touches k: with one bond, k is its neighbour (always so: a terminal
+ *     atom never counts in layer 1); with two or more, k = i, which holds
+ *     when all its neighbours are terminal.  Those atoms drop out; the
+ *     others (with an `inner` neighbour, one of 2+ bonds) meet only each
+ *     other's layer-1 environments, found in a hash set (env_claim).
+ * No third layer reads who dropped out, so that is not recorded.
  */
 static void morgan_add(morgan_ws &w, std::uint32_t invariant)
 {
     std::uint32_t bit = invariant % MP_MORGAN_BITS;
-    if (w.count[bit]++ == 0) {
-        w.touched[bit >> 6] |= std::uint64_t(1) << (bit & 63);
-        w.n_touched++;
-    }
+    w.count[bit]++;
+    w.touched[bit >> 6] |= std::uint64_t(1) << (bit & 63);
 }
 
 static std::uint64_t env_key(const std::uint64_t *e, size_t W)
@@ -468,10 +488,26 @@ static std::uint64_t env_key(const std::uint64_t *e, size_t W)
     return k;
 }
 
-/* Whether environment e (key = env_key(e)) was counted already; if not, it
- * is recorded as counted.  A hash set (seen_slot, sized per molecule for
- * at most 2 entries per atom, at most half full) over the counted ones. */
-static bool env_seen_add(morgan_ws &w, const std::uint64_t *e, std::uint64_t key, size_t W)
+static bool env_equal(const std::uint64_t *a, const std::uint64_t *b, size_t W)
+{
+    std::uint64_t d = 0;
+    for (size_t i = 0; i < W; i++)
+        d |= a[i] ^ b[i];
+    return d == 0;
+}
+
+/*
+ * Layer-1 environment e (key = env_key(e)) of `atom`, with its new
+ * invariant, against the layer's environments so far (a hash set:
+ * seen_slot, sized per molecule for at most 1 entry per atom, at most a
+ * quarter full): a new one is recorded, held by (invariant, atom); a known
+ * one is held by the smaller (invariant, atom) of the two.  RDKit sorts the
+ * layer's candidates by (environment, invariant, atom) and keeps the first
+ * of a run of identical environments; this gives the same holder without
+ * the sort.  The holders' counts are added once all atoms are in.
+ */
+static void env_claim(morgan_ws &w, const std::uint64_t *e, std::uint64_t key, size_t W,
+                      std::uint32_t atom, std::uint32_t invariant)
 {
     const size_t mask = w.seen_slot.size() - 1;
     size_t h = (size_t)(key ^ (key >> 29)) & mask;
@@ -479,13 +515,103 @@ static bool env_seen_add(morgan_ws &w, const std::uint64_t *e, std::uint64_t key
         std::int32_t s = w.seen_slot[h];
         if (s == 0)
             break;
-        if (w.seen_key[s - 1] == key && std::memcmp(&w.seen[(size_t)(s - 1) * W], e, W * sizeof *e) == 0)
-            return true;
+        env_entry &x = w.seen[(size_t)s - 1];
+        if (x.key != key || !env_equal(&w.env1[(size_t)x.atom * W], e, W))
+            continue;
+        if (invariant < x.invariant || (invariant == x.invariant && atom < x.atom)) {
+            x.atom = atom;
+            x.invariant = invariant;
+        }
+        return;
     }
-    w.seen.insert(w.seen.end(), e, e + W);
-    w.seen_key.push_back(key);
-    w.seen_slot[h] = (std::int32_t)w.seen_key.size();
-    return false;
+    env_entry &x = w.seen[(size_t)w.n_seen++];
+    x.key = key;
+    x.atom = atom;
+    x.invariant = invariant;
+    w.seen_slot[h] = w.n_seen;
+}
+
+/* A (bond type, neighbour invariant) pair as one number that sorts as the
+ * pair does (the sign bit of the type flipped). */
+static std::uint64_t nbr_key(std::int32_t bond_type, std::uint32_t invariant)
+{
+    return (std::uint64_t)((std::uint32_t)bond_type ^ 0x80000000u) << 32 | invariant;
+}
+
+/* gboost::hash_combine(h, std::pair(bond type, invariant)) of a pair as
+ * nbr_key packs it: the pair's hash_value is the two combined into 0. */
+static void hash_nbr(std::hash_result_t &h, std::uint64_t key)
+{
+    std::hash_result_t p = 0;
+    gboost::hash_combine(p, (std::int32_t)((std::uint32_t)(key >> 32) ^ 0x80000000u));
+    gboost::hash_combine(p, (std::uint32_t)key);
+    gboost::hash_combine(h, p);
+}
+
+static void order2(std::uint64_t &a, std::uint64_t &b)
+{
+    std::uint64_t lo = a < b ? a : b, hi = a < b ? b : a;
+    a = lo;
+    b = hi;
+}
+
+/*
+ * Atom i's step of layer `layer` (0 or 1) from the invariants `cur`: its
+ * next invariant (RDKit: the hash of the layer, its invariant and its
+ * sorted (bond type, neighbour invariant) pairs), and in layer 1 its
+ * environment into env1 (its bonds and its neighbours').  The common case
+ * of at most 4 neighbours runs without data-dependent branches: 4 slots,
+ * the missing ones pointing at the zero row n and sorting last, a sorting
+ * network, and the hashes of the padding discarded.
+ */
+static std::uint32_t nbr_step(morgan_ws &w, const std::uint32_t *cur, unsigned i, unsigned n,
+                              size_t W, std::uint32_t layer)
+{
+    const std::int32_t s = w.nbr_start[i], deg = w.nbr_start[i + 1] - s;
+    std::uint64_t *e = layer ? &w.env1[(size_t)i * W] : nullptr;
+    const std::uint64_t *bm = w.bmask.data();
+    std::hash_result_t h = layer;
+    gboost::hash_combine(h, cur[i]);
+    if (layer == 1)
+        for (size_t k = 0; k < W; k++)
+            e[k] = bm[(size_t)i * W + k];
+    if (deg <= 4) {
+        std::uint64_t key[4];
+        for (std::int32_t k = 0; k < 4; k++) {
+            bool in = k < deg;
+            std::int32_t q = s + (in ? k : 0);
+            std::uint32_t j = w.nbr_atom[q];
+            j = in ? j : n;
+            std::uint64_t kk = nbr_key(w.nbr_type[q], cur[j]);
+            key[k] = in ? kk : ~std::uint64_t(0);
+            if (layer == 1)
+                for (size_t t = 0; t < W; t++)
+                    e[t] |= bm[(size_t)j * W + t];
+        }
+        order2(key[0], key[1]);
+        order2(key[2], key[3]);
+        order2(key[0], key[2]);
+        order2(key[1], key[3]);
+        order2(key[1], key[2]);
+        for (std::int32_t k = 0; k < 4; k++) {
+            std::hash_result_t hk = h;
+            hash_nbr(hk, key[k]);
+            h = k < deg ? hk : h;
+        }
+        return h;
+    }
+    w.keys.clear();
+    for (std::int32_t q = s; q < s + deg; q++) {
+        std::uint32_t j = w.nbr_atom[q];
+        w.keys.push_back(nbr_key(w.nbr_type[q], cur[j]));
+        if (layer == 1)
+            for (size_t t = 0; t < W; t++)
+                e[t] |= bm[(size_t)j * W + t];
+    }
+    std::sort(w.keys.begin(), w.keys.end());
+    for (std::uint64_t k : w.keys)
+        hash_nbr(h, k);
+    return h;
 }
 
 static int morgan_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
@@ -493,97 +619,77 @@ static int morgan_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
     morgan_ws &w = ctx->mw;
     const unsigned n = mol.getNumAtoms(), nb = mol.getNumBonds();
     const size_t W = nb ? (nb + 63) / 64 : 1;
+    const std::int32_t *ns = w.nbr_start.data();
     /* RDKit's getConnectivityInvariants(mol, inv, includeRingMembership =
      * true), from copy_graph's numbers: the hash (gboost::hash_range, as its
      * std::vector hasher) of (atomic number, total degree, getTotalNumHs(true)
      * = Hs + hydrogen neighbours, formal charge, (int)(mass - average
      * weight), then 1 when the atom is in a ring). */
     const mp_rdk_mol *cm = &ctx->mol;
-    w.inv.resize(n);
+    w.inv0.resize((size_t)n + 1);
+    w.inv1.resize((size_t)n + 1);
+    w.inv0[n] = w.inv1[n] = 0;
+    std::memset(w.touched, 0, sizeof w.touched);
     for (unsigned i = 0; i < n; i++) {
         int z = cm->atomic_num[i];
         double avg = z >= 0 && z < N_WEIGHTS ? g_weight[z]
                                              : RDKit::PeriodicTable::getTable()->getAtomicWeight(z);
-        std::uint32_t c[6] = { (std::uint32_t)z, (std::uint32_t)cm->total_degree[i],
+        std::uint32_t c[5] = { (std::uint32_t)z, (std::uint32_t)cm->total_degree[i],
                                (std::uint32_t)(cm->total_hs[i] + w.h_nbrs[i]),
                                (std::uint32_t)cm->formal_charge[i],
-                               (std::uint32_t)static_cast<int>(cm->mass[i] - avg), 1u };
-        w.inv[i] = (std::uint32_t)gboost::hash_range(c, c + (w.in_ring[i] ? 6 : 5));
+                               (std::uint32_t)static_cast<int>(cm->mass[i] - avg) };
+        std::hash_result_t h5 = gboost::hash_range(c, c + 5), h6 = h5;
+        gboost::hash_combine(h6, 1u);
+        w.inv0[i] = w.in_ring[i] ? h6 : h5;
+        morgan_add(w, w.inv0[i]);
     }
-    std::memset(w.touched, 0, sizeof w.touched);
-    w.n_touched = 0;
+    /* each atom's bonds, and whether it has an inner neighbour */
+    w.bmask.assign(((size_t)n + 1) * W, 0);
+    w.inner.assign(n, 0);
+    for (unsigned k = 0; k < nb; k++) {
+        std::int32_t u = cm->bond_begin[k], v = cm->bond_end[k];
+        std::uint64_t b = std::uint64_t(1) << (k & 63);
+        w.bmask[(size_t)u * W + (k >> 6)] |= b;
+        w.bmask[(size_t)v * W + (k >> 6)] |= b;
+        w.inner[u] |= ns[v + 1] - ns[v] >= 2;
+        w.inner[v] |= ns[u + 1] - ns[u] >= 2;
+    }
+    /* layer 0: every atom with bonds, but one of a two-atom fragment */
     for (unsigned i = 0; i < n; i++)
-        morgan_add(w, w.inv[i]);
-    w.env.assign((size_t)n * W, 0);
-    w.dead.assign(n, 0);
-    for (unsigned i = 0; i < n; i++)
-        w.dead[i] = w.nbr_start[i + 1] == w.nbr_start[i];
-    w.seen.clear();
-    w.seen_key.clear();
+        if (ns[i + 1] > ns[i])
+            w.inv1[i] = nbr_step(w, w.inv0.data(), i, n, W, 0);
+    for (unsigned i = 0; i < n; i++) {
+        std::int32_t deg = ns[i + 1] - ns[i];
+        if (deg == 0)
+            continue;
+        std::uint32_t j = w.nbr_atom[ns[i]];
+        bool lone_pair = deg == 1 && ns[j + 1] - ns[j] == 1;
+        if (lone_pair && (w.inv1[j] < w.inv1[i] || (w.inv1[j] == w.inv1[i] && j < i)))
+            continue;   /* the other atom holds the fragment's environment */
+        morgan_add(w, w.inv1[i]);
+    }
+    /* layer 1: the atoms of 2+ bonds with an inner neighbour */
+    w.env1.resize((size_t)n * W);
+    w.seen.resize(n);
+    w.n_seen = 0;
     size_t slots = 16;
     while (slots < 4 * (size_t)n)
         slots *= 2;
     w.seen_slot.assign(slots, 0);
-    for (unsigned layer = 0; layer < 2; layer++) {
-        w.env_next = w.env;
-        w.next.assign(n, 0);
-        w.cands.clear();
-        for (unsigned i = 0; i < n; i++) {
-            if (w.dead[i])
-                continue;
-            std::uint64_t *e = &w.env_next[(size_t)i * W];
-            w.nbrs.clear();
-            for (std::int32_t q = w.nbr_start[i]; q < w.nbr_start[i + 1]; q++) {
-                unsigned bi = w.nbr_bond[q], j = w.nbr_atom[q];
-                e[bi >> 6] |= std::uint64_t(1) << (bi & 63);
-                const std::uint64_t *ej = &w.env[(size_t)j * W];
-                for (size_t k = 0; k < W; k++)
-                    e[k] |= ej[k];
-                w.nbrs.emplace_back(w.nbr_type[q], w.inv[j]);
-            }
-            std::sort(w.nbrs.begin(), w.nbrs.end());
-            std::hash_result_t invar = layer;
-            gboost::hash_combine(invar, w.inv[i]);
-            for (const auto &p : w.nbrs)
-                gboost::hash_combine(invar, p);
-            w.next[i] = invar;
-            w.cands.emplace_back(invar, i);
-        }
-        /* Identical environments meet in a run, smallest (invariant, atom)
-         * first; the order between different environments does not matter. */
-        w.order.resize(w.cands.size());
-        for (size_t c = 0; c < w.cands.size(); c++)
-            w.order[c] = (std::uint32_t)c;
-        const std::uint64_t *envs = w.env_next.data();
-        const auto &cands = w.cands;
-        /* by the environment's key first (one compare, not a memcmp, in
-         * almost every case); equal keys by the environment itself */
-        w.cand_key.resize(cands.size());
-        for (size_t c = 0; c < cands.size(); c++)
-            w.cand_key[c] = env_key(envs + (size_t)cands[c].second * W, W);
-        const auto &ck = w.cand_key;
-        std::sort(w.order.begin(), w.order.end(), [&](std::uint32_t x, std::uint32_t y) {
-            if (ck[x] != ck[y])
-                return ck[x] < ck[y];
-            int c = std::memcmp(envs + (size_t)cands[x].second * W,
-                                envs + (size_t)cands[y].second * W, W * sizeof *envs);
-            return c != 0 ? c < 0 : cands[x] < cands[y];
-        });
-        for (std::uint32_t c : w.order) {
-            unsigned atom = cands[c].second;
-            const std::uint64_t *e = envs + (size_t)atom * W;
-            std::uint64_t key = ck[c];
-            if (env_seen_add(w, e, key, W)) {
-                w.dead[atom] = 1;
-                continue;
-            }
-            morgan_add(w, cands[c].first);
-        }
-        w.inv.swap(w.next);
-        w.env.swap(w.env_next);
+    for (unsigned i = 0; i < n; i++) {
+        if (ns[i + 1] - ns[i] < 2 || !w.inner[i])
+            continue;
+        std::uint32_t h = nbr_step(w, w.inv1.data(), i, n, W, 1);
+        const std::uint64_t *e = &w.env1[(size_t)i * W];
+        env_claim(w, e, env_key(e, W), W, i, h);
     }
+    for (std::int32_t c = 0; c < w.n_seen; c++)
+        morgan_add(w, w.seen[(size_t)c].invariant);
     mp_rdk_mol *m = &ctx->mol;
-    bool ok = reserve_morgan(ctx, w.n_touched);
+    std::int32_t n_touched = 0;
+    for (int q = 0; q < MP_MORGAN_BITS / 64; q++)
+        n_touched += __builtin_popcountll(w.touched[q]);
+    bool ok = reserve_morgan(ctx, n_touched);
     int32_t j = 0;
     for (int q = 0; q < MP_MORGAN_BITS / 64; q++)   /* ascending bits; counts back to 0 */
         for (std::uint64_t x = w.touched[q]; x; x &= x - 1) {

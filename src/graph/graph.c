@@ -218,6 +218,38 @@ mp_status mp_graphs_alloc(mp_graphs *g, int32_t n_mols, int32_t n_atoms, int32_t
     return MP_OK;
 }
 
+/* Grows array `p` of a store to `count` items, keeping its contents. */
+#define GROW(p, count)                                                         \
+    do {                                                                       \
+        void *q_ = mp_realloc((p), (size_t)(count) * sizeof *(p));             \
+        if (!q_)                                                               \
+            goto nomem;                                                        \
+        (p) = q_;                                                              \
+    } while (0)
+
+mp_status mp_graphs_reserve(mp_graphs *g, int32_t cap_atoms, int32_t cap_edges)
+{
+    if (cap_atoms > g->cap_atoms) {
+        GROW(g->atom_hot, (size_t)cap_atoms * MP_ATOM_MAX_HOT);
+        GROW(g->atom_mass, cap_atoms);
+        GROW(g->in_start, (size_t)cap_atoms + 1);
+        g->cap_atoms = cap_atoms;
+    }
+    if (cap_edges > g->cap_edges) {
+        GROW(g->bond_hot, (size_t)(cap_edges / 2) * MP_BOND_MAX_HOT);
+        GROW(g->edge_src, cap_edges);
+        GROW(g->edge_dst, cap_edges);
+        GROW(g->in_edge, cap_edges);
+        g->cap_edges = cap_edges;
+    }
+    return MP_OK;
+nomem:
+    return mp_error_set(MP_ERR_NOMEM, "out of memory for a graph store of %d atoms, %d edges",
+                        (int)cap_atoms, (int)cap_edges);
+}
+
+#undef GROW
+
 mp_status mp_graphs_set_extra(mp_graphs *g, int32_t xa_dim, int32_t xb_dim)
 {
     if (xa_dim < 0 || xb_dim < 0 || xa_dim > 1000000 || xb_dim > 1000000)

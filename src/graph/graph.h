@@ -105,6 +105,13 @@ mp_status mp_graphs_check(const mp_graphs *g);
  * whatever was allocated left in `g` for mp_graphs_free. */
 mp_status mp_graphs_alloc(mp_graphs *g, int32_t n_mols, int32_t n_atoms, int32_t n_edges);
 
+/* Grows the atom and edge arrays of `g` to capacities of at least
+ * cap_atoms atoms and cap_edges edges (in_start: cap_atoms + 1), keeping
+ * their contents; the sizes (n_atoms, n_edges) are the caller's.  For a
+ * store filled in rounds (featurize.c).  MP_ERR_NOMEM leaves `g` valid for
+ * mp_graphs_free. */
+mp_status mp_graphs_reserve(mp_graphs *g, int32_t cap_atoms, int32_t cap_edges);
+
 /* Fills edge_src/edge_dst of edges [E, E+2nb) and in_start/in_edge of atoms
  * [A, A+na) of one molecule from its bonds (ba[k] < bb[k], local atom
  * indices, in Chemprop order).  in_start[A+na] is the next molecule's (the
