@@ -18,7 +18,7 @@
  *
  * (A first form gathered each stage into registers one stage ahead: one
  * block per SM then waited out the gather's latency at every stage, and the
- * step took 3 times the unfused pair; bench/RESULTS.md.)
+ * step took 1.2-1.3 times the unfused pair; bench/RESULTS.md.)
  *
  * Written with mma.sync rather than wgmma: the A operand is computed, not
  * copied, so it passes through the threads on its way to the tensor cores
