@@ -37,6 +37,9 @@
  *
  * usage: gpu_ops [--batch N]... [--prec fp32|tf32|bf16|all] [--hidden H]
  *                [--depth D] [--trials T] [--seed S] [--concurrent K [--sm-target N]]
+ *                [--profile-steps N]
+ * --profile-steps N: only N steps op by op after the warm-up one, nothing
+ * timed (for a profiler: `ncu ... gpu_ops --batch 50 --profile-steps 1`).
  * (default: --batch 50 --batch 4096 --prec all --hidden 300 --depth 3
  *  --trials 15)
  */
@@ -498,6 +501,8 @@ static int step_rows(op_row *rows, const bench_ctx *c, const mp_graphs *g, int32
     return n;
 }
 
+static int g_profile_steps;   /* --profile-steps */
+
 static int run_config(mp_precision prec, int32_t batch, int h, int depth, int trials,
                       uint64_t seed)
 {
@@ -528,6 +533,14 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     w_step(&c);                                 /* valid activations for the op timings */
     if (b->sync(b) != MP_OK) {
         fprintf(stderr, "gpu_ops: first step: %s\n", mp_error_message());
+        goto out_events;
+    }
+    if (g_profile_steps > 0) {
+        for (int k = 0; k < g_profile_steps; k++)
+            w_step(&c);
+        rc = b->sync(b) == MP_OK ? 0 : 1;
+        if (rc)
+            fprintf(stderr, "gpu_ops: profiled steps: %s\n", mp_error_message());
         goto out_events;
     }
 
@@ -946,7 +959,8 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: gpu_ops [--batch N]... [--prec fp32|tf32|bf16|all] [--hidden H] "
-                   "[--depth D] [--trials T] [--seed S] [--concurrent K [--sm-target N]]\n");
+                   "[--depth D] [--trials T] [--seed S] [--concurrent K [--sm-target N]] "
+                   "[--profile-steps N]\n");
             return 0;
         }
         if (!v) {
@@ -966,6 +980,8 @@ int main(int argc, char **argv)
             sm_target = (int)arg_long(a, v, 0, 1024);
         else if (!strcmp(a, "--concurrent"))
             concurrent = (int)arg_long(a, v, 1, MAX_CONCURRENT);
+        else if (!strcmp(a, "--profile-steps"))
+            g_profile_steps = (int)arg_long(a, v, 1, 1000);
         else if (!strcmp(a, "--seed"))
             seed = (uint64_t)arg_long(a, v, 0, 1L << 40);
         else if (!strcmp(a, "--prec")) {

@@ -6,6 +6,8 @@
  * printed beside the heuristic's first choice.  A measurement tool, not
  * product code (bench/RESULTS.md, "Why the products stop there").
  *   make build/lt_search && build/lt_search [E=228172]
+ *   build/lt_search small [E=2502 [ATOMS=1179]]   the batch-50 shapes,
+ *                   split-K counts and reduction schemes searched too
  */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -14,9 +16,11 @@
 #include <vector>
 #include <algorithm>
 #include <string>
+#include <string.h>
 #define CK(x) do { auto e_ = (x); if ((int)e_ != 0) { printf("ERR %s:%d %d\n", __FILE__, __LINE__, (int)e_); exit(1);} } while (0)
 static cublasLtHandle_t lt; static void *ws; static size_t WS = 32u << 20; static cudaStream_t st;
 struct R { float us; std::string cfg; };
+static int g_splitk;   /* search split-K counts and reduction schemes too */
 static float timeit(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
                     const void *A, const void *B, void *C, float beta, const cublasLtMatmulAlgo_t *algo, int reps)
 {
@@ -76,8 +80,27 @@ static void search(const char *name, int ta, int tb, int M, int N, int K, cudaDa
         int ncl = sizeof clusters / sizeof clusters[0];
         int has_cluster = 0;
         { uint16_t c0; size_t w; has_cluster = cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c0, sizeof c0, &w) == 0; }
-        for (int ti = 0; ti < ntile; ti++) for (int si = 0; si < nstage; si++) for (int ci = 0; ci < (has_cluster ? ncl : 1); ci++) {
+        int splitk_ok = 0, red_mask = 0;
+        sz = 0;
+        if (g_splitk) {
+            cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splitk_ok, sizeof splitk_ok, &sz);
+            cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &red_mask, sizeof red_mask, &sz);
+        }
+        /* (split-K count, reduction scheme) pairs: (1, none) always */
+        int sk[64][2], nsk = 0;
+        sk[nsk][0] = 1; sk[nsk][1] = 0; nsk++;
+        if (splitk_ok) {
+            int counts[] = {2, 3, 4, 6, 8, 12, 16, 24, 32};
+            for (int q = 0; q < 9; q++) for (int rs = 1; rs <= 4; rs <<= 1)
+                if (red_mask & rs) { sk[nsk][0] = counts[q]; sk[nsk][1] = rs; nsk++; }
+        }
+        for (int ti = 0; ti < ntile; ti++) for (int si = 0; si < nstage; si++) for (int ci = 0; ci < (has_cluster ? ncl : 1); ci++) for (int ki = 0; ki < nsk; ki++) {
             cublasLtMatmulAlgo_t a = algo;
+            if (splitk_ok) {
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk[ki][0], sizeof(int));
+                uint32_t rs = (uint32_t)sk[ki][1];
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &rs, sizeof rs);
+            }
             cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tiles[ti], sizeof(int));
             cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages[si], sizeof(int));
             if (has_cluster) { uint16_t c = (uint16_t)clusters[ci]; cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c, sizeof c); }
@@ -88,7 +111,7 @@ static void search(const char *name, int ta, int tb, int M, int N, int K, cudaDa
             valid++;
             float us = timeit(op, la, lb, lc, A, B, C, beta, &a, 3);
             if (us < 0) continue;
-            char buf[160]; snprintf(buf, sizeof buf, "id %d tile %d stages %d cluster %d", ids[ii], tiles[ti], stages[si], has_cluster ? clusters[ci] : -1);
+            char buf[160]; snprintf(buf, sizeof buf, "id %d tile %d stages %d cluster %d splitk %d red %d", ids[ii], tiles[ti], stages[si], has_cluster ? clusters[ci] : -1, sk[ki][0], sk[ki][1]);
             all.push_back({us, buf});
         }
     }
@@ -102,11 +125,29 @@ static void search(const char *name, int ta, int tb, int M, int N, int K, cudaDa
 }
 int main(int argc, char **argv)
 {
-    int E = argc > 1 ? atoi(argv[1]) : 228172;
     setvbuf(stdout, NULL, _IONBF, 0);
     printf("start\n");
     CK(cublasLtCreate(&lt)); CK(cudaMalloc(&ws, WS)); CK(cudaStreamCreate(&st));
     auto BF = CUDA_R_16BF; auto F = CUDA_R_32F; auto C32 = CUBLAS_COMPUTE_32F, CT = CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (argc > 1 && !strcmp(argv[1], "small")) {
+        /* batch 50: E edges, A atoms; bf16 operands as the bf16 model
+         * stores them (dense rows, ld 300), the weight gradients in fp32 */
+        int E = argc > 2 ? atoi(argv[2]) : 2502, A = argc > 3 ? atoi(argv[3]) : 1179;
+        g_splitk = 1;
+        search("W_h bf16, bf16 C/D, relu (small)", 0, 0, E, 300, 300, BF, 300, 300, BF, 300, C32, 1, 1);
+        search("dMsg bf16 -> bf16 (small)", 0, 1, E, 300, 300, BF, 300, 300, BF, 300, C32, 0, 0);
+        search("dW_h bf16 -> fp32 (small)", 1, 0, 300, 300, E, BF, 300, 300, F, 300, C32, 0, 1);
+        search("W_o bf16 relu (small)", 0, 0, A, 300, 433, BF, 433, 300, BF, 300, C32, 1, 1);
+        search("dW_o bf16 -> fp32 (small)", 1, 0, 433, 300, A, BF, 433, 300, F, 300, C32, 0, 1);
+        search("dA bf16 (small)", 0, 1, A, 433, 300, BF, 300, 300, BF, 433, C32, 0, 0);
+        search("dW_h tf32 (small)", 1, 0, 300, 300, E, F, 300, 300, F, 300, CT, 0, 1);
+        /* the same bf16 products with rows padded to 16 bytes (ld 304) */
+        search("W_h bf16, bf16 C/D, relu (small, ld 304)", 0, 0, E, 300, 300, BF, 304, 304, BF, 304, C32, 1, 1);
+        search("dMsg bf16 -> bf16 (small, ld 304)", 0, 1, E, 300, 300, BF, 304, 304, BF, 304, C32, 0, 0);
+        search("dW_h bf16 -> fp32 (small, ld 304)", 1, 0, 300, 300, E, BF, 304, 304, F, 300, C32, 0, 1);
+        return 0;
+    }
+    int E = argc > 1 ? atoi(argv[1]) : 228172;
     search("W_h bf16 ops, fp32 C/D, relu", 0, 0, E, 300, 300, BF, 304, 304, F, 300, C32, 1, 1);
     search("W_h bf16 ops, bf16 C/D, relu", 0, 0, E, 300, 300, BF, 304, 304, BF, 304, C32, 1, 1);
     search("W_h tf32, relu", 0, 0, E, 300, 300, F, 300, 300, F, 300, CT, 1, 1);

@@ -89,6 +89,8 @@ static void case_gemm(bo *x)
     static const int shapes[][3] = {
         { 1, 1, 1 }, { 7, 1, 7 }, { 1, 7, 300 }, { 64, 64, 64 }, { 37, 301, 1 }, { 5, 3, 0 },
         { 0, 4, 4 }, { 4, 0, 3 }, { 301, 7, 300 }, { 300, 300, 300 },
+        /* a long k on a thin product; the FFN head's shapes at batch 50 */
+        { 9, 17, 602 }, { 50, 300, 300 }, { 300, 300, 50 },
     };
     char what[200];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
