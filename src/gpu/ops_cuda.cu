@@ -268,13 +268,17 @@ static const char *backend_name(mp_precision p)
     }
 }
 
-/* set_share (ops.h): the products sized for the n-th part of the SMs. */
+/* set_share (ops.h): the products sized for 2/n of the SMs (the whole GPU
+ * for n <= 2).  Twice the even share: the n instances do not run their
+ * products in step, and on the H200 five members at batch 50 trained in
+ * 11.77-11.80 s sized for 52 SMs each against 11.94-11.97 s for 26
+ * (bench/RESULTS.md, 2026-12-03). */
 static mp_status cu_set_share(mp_backend *b, int n)
 {
     if (n < 1)
         return mp_error_set(MP_ERR_ARG, "cuda backend: a share of the GPU for %d instances", n);
-    int sm = CTX(b)->sm_count;
-    return mp_backend_cuda_set_sm_target(b, n == 1 ? 0 : (sm / n > 0 ? sm / n : 1));
+    int sm = CTX(b)->sm_count, t = 2 * sm / n;
+    return mp_backend_cuda_set_sm_target(b, n <= 2 || t >= sm ? 0 : (t > 0 ? t : 1));
 }
 
 /* Fails the open with the kept message (or NOMEM for the context itself). */
