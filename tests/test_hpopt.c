@@ -381,6 +381,54 @@ MP_TEST(hpopt_cli_searches_resumes_and_writes_the_best_config)
     CHECK_NEAR(atof(v + 5), best_val, 0, 1e-5);
 }
 
+/* The line of trial i in a trials file (NULL: none). */
+static const char *trial_line(const char *text, int i)
+{
+    char key[32];
+    int n = snprintf(key, sizeof key, "{\"trial\":%d,", i);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, key, (size_t)n))
+            return l;
+    return NULL;
+}
+
+/* Random search with --jobs 2 runs its trials as a queue: with trial 0
+ * long (1000 epochs) and trials 1 and 2 short (1 epoch), the worker that
+ * finished trial 1 trains trial 2 while trial 0 still runs, so trial 2's
+ * line comes before trial 0's (in rounds of two, trial 2 would wait for
+ * trial 0).  A rerun has nothing left to do; --trials 4 trains trial 3. */
+MP_TEST(hpopt_cli_random_jobs_run_as_a_queue)
+{
+    const char *data = small_esol();
+    CHECK(data != NULL);
+    const char *space = write_file("space_queue.ini", "[space]\nepochs = choice 1 1000\n");
+    char out[8192], dir[1024], t[1100], common[3000];
+    snprintf(dir, sizeof dir, "%s/hp_queue", mp_test_tmpdir());
+    snprintf(t, sizeof t, "%s/trials.jsonl", dir);
+    snprintf(common, sizeof common, "hpopt --data '%s' --hidden 8 --threads 1 --space '%s' "
+             "--method random --search-seed 2 --jobs 2 --out '%s' --keep none --quiet", data,
+             space, dir);
+    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "%s --trials 3", common), 0);
+    char *text = mp_test_slurp(t, NULL);
+    CHECK(text != NULL);
+    const char *l0 = trial_line(text, 0), *l1 = trial_line(text, 1), *l2 = trial_line(text, 2);
+    CHECK_MSG(l0 && l1 && l2, "%s", text);
+    /* the premise, from the seed's proposals: trial 0 long, 1 and 2 short */
+    CHECK_MSG(strstr(l0, "\"epochs\":\"1000\"") && strstr(l1, "\"epochs\":\"1\"") &&
+                  strstr(l2, "\"epochs\":\"1\""),
+              "search seed 2 no longer proposes 1000, 1, 1 epochs (pick another):\n%s", text);
+    CHECK_MSG(l2 < l0, "trial 2 waited for trial 0 (rounds, not a queue):\n%s", text);
+    CHECK_EQ_INT(count_lines(t), 3);
+    mp_free(text);
+    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "%s --trials 3", common), 0);
+    CHECK_EQ_INT(count_lines(t), 3);
+    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "%s --trials 4", common), 0);
+    CHECK_EQ_INT(count_lines(t), 4);
+    text = mp_test_slurp(t, NULL);
+    CHECK(text && trial_line(text, 3) != NULL);
+    mp_free(text);
+}
+
 MP_TEST(hpopt_cli_jobs_give_the_same_random_trials)
 {
     const char *data = small_esol();

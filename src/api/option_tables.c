@@ -719,7 +719,8 @@ static const mp_option_def hpopt_table[] = {
     { "candidates", MP_OPT_INT, "24", 1, 100000, .offset = AT(mp_hpopt_args, candidates),
       .arg = "N", .help = "tpe: draws scored per proposal" },
     { "jobs", MP_OPT_INT, "1", 1, 256, .offset = AT(mp_hpopt_args, jobs), .arg = "N",
-      .help = "trials trained side by side (proposed together,\nfrom the same history)" },
+      .help = "trials trained side by side (proposed together,\nfrom the same history; "
+              "random search: as a\nqueue, each worker taking the next trial)" },
     { "keep", MP_OPT_CHOICE, "best", .choices = "best|all|none", .values = hp_keep_values,
       .offset = AT(mp_hpopt_args, keep), .arg = "K",
       .help = "trial models kept under OUT/trials: best | all | none" },

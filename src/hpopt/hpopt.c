@@ -15,7 +15,10 @@
  *
  * Trials run in rounds of --jobs, side by side on threads; the proposals of
  * a round are made from the trials of the rounds before it, so the search
- * is the same for a seed and a --jobs however long each trial takes.  The
+ * is the same for a seed and a --jobs however long each trial takes.  A
+ * random search (no proposal reads a result) runs its trials as a queue
+ * instead: each of the --jobs workers takes the next trial when it
+ * finishes one, so no trial waits for the slowest of a round.  The
  * objective is the validation score of the train options' metric (its
  * best epoch, as train keeps); loss = score, or -score where higher is
  * better.  A trial that runs out of memory or ends with a NaN score is
@@ -652,6 +655,128 @@ mp_status mp_hp_run_jobs(search *S, job *jobs, pthread_t *th, int n)
     return st;
 }
 
+/* ===================================================================== */
+/* Random search: the trials as a queue                                   */
+/* ===================================================================== */
+
+/* What the workers share; every field past `S` under S->lock. */
+typedef struct {
+    search        *S;
+    int            next;     /* the next trial to hand out                  */
+    int            stop;     /* a failure or a signal: hand out no more     */
+    int            fail;     /* the first failing trial (in time), -1       */
+    mp_status      fail_st;
+    char           fail_msg[1024];
+    unsigned char *fin;      /* fin[i]: trial i's record is complete        */
+    unsigned char *gone;     /* gone[i]: its folder was pruned              */
+} queue;
+
+typedef struct {
+    queue *q;
+    job    j;
+} worker;
+
+/* --keep best | none as trials finish (under the lock): every finished
+ * trial's folder but the best one's so far (ties: the lower index, as
+ * mp_hp_best_trial; a pruned trial never becomes the best again). */
+static void prune_finished(queue *q)
+{
+    search *S = q->S;
+    if (S->a->keep == MP_HP_KEEP_ALL)
+        return;
+    int best = -1;
+    for (int i = 0; S->a->keep == MP_HP_KEEP_BEST && i < S->a->trials; i++)
+        if (q->fin[i] && S->t[i].done && !S->t[i].failed &&
+            (best < 0 || S->t[i].loss < S->t[best].loss))
+            best = i;
+    char dir[1200];
+    for (int i = 0; i < S->a->trials; i++)
+        if (q->fin[i] && !q->gone[i] && i != best) {
+            mp_hp_trial_dir(S->a, i, dir, sizeof dir);
+            mp_hp_remove_tree(dir);
+            q->gone[i] = 1;
+        }
+}
+
+static void *queue_worker(void *arg)
+{
+    worker *w = arg;
+    queue *q = w->q;
+    search *S = q->S;
+    for (;;) {
+        pthread_mutex_lock(&S->lock);
+        while (!q->stop && q->next < S->a->trials && S->t[q->next].done)
+            q->next++;
+        if (!q->stop && mp_interrupt_check()) {   /* a stop between two trials */
+            q->stop = 1;
+            if (q->fail < 0) {
+                q->fail_st = MP_ERR_INTERRUPTED;
+                q->fail_msg[0] = '\0';
+            }
+        }
+        int i = q->stop || q->next >= S->a->trials ? -1 : q->next++;
+        pthread_mutex_unlock(&S->lock);
+        if (i < 0)
+            return NULL;
+        w->j = (job){ .S = S, .i = i };
+        run_trial(&w->j);
+        pthread_mutex_lock(&S->lock);
+        q->fin[i] = 1;
+        if (w->j.st && !q->stop) {
+            q->stop = 1;
+            q->fail = i;
+            q->fail_st = w->j.st;
+            snprintf(q->fail_msg, sizeof q->fail_msg, "%s", w->j.error);
+        }
+        prune_finished(q);
+        pthread_mutex_unlock(&S->lock);
+    }
+}
+
+/* The trials not yet done, proposed up front (random: each from its own
+ * stream), then trained by --jobs workers (one on this thread). */
+static mp_status run_queue(search *S, const mp_hp_proposer *p, const double *xs,
+                           double *losses)
+{
+    const int n = S->a->trials, nw = S->a->jobs;
+    mp_status st = MP_OK;
+    for (int i = 0; i < n && !st; i++)
+        st = mp_hp_propose_trial(S, p, xs, losses, 0, i);
+    if (st)
+        return st;
+    queue q = { .S = S, .fail = -1 };
+    worker *w = mp_calloc((size_t)nw, sizeof *w);
+    pthread_t *th = mp_calloc((size_t)nw, sizeof *th);
+    q.fin = mp_calloc((size_t)n, 1);
+    q.gone = mp_calloc((size_t)n, 1);
+    if (!w || !th || !q.fin || !q.gone) {
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++)
+        q.fin[i] = (unsigned char)S->t[i].done;   /* a rerun's trials */
+    for (int k = 1; k < nw; k++) {
+        w[k].q = &q;
+        if (pthread_create(&th[k], NULL, queue_worker, &w[k]) != 0)
+            th[k] = 0;   /* fewer workers: the queue still empties */
+    }
+    w[0].q = &q;
+    queue_worker(&w[0]);
+    for (int k = 1; k < nw; k++)
+        if (th[k])
+            pthread_join(th[k], NULL);
+    if (q.fail_st == MP_ERR_INTERRUPTED)
+        st = mp_hp_interrupted(S, q.fail);
+    else if (q.fail_st)
+        st = mp_error_set(q.fail_st, "%s", q.fail_msg);
+out:
+    mp_free(q.gone);
+    mp_free(q.fin);
+    mp_free(th);
+    mp_free(w);
+    return st;
+}
+
 mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary **out)
 {
     if (out)
@@ -708,9 +833,12 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
 
     mp_hp_proposer prop = { (mp_hp_method)a.method, a.seed, a.startup, a.candidates };
     int n_failed = 0;
+    const int queued = !S.h && a.method == MP_HP_RANDOM && a.jobs > 1;
     if (S.h)
         st = mp_hp_halving_run(&S, &prop, xs, losses, jobs, th);
-    for (int r0 = 0; !S.h && r0 < a.trials && !st; r0 += a.jobs) {
+    else if (queued && (st = run_queue(&S, &prop, xs, losses)) == MP_OK)
+        prune_models(&S, a.trials);
+    for (int r0 = 0; !S.h && !queued && r0 < a.trials && !st; r0 += a.jobs) {
         int r1 = r0 + a.jobs < a.trials ? r0 + a.jobs : a.trials;
         if (mp_interrupt_check()) {   /* a stop between two rounds */
             st = mp_hp_interrupted(&S, -1);
