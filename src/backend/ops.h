@@ -505,11 +505,11 @@ struct mp_backend {
 
     /* ---- sharing the device (optional: NULL on host-memory backends) -- */
     /* This instance is one of n that run side by side on one device (an
-     * ensemble's members): the backend may size its work for 1/n of the
-     * device (cuda: its products' algorithms are chosen for 2/n of the
-     * SMs, all of them for n <= 2).  The results are a function of n, so instances whose results
-     * must agree take the same n; n = 1, the default, is the whole device.
-     * MP_ERR_ARG for n < 1. */
+     * ensemble's members): the backend may size its work for a share of
+     * the device (cuda: its products' algorithms are chosen for 2/n of
+     * the SMs, all of them for n <= 2).  The results are a function of n,
+     * so instances whose results must agree take the same n; n = 1, the
+     * default, is the whole device.  MP_ERR_ARG for n < 1. */
     mp_status (*set_share)(mp_backend *b, int n);
 
     /* ---- capture (optional: NULL where ops cannot be recorded) -------- */
