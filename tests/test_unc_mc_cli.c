@@ -163,9 +163,10 @@ MP_TEST(unc_mc_cli_ensemble_variance_and_conformal_sets)
             snprintf(name, sizeof name, "sol_class%d_unc", c);
             double got = P->targets[i * P->n_tasks + tu_col(P, name)];
             /* the command's member values may differ from these in their
-             * last float bits: on some CPUs a product's bits depend on the
-             * batch it is in (an AMD EPYC, 2026-12-03: batches of 256 and
-             * of 50 give member values 1e-9 apart), which moves the
+             * last float bits: with OpenBLAS's Haswell kernels a product's
+             * bits depend on the batch it is in (OPENBLAS_CORETYPE=Haswell,
+             * AMD EPYC, 2026-12-03: batches of 256 and of 50 give member
+             * values 1e-9 apart; SkylakeX's give the same), which moves the
              * variance by about |a - b| (|a| + |b|) 2^-24; a wrong
              * estimator (the std, ddof 1, another member) is off by far more */
             double tol = 1e-7 * var + 1e-6 * fabs(a - b) * (fabs(a) + fabs(b)) + 1e-12;
