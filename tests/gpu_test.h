@@ -37,4 +37,18 @@ mp_status mp_test_esol(mp_dataset **d, mp_features **f);
 mp_status mp_test_train_esol(const char *backend, int resident, int graph, double dropout,
                              mp_train_result *r);
 
+/* rows x cols values of storage st at p as host floats (mp_free them;
+ * NULL: a failure, message set). */
+float *mp_test_floats_of(mp_backend *b, const void *p, mp_stype st, size_t rows, int cols);
+
+/* rows x cols random values in [-scale, scale) into a new buffer of storage
+ * st (NULL: out of memory). */
+void *mp_test_random_dev(mp_backend *b, mp_rng *r, mp_stype st, size_t rows, int cols,
+                         double scale);
+
+/* 1 when every element has |x - y| <= rel |y| + abs_tol rms(y); else 0
+ * with the first that does not named in err. */
+int mp_test_close_all(const float *x, const float *y, size_t n, double rel, double abs_tol,
+                      char *err, size_t cap);
+
 #endif /* MP_GPU_TEST_H */

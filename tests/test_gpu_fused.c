@@ -27,71 +27,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* rows x cols values of storage st at p as host floats (NULL: a failure,
- * message set). */
-static float *floats_of(mp_backend *b, const void *p, mp_stype st, size_t rows, int cols)
-{
-    const size_t n = rows * (size_t)cols;
-    void *t = b->alloc(b, n * sizeof(float) + 16);
-    float *h = mp_malloc(n * sizeof(float) + 16);
-    if (!t || !h) {
-        if (t)
-            b->free(b, t);
-        mp_free(h);
-        return NULL;
-    }
-    b->copy2d(b, t, MP_ST_ELEM, cols, p, st, cols, (int32_t)rows, cols);
-    if (b->sync(b) != MP_OK || b->download(b, h, t, n * sizeof(float)) != MP_OK) {
-        mp_free(h);
-        h = NULL;
-    }
-    b->free(b, t);
-    return h;
-}
-
-/* rows x cols random values in [-scale, scale) into a new buffer of
- * storage st. */
-static void *random_dev(mp_backend *b, mp_rng *r, mp_stype st, size_t rows, int cols,
-                        double scale)
-{
-    const size_t n = rows * (size_t)cols;
-    float *h = mp_malloc(n * sizeof(float) + 16);
-    void *f = b->alloc(b, n * sizeof(float) + 16), *d = b->alloc(b, n * sizeof(float) + 16);
-    int ok = h && f && d;
-    for (size_t i = 0; ok && i < n; i++)
-        h[i] = (float)(scale * (2 * mp_rng_uniform(r) - 1));
-    ok = ok && b->upload(b, f, h, n * sizeof(float)) == MP_OK;
-    if (ok)
-        b->copy2d(b, d, st, cols, f, MP_ST_ELEM, cols, (int32_t)rows, cols);
-    mp_free(h);
-    if (f)
-        b->free(b, f);
-    if (!ok && d) {
-        b->free(b, d);
-        d = NULL;
-    }
-    return d;
-}
-
-/* Every element: |x - y| <= rel |y| + abs_tol rms(y); the worst one named. */
-static int close_all(const float *x, const float *y, size_t n, double rel, double abs_tol,
-                     char *err, size_t cap)
-{
-    double r2 = 0;
-    for (size_t i = 0; i < n; i++)
-        r2 += (double)y[i] * y[i];
-    const double rms = sqrt(r2 / (double)(n ? n : 1));
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)x[i] - y[i]);
-        if (!(d <= rel * fabs(y[i]) + abs_tol * rms)) {
-            snprintf(err, cap, "element %zu: fused %.9g, unfused %.9g (rms %.3g)", i, x[i], y[i],
-                     rms);
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* One width h on gpu:bf16: every storage pair and relu_in, fused vs
  * unfused.  Returns 1, or 0 with err filled. */
 static int update_case(mp_backend *b, int h, uint64_t seed, char *err, size_t cap)
@@ -113,7 +48,7 @@ static int update_case(mp_backend *b, int h, uint64_t seed, char *err, size_t ca
              b->upload(b, src, g.edge_src, E * 4) == MP_OK &&
              b->upload(b, is, g.in_start, (A + 1) * 4) == MP_OK &&
              b->upload(b, ie, g.in_edge, E * 4) == MP_OK;
-    void *w = ok ? random_dev(b, &r, MP_ST_BF16, H, h, 1.0 / sqrt((double)h)) : NULL;
+    void *w = ok ? mp_test_random_dev(b, &r, MP_ST_BF16, H, h, 1.0 / sqrt((double)h)) : NULL;
     if (!ok || !w)
         snprintf(err, cap, "h %d: set-up: %s", h, mp_error_message());
     ok = ok && w;
@@ -121,7 +56,7 @@ static int update_case(mp_backend *b, int h, uint64_t seed, char *err, size_t ca
         const mp_stype rc_st = k & 1 ? MP_ST_BF16 : MP_ST_ELEM;
         const mp_stype m_st = k & 2 ? MP_ST_BF16 : MP_ST_ELEM;
         const int relu_in = (k >> 2) & 1;
-        void *res = random_dev(b, &r, rc_st, E, h, 1.0), *m = random_dev(b, &r, m_st, E, h, 1.0);
+        void *res = mp_test_random_dev(b, &r, rc_st, E, h, 1.0), *m = mp_test_random_dev(b, &r, m_st, E, h, 1.0);
         if (!res || !m) {
             snprintf(err, cap, "h %d: set-up: %s", h, mp_error_message());
             ok = 0;
@@ -136,15 +71,15 @@ static int update_case(mp_backend *b, int h, uint64_t seed, char *err, size_t ca
                 ok = 0;
             }
         }
-        float *x = ok ? floats_of(b, c2, rc_st, E, h) : NULL;
-        float *y = ok ? floats_of(b, c1, rc_st, E, h) : NULL;
+        float *x = ok ? mp_test_floats_of(b, c2, rc_st, E, h) : NULL;
+        float *y = ok ? mp_test_floats_of(b, c1, rc_st, E, h) : NULL;
         if (ok && (!x || !y)) {
             snprintf(err, cap, "h %d: download: %s", h, mp_error_message());
             ok = 0;
         }
         /* fp32 out: the order of the sums only; bf16 out: one rounding */
         char why[256];
-        if (ok && !close_all(x, y, n, rc_st == MP_ST_BF16 ? 1.0 / 128 : 1e-4,
+        if (ok && !mp_test_close_all(x, y, n, rc_st == MP_ST_BF16 ? 1.0 / 128 : 1e-4,
                              rc_st == MP_ST_BF16 ? 1e-3 : 1e-5, why, sizeof why)) {
             snprintf(err, cap, "h %d, out %s, M %s, relu_in %d (%zu edges): %s", h,
                      rc_st ? "bf16" : "fp32", m_st ? "bf16" : "fp32", relu_in, E, why);

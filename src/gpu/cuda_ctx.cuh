@@ -8,6 +8,7 @@
  *
  *   ops_cuda.cu     open / close, memory, introspection, registration
  *   dense_cuda.cu   gemm (cuBLAS), gemm_res_relu (cuBLASLt)
+ *   tiles_cuda.cu   the bf16 products of small batches (a kernel of ours)
  *   rows_cuda.cu    the elementwise and graph row ops (kernels_rows.cuh)
  *   reduce_cuda.cu  column sums, weight-gradient scatters, loss, Adam, step_end
  *   graph_cuda.cu   capture into CUDA graphs;  stream_cuda.cu  the copy lane
@@ -65,6 +66,8 @@ typedef struct {
     cublasHandle_t lane_blas[2];
     cublasLtHandle_t lt;         /* gemm_res_relu's fused epilogue; shares blas_ws */
     float         *scratch;
+    int            tiles;        /* 1: bf16 products of few rows on tiles_cuda.cu's kernel */
+    long           tile_calls;   /* products queued on it (mp_backend_cuda_tile_calls) */
     mp_precision   prec;
     int            sm_count;
     int            sm_target;    /* SMs the products are sized for; 0: all (gpu.h) */
@@ -295,6 +298,14 @@ void mp_cu_stream_close(gpu_ctx *c);
  * cuBLAS handle, 1: the side stream gemm runs every other product of a batch
  * on). */
 void mp_cu_gemm_on(gpu_ctx *c, int lane, const mp_gemm *g);
+
+/* tiles_cuda.cu: the product on the tile kernel, 1 when queued (or its
+ * failure kept), 0 when it does not take these operands and sizes (the
+ * caller runs cuBLAS). */
+int mp_cu_tile_gemm(gpu_ctx *c, int lane, const mp_gemm *g);
+int mp_cu_tile_res_relu(gpu_ctx *c, int m, int n, int k, const void *a, int lda, const void *w,
+                        int ldw, mp_stype aw_st, const void *r, int ldr, void *cm, int ldc,
+                        mp_stype rc_st);
 
 /* reduce_cuda.cu: the weight-gradient scatter of edge_embed_backward:
  * dwb[s] += sum of the dh0 rows of the edges whose bond holds slot s. */

@@ -1,7 +1,8 @@
 /*
  * dense_cuda.cu - the cuda backend's products (ops.h gemm, gemm_res_relu):
  * cuBLAS GemmEx for gemm, one cuBLASLt call with the residual as C and a
- * ReLU epilogue for gemm_res_relu.
+ * ReLU epilogue for gemm_res_relu; bf16 products of few rows go to the
+ * tile kernel of tiles_cuda.cu instead.
  *
  * Storage and precision.  An operand stored as bf16 (ops.h mp_stype) is
  * passed to cuBLAS as CUDA_R_16BF, an element-type one as CUDA_R_32F; a
@@ -78,6 +79,8 @@ void mp_cu_gemm_on(gpu_ctx *c, int lane, const mp_gemm *g)
                "must have one storage type", st_name(g->a_st), st_name(g->b_st));
         return;
     }
+    if (mp_cu_tile_gemm(c, lane, g))
+        return;
     const float al = (float)g->alpha, be = (float)g->beta;
     cublasStatus_t s = cublasGemmEx(c->lane_blas[lane], tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &al, g->b,
@@ -270,6 +273,9 @@ static void cu_gemm_res_relu(mp_backend *b, int m, int n, int k, const void *a, 
                "cuda gemm_res_relu: c == r needs ldc == ldr (%d != %d)", ldc, ldr);
         return;
     }
+    /* small bf16 products: the tile kernel (tiles_cuda.cu) */
+    if (k > 0 && mp_cu_tile_res_relu(c, m, n, k, a, lda, w, ldw, aw_st, r, ldr, cm, ldc, rc_st))
+        return;
     /* Lt needs k >= 1 (k == 0 is c = ReLU(r), composed below). */
     if (k > 0 && lt_res_relu(c, cuda_type(aw_st), cuda_type(rc_st), compute_type(c->prec, aw_st),
                              m, n, k, a, lda, w, ldw, r, ldr, cm, ldc))

@@ -30,6 +30,7 @@
  * groups); the rows of every operand are h apart.
  */
 #include "gpu/cuda_ctx.cuh"
+#include "gpu/mma.cuh"
 
 #define FM_BM 64                /* edges per block                     */
 #define FM_BN 320               /* output columns per block            */
@@ -56,55 +57,8 @@ __device__ __forceinline__ float4 ld4(const bf16 *p)
     float2 hi = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
     return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
-__device__ __forceinline__ float2 ld2(const float *p) { return *(const float2 *)p; }
-__device__ __forceinline__ float2 ld2(const bf16 *p)
-{
-    return __bfloat1622float2(*(const __nv_bfloat162 *)p);
-}
-__device__ __forceinline__ void st2(float *p, float x, float y) { *(float2 *)p = make_float2(x, y); }
-__device__ __forceinline__ void st2(bf16 *p, float x, float y)
-{
-    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(x, y);
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* N (8 or 16) bytes global -> shared, asynchronously; ok == 0 writes zeros. */
-template <int N>
-__device__ __forceinline__ void cp_async(void *dst, const void *src, int ok)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "n"(N), "r"(ok ? N : 0));
-}
-__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 /* until at most FM_STAGES - 2 of this thread's groups are in flight */
-__device__ __forceinline__ void cp_wait_stage(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(FM_STAGES - 2));
-}
-
-__device__ __forceinline__ void ldm_x4(uint32_t r[4], const bf16 *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldm_x4_t(uint32_t r[4], const bf16 *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+__device__ __forceinline__ void cp_wait_stage(void) { cp_wait<FM_STAGES - 2>(); }
 
 /* Starts loading stage buffer `stage` with message columns k0..k0+31: this
  * thread's 4-element groups of S[src[e]] and M[e ^ 1] (zeros past h or the

@@ -114,6 +114,11 @@ const char *mp_backend_cuda_info(const mp_backend *b);
 int    mp_backend_cuda_sm_count(const mp_backend *b);
 size_t mp_backend_cuda_memory(const mp_backend *b);
 
+/* Products queued on the tile kernel (tiles_cuda.cu: the bf16 products of
+ * small batches) since open; 0 for a backend that is not a cuda one.  Off
+ * (cuBLAS for every product) when MOLPROP_CUDA_TILES=0 at open. */
+long   mp_backend_cuda_tile_calls(const mp_backend *b);
+
 /* The GEMM precision the backend was opened with. */
 mp_precision mp_backend_cuda_precision(const mp_backend *b);
 

@@ -363,6 +363,10 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     if (!BLAS_OK(c, cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE_BYTES)) ||
         !BLAS_OK(c, cublasSetWorkspace(c->blas2, c->blas_ws2, BLAS_WORKSPACE_BYTES)))
         return open_fail(b, MP_ERR_INTERNAL);
+    /* the small bf16 products on tiles_cuda.cu's kernel unless
+     * MOLPROP_CUDA_TILES=0 (cuBLAS for every product: for comparisons) */
+    const char *tiles = getenv("MOLPROP_CUDA_TILES");
+    c->tiles = !(tiles && !strcmp(tiles, "0"));
 
     b->dtype = MP_F32;
     b->esize = sizeof(float);
@@ -409,6 +413,12 @@ extern "C" int mp_backend_cuda_sm_count(const mp_backend *b)
 {
     gpu_ctx *c = mp_cu_ctx(b);
     return c ? c->sm_count : 0;
+}
+
+extern "C" long mp_backend_cuda_tile_calls(const mp_backend *b)
+{
+    gpu_ctx *c = mp_cu_ctx(b);
+    return c ? c->tile_calls : 0;
 }
 
 extern "C" size_t mp_backend_cuda_memory(const mp_backend *b)

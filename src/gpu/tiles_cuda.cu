@@ -1,0 +1,272 @@
+/*
+ * tiles_cuda.cu - bf16 products of ours for small batches (ops.h gemm and
+ * gemm_res_relu, when both operands are bf16): a tiled mma.sync kernel
+ * with small tiles, so that a product of a few thousand rows spreads over
+ * every SM with several warps each.
+ *
+ * At Chemprop's batch of 50 the D-MPNN's products are 2,500 x 300 x 300;
+ * cuBLAS runs them as sm80 kernels of 128 x 64 tiles, about 100 blocks of
+ * 4 warps, and takes 10-16 us each (bench/RESULTS.md).  This kernel takes
+ * 32 x 64 outputs per block (4 warps of 16 x 32), brings 64 columns of k
+ * per stage into shared memory by cp.async, 3 stages in flight, 8-byte
+ * copies (rows of 300 bf16 are 8-byte aligned only), and multiplies with
+ * mma.sync m16n8k16 (bf16 operands, fp32 sums).  Larger products take 64 x
+ * 64 tiles (4 warps of 32 x 32, 32 columns per stage, 4 stages); past
+ * TILE_MAX_ROWS rows cuBLAS's sm90 kernels are faster and run instead.
+ * MOLPROP_CUDA_TILES=0 at open leaves every product to cuBLAS (for
+ * comparisons).
+ *
+ * Forms: C = A B and C = A B^T (the forward products and the input
+ * gradients).  Epilogues: C = acc + beta C (beta 0 or 1), or C = ReLU(R +
+ * acc) (gemm_res_relu).  Each output element is one fixed sum in k order,
+ * whatever m is: a row's result does not depend on the batch around it,
+ * nor on the device or set_share's target.
+ *
+ * The weight gradients (C = A^T B, k the rows of the batch) stay on
+ * cuBLAS: this kernel split over k, with the partial sums added by the
+ * last block of each tile, took 19.5-21 us at batch 50 against cuBLAS's 14
+ * (bench/RESULTS.md).
+ */
+#include "gpu/cuda_ctx.cuh"
+#include "gpu/mma.cuh"
+
+/* Past this many rows of C cuBLAS is faster: at 10,000 (batch 200) its sm90
+ * kernels took 19 us for E x 300 x 300, these 30 (bench/RESULTS.md). */
+#define TILE_MAX_ROWS 6144
+/* Under set_share (members side by side), at most this many blocks per SM
+ * of the share: five members at batch 50 took 537 us a round with 4, 567
+ * with 2, 549 with a block per tile (bench/RESULTS.md). */
+#define TILE_SHARED_BLOCKS_PER_SM 4
+
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int ST_> struct tile_cfg {
+    static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, ST = ST_;
+    static constexpr int NT = (BM / WM) * (BN / WN) * 32;
+};
+typedef tile_cfg<32, 64, 64, 16, 32, 3> cfg_small;   /* up to 4,096 rows */
+typedef tile_cfg<64, 64, 32, 32, 32, 4> cfg_mid;     /* up to TILE_MAX_ROWS */
+
+enum { EPI_BETA, EPI_RES_RELU };
+
+struct tile_args {
+    const bf16 *a, *b;
+    void *c;
+    const void *r;           /* EPI_RES_RELU's residual, of C's type */
+    int lda, ldb, ldc, ldr;
+    int m, n, k;
+    float beta;
+};
+
+/* The epilogue of one pair of outputs (row, col), col even. */
+template <typename TC, int EPI>
+__device__ __forceinline__ void put2(const tile_args &p, int row, int col, float2 v)
+{
+    TC *c = (TC *)p.c + (size_t)row * p.ldc + col;
+    if (EPI == EPI_RES_RELU) {
+        float2 r = ld2((const TC *)p.r + (size_t)row * p.ldr + col);
+        v.x = fmaxf(v.x + r.x, 0.f);
+        v.y = fmaxf(v.y + r.y, 0.f);
+    } else if (p.beta != 0.f) {
+        float2 o = ld2(c);
+        v.x += p.beta * o.x;
+        v.y += p.beta * o.y;
+    }
+    st2(c, v.x, v.y);
+}
+
+/*
+ * One BM x BN tile of C = A op(B).  Shared tiles: A as [BM][BK + 8], B as
+ * [BK][BN + 8] (TB = 0, transposed by ldmatrix into the mma's column
+ * layout) or [BN][BK + 8] (TB = 1): rows 16 bytes apart modulo 128, so
+ * ldmatrix meets no bank conflicts.
+ */
+template <class CFG, bool TB> struct tile_smem {
+    static constexpr int AS = CFG::BK + 8, BS = TB ? CFG::BK + 8 : CFG::BN + 8;
+    static constexpr int A_EL = CFG::BM * AS, B_EL = TB ? CFG::BN * BS : CFG::BK * BS;
+    static constexpr int ELEMS = CFG::ST * (A_EL + B_EL);
+};
+
+template <class CFG, bool TB, typename TC, int EPI>
+__device__ __forceinline__ void tile(const tile_args &p, int m0, int n0, bf16 *sm)
+{
+    constexpr int BM = CFG::BM, BN = CFG::BN, BK = CFG::BK, WM = CFG::WM, WN = CFG::WN;
+    constexpr int ST = CFG::ST, NT = CFG::NT, MI = WM / 16, NI = WN / 8;
+    typedef tile_smem<CFG, TB> L;
+    constexpr int AS = L::AS, BS = L::BS, A_EL = L::A_EL, B_EL = L::B_EL;
+    const int kend = p.k;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wm = warp % (BM / WM), wn = warp / (BM / WM);
+    const bf16 *a = p.a, *b = p.b;
+
+    /* one stage: 4-element groups, zeros past the edges of the operands */
+    auto load = [&](int s, int k0) {
+        bf16 *As = sm + s * (A_EL + B_EL), *Bs = As + A_EL;
+        for (int q = threadIdx.x; q < BM * BK / 4; q += NT) {
+            const int r = q / (BK / 4), cc = (q % (BK / 4)) * 4;
+            const int ok = m0 + r < p.m && k0 + cc < kend;
+            cp_async<8>(As + r * AS + cc, ok ? a + (size_t)(m0 + r) * p.lda + k0 + cc : a, ok);
+        }
+        if (TB) {
+            for (int q = threadIdx.x; q < BN * BK / 4; q += NT) {
+                const int r = q / (BK / 4), cc = (q % (BK / 4)) * 4;
+                const int ok = n0 + r < p.n && k0 + cc < kend;
+                cp_async<8>(Bs + r * BS + cc, ok ? b + (size_t)(n0 + r) * p.ldb + k0 + cc : b, ok);
+            }
+        } else {
+            for (int q = threadIdx.x; q < BK * BN / 4; q += NT) {
+                const int r = q / (BN / 4), cc = (q % (BN / 4)) * 4;
+                const int ok = k0 + r < kend && n0 + cc < p.n;
+                cp_async<8>(Bs + r * BS + cc, ok ? b + (size_t)(k0 + r) * p.ldb + n0 + cc : b, ok);
+            }
+        }
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                acc[i][j][q] = 0.f;
+
+    /* ST - 1 stages in flight before the first product, one commit group
+     * per stage (empty ones too), so cp_wait<ST - 2> means "stage s is in" */
+    const int stages = (kend + BK - 1) / BK;
+    for (int s = 0; s < ST - 1; s++) {
+        if (s < stages)
+            load(s, s * BK);
+        cp_commit();
+    }
+    for (int s = 0; s < stages; s++) {
+        cp_wait<ST - 2>();
+        __syncthreads();   /* stage s in for all; stage s - 1's reads done */
+        if (s + ST - 1 < stages)
+            load((s + ST - 1) % ST, (s + ST - 1) * BK);
+        cp_commit();
+        const bf16 *As = sm + (s % ST) * (A_EL + B_EL), *Bs = As + A_EL;
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            uint32_t af[MI][4];
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+                ldm_x4(af[i], As + (wm * WM + i * 16 + (lane & 15)) * AS + kk + (lane >> 4) * 8);
+#pragma unroll
+            for (int j = 0; j < NI; j += 2) {
+                const int c0 = wn * WN + j * 8;
+                uint32_t bfr[4];
+                if (TB)
+                    ldm_x4(bfr, Bs + (c0 + (lane >> 4) * 8 + (lane & 7)) * BS + kk +
+                                    ((lane >> 3) & 1) * 8);
+                else
+                    ldm_x4_t(bfr, Bs + (kk + (lane & 15)) * BS + c0 + (lane >> 4) * 8);
+#pragma unroll
+                for (int i = 0; i < MI; i++) {
+                    mma16816(acc[i][j], af[i], bfr[0], bfr[1]);
+                    mma16816(acc[i][j + 1], af[i], bfr[2], bfr[3]);
+                }
+            }
+        }
+    }
+
+    /* thread (g = lane / 4, t = lane % 4) holds rows g, g + 8 of each
+     * 16 x 8 tile, columns 2t, 2t + 1 */
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int row = m0 + wm * WM + i * 16 + g + hf * 8;
+#pragma unroll
+            for (int j = 0; j < NI; j++) {
+                const int col = n0 + wn * WN + j * 8 + 2 * t;
+                if (row < p.m && col < p.n)
+                    put2<TC, EPI>(p, row, col,
+                                  make_float2(acc[i][j][2 * hf], acc[i][j][2 * hf + 1]));
+            }
+        }
+    cp_wait<0>();   /* the trailing (empty) groups, before the next tile */
+}
+
+/* The tiles of C, block by block: one tile per block, or (under set_share,
+ * a smaller grid) several in turn; a tile's sums do not depend on which
+ * block makes it, so the grid never changes the bits. */
+template <class CFG, bool TB, typename TC, int EPI>
+__global__ void __launch_bounds__(CFG::NT) k_tile_gemm(tile_args p)
+{
+    __shared__ __align__(16) bf16 sm[tile_smem<CFG, TB>::ELEMS];
+    const int tx = (p.m + CFG::BM - 1) / CFG::BM, tiles = tx * ((p.n + CFG::BN - 1) / CFG::BN);
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        if (t != (int)blockIdx.x)
+            __syncthreads();   /* the last tile's reads of sm are done */
+        tile<CFG, TB, TC, EPI>(p, (t % tx) * CFG::BM, (t / tx) * CFG::BN, sm);
+    }
+}
+
+static int al4(const void *p) { return ((uintptr_t)p & 3) == 0; }
+static int al8(const void *p) { return ((uintptr_t)p & 7) == 0; }
+
+template <class CFG, bool TB, typename TC, int EPI>
+static void launch(gpu_ctx *c, int lane, const tile_args &p)
+{
+    int grid = ((p.m + CFG::BM - 1) / CFG::BM) * ((p.n + CFG::BN - 1) / CFG::BN);
+    /* set_share: a grid for the SMs the backend is sized for */
+    if (c->sm_target > 0 && grid > TILE_SHARED_BLOCKS_PER_SM * c->sm_target)
+        grid = TILE_SHARED_BLOCKS_PER_SM * c->sm_target;
+    k_tile_gemm<CFG, TB, TC, EPI><<<grid, CFG::NT, 0, c->lane_stream[lane]>>>(p);
+    LAUNCHED(c, "k_tile_gemm");
+    c->tile_calls++;
+}
+
+template <bool TB, typename TC, int EPI>
+static void launch_cfg(gpu_ctx *c, int lane, const tile_args &p)
+{
+    if (p.m <= 4096)
+        launch<cfg_small, TB, TC, EPI>(c, lane, p);
+    else
+        launch<cfg_mid, TB, TC, EPI>(c, lane, p);
+}
+
+/* Whether the tiles take a product of these sizes and operands (bf16 A
+ * and B checked by the callers): A not transposed, few rows, 4-element
+ * groups (A's along k, B's along n or k) aligned to 8 bytes, pairs of C
+ * aligned. */
+static int takes(const gpu_ctx *c, int ta, int tb, int m, int n, int k, const void *a, int lda,
+                 const void *b, int ldb, const void *cm, int ldc, mp_stype c_st)
+{
+    if (!c->tiles || ta || m <= 0 || n <= 0 || k <= 0 || m > TILE_MAX_ROWS)
+        return 0;
+    if (k % 4 || (!tb && n % 4) || n % 2 || lda % 4 || ldb % 4 || ldc % 2)
+        return 0;
+    return al8(a) && al8(b) && (c_st == MP_ST_BF16 ? al4(cm) : al8(cm));
+}
+
+int mp_cu_tile_gemm(gpu_ctx *c, int lane, const mp_gemm *g)
+{
+    if (g->a_st != MP_ST_BF16 || g->b_st != MP_ST_BF16 || g->alpha != 1.0 ||
+        (g->beta != 0.0 && g->beta != 1.0) ||
+        !takes(c, g->ta, g->tb, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc,
+               g->c_st))
+        return 0;
+    const tile_args p = { (const bf16 *)g->a, (const bf16 *)g->b, g->c, NULL, g->lda, g->ldb,
+                          g->ldc, 0, g->m, g->n, g->k, (float)g->beta };
+    WITH_T(g->c_st, TC, {
+        if (g->tb)
+            launch_cfg<true, TC, EPI_BETA>(c, lane, p);
+        else
+            launch_cfg<false, TC, EPI_BETA>(c, lane, p);
+    });
+    return 1;
+}
+
+int mp_cu_tile_res_relu(gpu_ctx *c, int m, int n, int k, const void *a, int lda, const void *w,
+                        int ldw, mp_stype aw_st, const void *r, int ldr, void *cm, int ldc,
+                        mp_stype rc_st)
+{
+    if (aw_st != MP_ST_BF16 || ldr % 2 || !(rc_st == MP_ST_BF16 ? al4(r) : al8(r)) ||
+        !takes(c, 0, 0, m, n, k, a, lda, w, ldw, cm, ldc, rc_st))
+        return 0;
+    const tile_args p = { (const bf16 *)a, (const bf16 *)w, cm, r, lda, ldw, ldc, ldr, m, n, k,
+                          0.f };
+    WITH_T(rc_st, TC, launch_cfg<false, TC, EPI_RES_RELU>(c, 0, p));
+    return 1;
+}
