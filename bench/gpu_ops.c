@@ -37,15 +37,19 @@
  *
  * usage: gpu_ops [--batch N]... [--prec fp32|tf32|bf16|all] [--hidden H]
  *                [--depth D] [--trials T] [--seed S] [--concurrent K [--sm-target N]]
- *                [--profile-steps N]
+ *                [--profile-steps N] [--data FILE]
  * --profile-steps N: only N steps op by op after the warm-up one, nothing
  * timed (for a profiler: `ncu ... gpu_ops --batch 50 --profile-steps 1`).
+ * --data FILE: the batch is N molecules of a CSV (evenly spaced through
+ * it, featurized as for training) instead of the synthetic batch.
  * (default: --batch 50 --batch 4096 --prec all --hidden 300 --depth 3
  *  --trials 15)
  */
 #include "gpu/gpu.h"
 #include "backend/ops.h"
 #include "models/model_impl.h"
+#include "data/dataset.h"
+#include "featurize/featurize.h"
 #include "../tests/randgraph.h"
 #include "../tests/dev_batch.h"
 
@@ -56,6 +60,61 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* --data FILE: the batch is that many molecules of the file, evenly spaced
+ * and featurized as training featurizes them, instead of the synthetic
+ * ones (whose hot atom slots are spread evenly, where real atoms crowd
+ * into a few: the one-hot scatters see the difference). */
+static const char *g_data;
+
+/* The batch's graphs into *g: synthetic, or (--data) featurized into *f,
+ * whose graphs *g then borrows (free *f, not *g).  0 on failure, said. */
+static int batch_make(mp_graphs *g, mp_features **f, mp_rng *rng, int32_t batch)
+{
+    *f = NULL;
+    if (!g_data) {
+        rg_opts o = { 1, 53, 0.0, 0.0, 6 };     /* mean 27 atoms, 26 + 3 bonds */
+        if (rg_make(g, rng, batch, 133, &o))
+            return 1;
+        fprintf(stderr, "gpu_ops: out of host memory for the batch\n");
+        return 0;
+    }
+    mp_column_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.no_targets = 1;
+    mp_dataset *d = NULL;
+    const char **smi = NULL;
+    int ok = mp_dataset_load(&d, g_data, &spec) == MP_OK;
+    if (ok && d->n_rows < (size_t)batch) {
+        fprintf(stderr, "gpu_ops: %s has %zu molecules, fewer than the batch of %d\n", g_data,
+                d->n_rows, (int)batch);
+        mp_dataset_free(d);
+        return 0;
+    }
+    if (ok && (smi = malloc((size_t)batch * sizeof *smi))) {
+        for (int32_t i = 0; i < batch; i++)
+            smi[i] = d->smiles[(size_t)i * d->n_rows / (size_t)batch];
+        ok = mp_featurize(f, smi, batch, NULL) == MP_OK;
+    } else if (ok) {
+        mp_error_set(MP_ERR_NOMEM, "out of host memory");
+        ok = 0;
+    }
+    if (!ok)
+        fprintf(stderr, "gpu_ops: %s: %s\n", g_data, mp_error_message());
+    free(smi);
+    mp_dataset_free(d);
+    if (ok)
+        *g = (*f)->g;
+    return ok;
+}
+
+static void batch_free(mp_graphs *g, mp_features *f)
+{
+    if (f)
+        mp_features_free(f);
+    else
+        mp_graphs_free(g);
+}
 
 /* ===================================================================== */
 /* Timing                                                                 */
@@ -514,9 +573,8 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     mp_rng rng;
     mp_rng_seed(&rng, seed, 3);
     mp_graphs g;
-    rg_opts o = { 1, 53, 0.0, 0.0, 6 };     /* mean 27 atoms, 26 + 3 bonds */
-    if (!rg_make(&g, &rng, batch, 133, &o)) {
-        fprintf(stderr, "gpu_ops: out of host memory for the batch\n");
+    mp_features *gf;
+    if (!batch_make(&g, &gf, &rng, batch)) {
         mp_backend_close(b);
         return 1;
     }
@@ -549,11 +607,12 @@ static int run_config(mp_precision prec, int32_t batch, int h, int depth, int tr
     op_row rows[MAX_ROWS];
     const int n_rows = step_rows(rows, &c, &g, batch);
 
-    printf("\n== %s%s | batch %d molecules: %d atoms, %d directed edges | hidden %d, depth %d, "
-           "%zu parameters\n", mp_backend_cuda_info(b),
+    printf("\n== %s%s | batch %d molecules%s%s: %d atoms, %d directed edges | hidden %d, "
+           "depth %d, %zu parameters\n", mp_backend_cuda_info(b),
            m->st_op == MP_ST_BF16 ? (m->st_m == MP_ST_BF16 ? " (bf16 storage, H0 and M_t too)"
                                                            : " (bf16 storage, H0 and M_t fp32)")
-                                  : "", (int)batch, g.n_atoms, g.n_edges, h, depth, m->n_params);
+                                  : "", (int)batch, g_data ? " of " : "", g_data ? g_data : "",
+           g.n_atoms, g.n_edges, h, depth, m->n_params);
     printf("%-34s %6s %10s %10s %9s %9s %7s\n", "op", "calls", "us/call", "MB/call", "GB/s",
            "TFLOP/s", "%step");
     double sum_ms = 0, *ms = calloc((size_t)n_rows, sizeof *ms);
@@ -643,7 +702,7 @@ out_events:
     cudaEventDestroy(t.e1);
 out:
     ctx_free(&c);
-    mp_graphs_free(&g);
+    batch_free(&g, gf);
     mp_backend_close(b);
     return rc;
 }
@@ -818,11 +877,9 @@ static int run_concurrent(mp_precision prec, int32_t batch, int h, int depth, in
     mp_rng rng;
     mp_rng_seed(&rng, seed, 3);
     mp_graphs g;
-    rg_opts o = { 1, 53, 0.0, 0.0, 6 };
-    if (!rg_make(&g, &rng, batch, 133, &o)) {
-        fprintf(stderr, "gpu_ops: out of host memory for the batch\n");
+    mp_features *gf;
+    if (!batch_make(&g, &gf, &rng, batch))
         return 1;
-    }
     int rc = 1, made = 0;
     k_graph kg = { NULL, NULL };
     for (; made < K; made++) {
@@ -861,10 +918,10 @@ static int run_concurrent(mp_precision prec, int32_t batch, int h, int depth, in
     void *args[MAX_CONCURRENT];
     for (int j = 0; j < K; j++)
         args[j] = &x.c[j];
-    printf("\n== %s | batch %d molecules: %d atoms, %d directed edges | hidden %d, depth %d | "
-           "%d models side by side, a backend and stream each, products sized for %d SMs\n",
-           mp_backend_cuda_info(x.c[0].b), (int)batch, g.n_atoms, g.n_edges, h, depth, K,
-           sm_target);
+    printf("\n== %s | batch %d molecules%s%s: %d atoms, %d directed edges | hidden %d, "
+           "depth %d | %d models side by side, a backend and stream each, products sized for "
+           "%d SMs\n", mp_backend_cuda_info(x.c[0].b), (int)batch, g_data ? " of " : "",
+           g_data ? g_data : "", g.n_atoms, g.n_edges, h, depth, K, sm_target);
     printf("(each op: %d calls per model captured as one graph of K branches, replayed; us per "
            "call)\n", OP_REPS);
     printf("%-34s %6s %10s %12s %7s\n", "op", "calls", "us, one", "us, K/round", "ratio");
@@ -929,7 +986,7 @@ out:
         ctx_free(&x.c[j]);
         mp_backend_close(b);
     }
-    mp_graphs_free(&g);
+    batch_free(&g, gf);
     return rc;
 }
 
@@ -960,7 +1017,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: gpu_ops [--batch N]... [--prec fp32|tf32|bf16|all] [--hidden H] "
                    "[--depth D] [--trials T] [--seed S] [--concurrent K [--sm-target N]] "
-                   "[--profile-steps N]\n");
+                   "[--profile-steps N] [--data FILE]\n");
             return 0;
         }
         if (!v) {
@@ -982,6 +1039,8 @@ int main(int argc, char **argv)
             concurrent = (int)arg_long(a, v, 1, MAX_CONCURRENT);
         else if (!strcmp(a, "--profile-steps"))
             g_profile_steps = (int)arg_long(a, v, 1, 1000);
+        else if (!strcmp(a, "--data"))
+            g_data = v;
         else if (!strcmp(a, "--seed"))
             seed = (uint64_t)arg_long(a, v, 0, 1L << 40);
         else if (!strcmp(a, "--prec")) {
