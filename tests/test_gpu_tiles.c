@@ -5,13 +5,15 @@
  *
  *   - every form the kernel takes (C = A B, A B^T, the ReLU(R + A W) of
  *     gemm_res_relu, in place and not), fp32 and bf16 C,
- *     beta 0 and 1, at the batch-50 step's shapes, a ragged small one and
- *     one on the larger tiles: within the order of the sums (fp32 C) or
+ *     beta 0 and 1, at the batch-50 step's shapes, a ragged small one,
+ *     one on the larger tiles and several on the panels of 40,000 rows and
+ *     more (B whole in shared memory, wgmma): within the order of the sums (fp32 C) or
  *     one rounding (bf16 C) of cuBLAS, and on the tile kernel (its call
  *     count; none with MOLPROP_CUDA_TILES=0);
  *   - the same bits on a second and third call;
  *   - a row's result does not depend on the rows around it: a slice of
- *     rows alone gives the bits it gets in the whole product;
+ *     rows alone gives the bits it gets in the whole product (for the
+ *     panels, a slice of more than 40,000 rows at an odd offset);
  *   - what it does not take (the weight gradients A^T B among them) goes
  *     to cuBLAS.
  *
@@ -45,6 +47,13 @@ static const pcase cases[] = {
     { 0, 1, 37, 52, 44, 1.0, MP_ST_BF16, 0 },
     { 0, 0, 6000, 300, 300, 1.0, MP_ST_ELEM, 0 },  /* the 64 x 64 tiles */
     { 0, 1, 6000, 300, 300, 0.0, MP_ST_BF16, 0 },
+    { 0, 0, 45001, 300, 300, 1.0, MP_ST_ELEM, 0 }, /* the panels (40,000 rows and more) */
+    { 0, 1, 45001, 300, 300, 0.0, MP_ST_BF16, 0 },
+    { 0, 0, 50000, 300, 300, 0.0, MP_ST_BF16, 2 },
+    { 0, 0, 46000, 300, 300, 0.0, MP_ST_ELEM, 1 },
+    { 0, 1, 45001, 156, 44, 0.0, MP_ST_ELEM, 0 },  /* ragged panels: n, k, the last rows */
+    { 0, 0, 45001, 304, 320, 1.0, MP_ST_ELEM, 0 }, /* the largest B they hold */
+    { 0, 1, 45001, 304, 320, 0.0, MP_ST_BF16, 0 },
 };
 
 typedef struct {
@@ -152,9 +161,12 @@ static int case_ok(mp_backend *t, mp_backend *u, const pcase *pc, uint64_t seed,
             ok = 0;
         }
     }
-    /* rows [m / 3, m / 3 + m / 4) alone (ta 0: C's rows are A's) */
+    /* rows [m / 3, m / 3 + m / 4) alone (ta 0: C's rows are A's); for the
+     * panels all but 1,001 rows at each end, so that the slice runs on the
+     * panels too, from an offset that is no multiple of 64 */
     if (ok && pc->m >= 8) {
-        const int r0 = pc->m / 3, rows = pc->m / 4;
+        const int big = pc->m > 40000;
+        const int r0 = big ? 1001 : pc->m / 3, rows = big ? pc->m - 2002 : pc->m / 4;
         free_bufs(t, &xt);
         ok = make_bufs(t, pc, seed, &xt);
         if (ok)
@@ -205,14 +217,15 @@ MP_TEST(gpu_tiles_products_match_cublas)
 }
 
 /* What the tile kernel does not take goes to cuBLAS: A^T B (the weight
- * gradients), too many rows, fp32 operands, k or n off the 4-element
- * groups, alpha other than 1. */
+ * gradients), more rows than the tiles take and fewer than the panels',
+ * or n outside the panels' (152, 304] or k past their 320, fp32 operands,
+ * k or n off the 4-element groups, alpha other than 1. */
 MP_TEST(gpu_tiles_decline_to_cublas)
 {
     MP_NEED_GPU();
     mp_backend *t = NULL;
     CHECK_OK(mp_backend_open(&t, "gpu:bf16"));
-    const size_t cap = (size_t)7000 * 304 * 4;
+    const size_t cap = (size_t)41000 * 324 * 4;
     void *a = t->alloc(t, cap), *b = t->alloc(t, cap), *c = t->alloc(t, cap);
     CHECK(a && b && c);
     t->zero(t, a, cap);
@@ -220,6 +233,10 @@ MP_TEST(gpu_tiles_decline_to_cublas)
     const mp_stype bf = MP_ST_BF16, el = MP_ST_ELEM;
     const mp_gemm no[] = {
         { 0, 0, 7000, 300, 300, 1.0, 0.0, a, b, c, 300, 300, 300, bf, bf, el }, /* rows */
+        { 0, 0, 39999, 300, 300, 1.0, 0.0, a, b, c, 300, 300, 300, bf, bf, el }, /* rows */
+        { 0, 0, 41000, 308, 300, 1.0, 0.0, a, b, c, 300, 308, 308, bf, bf, el }, /* rows, n */
+        { 0, 1, 41000, 300, 324, 1.0, 0.0, a, b, c, 324, 324, 300, bf, bf, el }, /* rows, k */
+        { 0, 0, 41000, 152, 300, 1.0, 0.0, a, b, c, 300, 152, 152, bf, bf, el }, /* rows, n */
         { 1, 0, 300, 300, 2502, 1.0, 1.0, a, b, c, 300, 300, 300, bf, bf, el }, /* A^T B */
         { 1, 0, 300, 300, 1000, 1.0, 0.0, a, b, c, 300, 300, 300, bf, bf, bf },
         { 0, 0, 500, 300, 300, 1.0, 0.0, a, b, c, 300, 300, 300, el, el, el },  /* fp32 */
@@ -258,6 +275,7 @@ MP_TEST(gpu_tiles_shared_grid_same_bits)
     static const pcase shared[] = {
         { 0, 0, 2502, 300, 300, 0.0, MP_ST_BF16, 2 },
         { 0, 1, 5999, 300, 300, 1.0, MP_ST_ELEM, 0 },
+        { 0, 0, 44001, 300, 300, 0.0, MP_ST_BF16, 2 },   /* panels: fewer blocks, more each */
     };
     for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
         const pcase *pc = &shared[i];

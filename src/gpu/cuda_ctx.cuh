@@ -67,6 +67,7 @@ typedef struct {
     cublasLtHandle_t lt;         /* gemm_res_relu's fused epilogue; shares blas_ws */
     float         *scratch;
     int            tiles;        /* 1: bf16 products of few rows on tiles_cuda.cu's kernel */
+    int            wgmma;        /* 1: the device is sm_90 (tiles_cuda.cu's panels) */
     long           tile_calls;   /* products queued on it (mp_backend_cuda_tile_calls) */
     mp_precision   prec;
     int            sm_count;

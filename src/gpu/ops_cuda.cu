@@ -319,6 +319,7 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
         !CUDA_OK(c, cudaGetDeviceProperties(&prop, c->device)))
         return open_fail(b, MP_ERR_INTERNAL);
     c->sm_count = prop.multiProcessorCount;
+    c->wgmma = prop.major == 9 && prop.minor == 0;
     c->mem_total = prop.totalGlobalMem;
     int drv = 0, rt = 0;
     (void)cudaDriverGetVersion(&drv);

@@ -12,15 +12,19 @@
  * copies (rows of 300 bf16 are 8-byte aligned only), and multiplies with
  * mma.sync m16n8k16 (bf16 operands, fp32 sums).  Larger products take 64 x
  * 64 tiles (4 warps of 32 x 32, 32 columns per stage, 4 stages); past
- * TILE_MAX_ROWS rows cuBLAS's sm90 kernels are faster and run instead.
+ * TILE_MAX_ROWS rows cuBLAS's sm90 kernels are faster and run instead, up
+ * to PANEL_MIN_ROWS; from there on, on an sm_90 device, products with n and
+ * k of about 300 (the D-MPNN's E x h x h at batch sizes of 700 and more)
+ * run as panels (below): B whole in shared memory, wgmma.
  * MOLPROP_CUDA_TILES=0 at open leaves every product to cuBLAS (for
  * comparisons).
  *
  * Forms: C = A B and C = A B^T (the forward products and the input
  * gradients).  Epilogues: C = acc + beta C (beta 0 or 1), or C = ReLU(R +
- * acc) (gemm_res_relu).  Each output element is one fixed sum in k order,
- * whatever m is: a row's result does not depend on the batch around it,
- * nor on the device or set_share's target.
+ * acc) (gemm_res_relu).  Each output element is one fixed sum in k order:
+ * within the tiles' range of m (and within the panels') a row's result does
+ * not depend on the batch around it, nor on set_share's target.  The tiles,
+ * cuBLAS between them and the panels differ in the last bits.
  *
  * The weight gradients (C = A^T B, k the rows of the batch) stay on
  * cuBLAS: this kernel split over k, with the partial sums added by the
@@ -202,6 +206,266 @@ __global__ void __launch_bounds__(CFG::NT) k_tile_gemm(tile_args p)
     }
 }
 
+/* d (+)= A B for one 64 x 152 x 16 step, both operands in shared memory
+ * (descriptors), bf16, fp32 sums; acc 0: d = A B.  sm_90a only. */
+__device__ __forceinline__ void wgmma_152(float d[76], uint64_t da, uint64_t db, int acc)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %78, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n152k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, "
+                 "%8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, "
+                 "%24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, "
+                 "%40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, "
+                 "%56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, "
+                 "%72, %73, %74, %75"
+                 "}, %76, %77, p, 1, 1, 0, 0;\n}\n"
+                 :
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+                   "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75])
+                 : "l"(da), "l"(db), "r"(acc));
+#endif
+}
+
+/*
+ * Panels (past TILE_MAX_ROWS; sm_90a): B whole in shared memory, wgmma.
+ * At batch sizes of hundreds and thousands the D-MPNN's E x 300 x 300
+ * products are compute-bound, and cuBLAS runs them at 100-123 TFLOP/s:
+ * K = 300 is short, so its 128-row tiles spend much of their time filling
+ * and draining, and A is read once per column tile.  Here one block per SM
+ * holds all of B (n <= 304, k <= 320; core matrices of 8 x 8, no swizzle),
+ * and each of its two warpgroups walks its own 64-row panels of C, 64 x 304
+ * each as two wgmma halves of 152, A in 32-column stages, 4 in flight per
+ * warpgroup.  The two warpgroups drift apart, so one's epilogue overlaps
+ * the other's products.  (An mma.sync form of the same plan ran the tensor
+ * pipe at 20%: bench/RESULTS.md.)  Every output is one fixed sum in k
+ * order whatever the panel or grid, so the bits do not depend on set_share.
+ */
+#define PANEL_N    304     /* n, at most: two halves of 152 */
+#define PANEL_NH   152
+#define PANEL_KMAX 320     /* k, at most, in stages of PANEL_BK */
+#define PANEL_BM   64
+#define PANEL_BK   32
+#define PANEL_ST   4
+#define PANEL_WG   2       /* warpgroups a block */
+#define PANEL_NT   (PANEL_WG * 128)
+#define PANEL_A_BYTES (PANEL_BM * PANEL_BK * 2)
+/* From this many rows on the panels are faster than cuBLAS (E x 300 x 300 at
+ * batch 700, ~38,000 edges, they tie: bench/RESULTS.md); below, cuBLAS. */
+#define PANEL_MIN_ROWS 40000
+#define PANEL_SMEM_MAX (PANEL_N * PANEL_KMAX * 2 + PANEL_WG * PANEL_ST * PANEL_A_BYTES)
+
+__device__ __forceinline__ void fence_async_smem(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void bar_named(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence(void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit_wait(void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\n"
+                 "wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+/* A shared-memory matrix descriptor, no swizzle: lbo = bytes between core
+ * matrices along k, sbo = along m (n). */
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 |
+           (uint64_t)(sbo >> 4) << 32;
+}
+/* Element (r, k) of a K-major operand of `kc` core columns: core (r / 8,
+ * k / 8) of 64 elements, row r % 8 of it 8 elements long. */
+__device__ __forceinline__ int core_at(int r, int k, int kc)
+{
+    return ((r >> 3) * kc + (k >> 3)) * 64 + (r & 7) * 8 + (k & 7);
+}
+
+template <bool TB, typename TC, int EPI>
+__global__ void __launch_bounds__(PANEL_NT, 1) k_panel_gemm(tile_args p)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(128) bf16 smp[];
+    const int S = (p.k + PANEL_BK - 1) / PANEL_BK, kp = S * PANEL_BK, KC = kp / 8;
+    bf16 *Bs = smp;                                  /* B^T: PANEL_N x kp, K-major */
+    const int wg = threadIdx.x >> 7, t = threadIdx.x & 127;
+    bf16 *Aw = smp + PANEL_N * kp + wg * PANEL_ST * (PANEL_A_BYTES / 2);
+
+    /* all of B (zeros past n and k), before any product */
+    if (TB) {                                        /* b: n x k, k contiguous */
+        for (int e = threadIdx.x; e < PANEL_N * kp / 4; e += PANEL_NT) {
+            const int n = e / (kp / 4), k = (e % (kp / 4)) * 4;
+            const int ok = n < p.n && k < p.k;
+            cp_async<8>(Bs + core_at(n, k, KC), ok ? p.b + (size_t)n * p.ldb + k : p.b, ok);
+        }
+        cp_commit();
+        cp_wait<0>();
+    } else {   /* b: k x n, n contiguous: transposed on the way, 8 loads in flight */
+        const int total = kp * PANEL_N / 4;
+        for (int e0 = threadIdx.x; e0 < total; e0 += 8 * PANEL_NT) {
+            uint2 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int e = e0 + u * PANEL_NT;
+                const int k = e / (PANEL_N / 4), n = (e % (PANEL_N / 4)) * 4;
+                v[u] = e < total && k < p.k && n < p.n
+                           ? *(const uint2 *)(p.b + (size_t)k * p.ldb + n) : make_uint2(0u, 0u);
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int e = e0 + u * PANEL_NT;
+                const int k = e / (PANEL_N / 4), n = (e % (PANEL_N / 4)) * 4;
+                const bf16 *x = (const bf16 *)&v[u];
+                if (e < total)
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        Bs[core_at(n + q, k, KC)] = x[q];
+            }
+        }
+    }
+    fence_async_smem();
+    __syncthreads();
+
+    const int workers = (int)gridDim.x * PANEL_WG, me = (int)blockIdx.x * PANEL_WG + wg;
+    const int panels = (p.m + PANEL_BM - 1) / PANEL_BM;
+    const int mine = me < panels ? (panels - me + workers - 1) / workers : 0;
+    const int Q = mine * S;                          /* (panel, stage) pairs of this warpgroup */
+    auto load = [&](int q) {
+        bf16 *As = Aw + (q % PANEL_ST) * (PANEL_A_BYTES / 2);
+        const int m0 = (me + (q / S) * workers) * PANEL_BM, k0 = (q % S) * PANEL_BK;
+        for (int e = t; e < PANEL_BM * PANEL_BK / 4; e += 128) {
+            const int r = e / (PANEL_BK / 4), c = (e % (PANEL_BK / 4)) * 4;
+            const int ok = m0 + r < p.m && k0 + c < p.k;
+            cp_async<8>(As + core_at(r, c, PANEL_BK / 8),
+                        ok ? p.a + (size_t)(m0 + r) * p.lda + k0 + c : p.a, ok);
+        }
+    };
+    for (int q = 0; q < PANEL_ST - 1; q++) {
+        if (q < Q)
+            load(q);
+        cp_commit();
+    }
+    /* descriptors: core matrices 128 bytes apart along k, a core row of
+     * them (PANEL_BK / 8 of A, KC of B) apart along m and n */
+    const uint32_t a_sbo = PANEL_BK / 8 * 128, b_sbo = KC * 128;
+    const uint32_t b0 = smem_addr(Bs);
+    float acc[2][76];
+    const int warp = t >> 5, lane = t & 31;
+    for (int q = 0; q < Q; q++) {
+        cp_wait<PANEL_ST - 2>();
+        fence_async_smem();
+        bar_named(1 + wg, 128);   /* stage q in; stage q - 1's products done */
+        if (q + PANEL_ST - 1 < Q)
+            load(q + PANEL_ST - 1);
+        cp_commit();
+        const int s = q % S;
+        const uint32_t a0 = smem_addr(Aw + (q % PANEL_ST) * (PANEL_A_BYTES / 2));
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < PANEL_BK / 16; j++) {
+            const uint64_t da = smem_desc(a0 + j * 256, 128, a_sbo);
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                wgmma_152(acc[h], da,
+                          smem_desc(b0 + (h * (PANEL_NH / 8) * KC + s * 4 + j * 2) * 128, 128,
+                                    b_sbo),
+                          s > 0 || j > 0);
+        }
+        wgmma_commit_wait();
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 76; i++)
+                asm volatile("" : "+f"(acc[h][i])::"memory");
+        if (s != S - 1)
+            continue;
+        /* thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8) of the panel,
+         * columns 8 i + 2 (l % 4) (+ 1) of each half */
+        const int m0 = (me + (q / S) * workers) * PANEL_BM;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int row = m0 + warp * 16 + (lane >> 2) + hf * 8;
+            if (row >= p.m)
+                continue;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float2 rr[PANEL_NH / 8];
+                if (EPI == EPI_RES_RELU) {   /* R may be C: loads before stores */
+#pragma unroll
+                    for (int i = 0; i < PANEL_NH / 8; i++) {
+                        const int col = h * PANEL_NH + i * 8 + 2 * (lane & 3);
+                        rr[i] = col < p.n ? ld2((const TC *)p.r + (size_t)row * p.ldr + col)
+                                          : make_float2(0.f, 0.f);
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < PANEL_NH / 8; i++) {
+                    const int col = h * PANEL_NH + i * 8 + 2 * (lane & 3);
+                    if (col >= p.n)
+                        continue;
+                    float2 v = make_float2(acc[h][i * 4 + hf * 2], acc[h][i * 4 + hf * 2 + 1]);
+                    TC *cp = (TC *)p.c + (size_t)row * p.ldc + col;
+                    if (EPI == EPI_RES_RELU) {
+                        v.x = fmaxf(v.x + rr[i].x, 0.f);
+                        v.y = fmaxf(v.y + rr[i].y, 0.f);
+                    } else if (p.beta != 0.f) {
+                        const float2 o = ld2(cp);
+                        v.x += p.beta * o.x;
+                        v.y += p.beta * o.y;
+                    }
+                    st2(cp, v.x, v.y);
+                }
+            }
+        }
+    }
+    cp_wait<0>();
+#endif
+}
+
+template <bool TB, typename TC, int EPI>
+static void launch_panel(gpu_ctx *c, int lane, const tile_args &p)
+{
+    const int kp = (p.k + PANEL_BK - 1) / PANEL_BK * PANEL_BK;
+    const size_t bytes = (size_t)PANEL_N * kp * 2 + PANEL_WG * PANEL_ST * PANEL_A_BYTES;
+    /* the opt-in past 48 KiB (per device: at every launch) */
+    if (!cuda_ok(c, cudaFuncSetAttribute(k_panel_gemm<TB, TC, EPI>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         PANEL_SMEM_MAX),
+                 "k_panel_gemm shared memory", __FILE__, __LINE__))
+        return;
+    const int pairs = ((p.m + PANEL_BM - 1) / PANEL_BM + PANEL_WG - 1) / PANEL_WG;
+    int grid = c->sm_target > 0 ? c->sm_target : c->sm_count;
+    if (grid > pairs)
+        grid = pairs;
+    k_panel_gemm<TB, TC, EPI><<<grid, PANEL_NT, bytes, c->lane_stream[lane]>>>(p);
+    LAUNCHED(c, "k_panel_gemm");
+    c->tile_calls++;
+}
+
 static int al4(const void *p) { return ((uintptr_t)p & 3) == 0; }
 static int al8(const void *p) { return ((uintptr_t)p & 7) == 0; }
 
@@ -222,8 +486,10 @@ static void launch_cfg(gpu_ctx *c, int lane, const tile_args &p)
 {
     if (p.m <= 4096)
         launch<cfg_small, TB, TC, EPI>(c, lane, p);
-    else
+    else if (p.m <= TILE_MAX_ROWS)
         launch<cfg_mid, TB, TC, EPI>(c, lane, p);
+    else
+        launch_panel<TB, TC, EPI>(c, lane, p);
 }
 
 /* Whether the tiles take a product of these sizes and operands (bf16 A
@@ -233,7 +499,13 @@ static void launch_cfg(gpu_ctx *c, int lane, const tile_args &p)
 static int takes(const gpu_ctx *c, int ta, int tb, int m, int n, int k, const void *a, int lda,
                  const void *b, int ldb, const void *cm, int ldc, mp_stype c_st)
 {
-    if (!c->tiles || ta || m <= 0 || n <= 0 || k <= 0 || m > TILE_MAX_ROWS)
+    if (!c->tiles || ta || m <= 0 || n <= 0 || k <= 0)
+        return 0;
+    /* past TILE_MAX_ROWS only the panels: sm_90, PANEL_MIN_ROWS rows or
+     * more, n in (PANEL_NH, PANEL_N] (a smaller n would leave half of each
+     * panel idle), k <= PANEL_KMAX */
+    if (m > TILE_MAX_ROWS && (!c->wgmma || m < PANEL_MIN_ROWS || n > PANEL_N ||
+                              n <= PANEL_NH || k > PANEL_KMAX))
         return 0;
     if (k % 4 || (!tb && n % 4) || n % 2 || lda % 4 || ldb % 4 || ldc % 2)
         return 0;
