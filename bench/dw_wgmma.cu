@@ -23,6 +23,7 @@
  * Written on 2026-12-04 after the device time of that session was spent:
  * it compiles, it has not run yet.
  */
+#include "cuda_exp.cuh"
 #include "gpu/mma.cuh"
 #include "gpu/wgmma.cuh"
 
@@ -42,15 +43,6 @@ typedef __nv_bfloat16 bf16;
 #define KCH    2048                 /* k a block */
 #define A_EL   (DW_BM * DW_BK)      /* elements of a stage's A^T */
 #define B_EL   (DW_N * DW_BK)       /* and of its B */
-
-#define CK(x)                                                                        \
-    do {                                                                             \
-        cudaError_t e_ = (x);                                                        \
-        if (e_ != cudaSuccess) {                                                     \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
 
 /* Element (k, x) of an MN-major stage of `xc` core columns (x: m or n):
  * core (k / 8, x / 8), k-row k % 8 of it, 8 x-elements long. */
@@ -161,17 +153,6 @@ __global__ void __launch_bounds__(256, 1) k_dw(float *part, const bf16 *a, int l
 #endif
 }
 
-__global__ void k_chunks(float *dst, const float *part, int n_chunks, size_t width)
-{
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= width)
-        return;
-    float s = 0.f;
-    for (int c = 0; c < n_chunks; c++)
-        s += part[(size_t)c * width + i];
-    dst[i] = s;
-}
-
 template <int MN>
 static void dw(float *c, float *part, const bf16 *a, const bf16 *b, int K, int M, int N, int swap)
 {
@@ -180,7 +161,7 @@ static void dw(float *c, float *part, const bf16 *a, const bf16 *b, int K, int M
     CK(cudaFuncSetAttribute(k_dw<MN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     k_dw<MN><<<dim3((M + DW_BM - 1) / DW_BM, nch), 256, smem>>>(part, a, M, b, N, K, M, N, swap);
     const size_t w = (size_t)M * N;
-    k_chunks<<<(unsigned)((w + 255) / 256), 256>>>(c, part, nch, w);
+    k_chunks<<<(unsigned)((w + 255) / 256), 256>>>(c, part, nch, w, 0);
 }
 
 /* Times f (20 calls after one) and compares its C with want (host). */

@@ -27,6 +27,7 @@
  * Written on 2026-12-04 after the device time of that session was spent:
  * it compiles, it has not run yet.
  */
+#include "cuda_exp.cuh"
 #include "gpu/mma.cuh"
 
 #include <cuda_runtime.h>
@@ -47,15 +48,6 @@ typedef __nv_bfloat16 bf16;   /* ldm_x4, ldm_x4_t, mma16816: gpu/mma.cuh */
 #define CHUNK   1024     /* rows a block */
 #define XS      (BK + 8) /* X^T rows in shared memory: 80 bytes, 16-byte units odd */
 #define GS      (BN + 8)
-
-#define CK(x)                                                                        \
-    do {                                                                             \
-        cudaError_t e_ = (x);                                                        \
-        if (e_ != cudaSuccess) {                                                     \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
 
 /* Block (column tile x, chunk y): part[y][s][j] for s < N_HOT and the
  * block's 64 columns j. */
@@ -171,18 +163,6 @@ __global__ void k_mass_part(float *part, const float *mass, const float *g, int 
     part[(size_t)blockIdx.y * h + j] = s;
 }
 
-/* dst[i] += sum over chunks in order of part[c][i]. */
-__global__ void k_chunks(float *dst, const float *part, int n_chunks, size_t width)
-{
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= width)
-        return;
-    float s = 0.f;
-    for (int c = 0; c < n_chunks; c++)
-        s += part[(size_t)c * width + i];
-    dst[i] += s;
-}
-
 template <int SPLITS>
 static void scatter(float *dw, float *part, float *mpart, const int16_t *hot, const float *mass,
                     const float *g, int n_rows, int h)
@@ -191,8 +171,8 @@ static void scatter(float *dw, float *part, float *mpart, const int16_t *hot, co
     k_scatter_mma<SPLITS><<<dim3((h + BN - 1) / BN, nch), 128>>>(part, hot, g, n_rows, h);
     k_mass_part<<<dim3((h + 127) / 128, nch), 128>>>(mpart, mass, g, n_rows, h);
     const size_t w = (size_t)N_HOT * h;
-    k_chunks<<<(unsigned)((w + 255) / 256), 256>>>(dw, part, nch, w);
-    k_chunks<<<(h + 255) / 256, 256>>>(dw + w, mpart, nch, (size_t)h);
+    k_chunks<<<(unsigned)((w + 255) / 256), 256>>>(dw, part, nch, w, 1);
+    k_chunks<<<(h + 255) / 256, 256>>>(dw + w, mpart, nch, (size_t)h, 1);
 }
 
 /* A skewed batch like real atoms: each one-hot block has a dominant value. */
