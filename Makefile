@@ -242,16 +242,6 @@ $(BUILD)/gpu_infer: $(BUILD)/bench/gpu_infer.o $(BUILD)/libmolprop.a
 $(BUILD)/lt_search: bench/lt_search.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o $@ $< -lcublasLt
-# The one-hot scatter as a tensor-core product (bench/scatter_mma.cu): a
-# standalone experiment, checked against the host and timed when run.
-$(BUILD)/scatter_mma: bench/scatter_mma.cu bench/cuda_exp.cuh src/gpu/mma.cuh
-	@mkdir -p $(dir $@)
-	$(NVCC) -O2 -std=c++17 -Isrc -gencode=arch=compute_90a,code=sm_90a -o $@ $<
-# The weight gradient A^T B on wgmma against cuBLAS (bench/dw_wgmma.cu):
-# a standalone experiment as well.
-$(BUILD)/dw_wgmma: bench/dw_wgmma.cu bench/cuda_exp.cuh src/gpu/mma.cuh src/gpu/wgmma.cuh
-	@mkdir -p $(dir $@)
-	$(NVCC) -O2 -std=c++17 -Isrc -gencode=arch=compute_90a,code=sm_90a -o $@ $< -lcublas
 
 $(BUILD)/gpu_predict: $(BUILD)/bench/gpu_predict.o $(BUILD)/libmolprop.a
 	$(CXX) $(LDFLAGS) -o $@ $< $(BUILD)/libmolprop.a $(LDLIBS)
