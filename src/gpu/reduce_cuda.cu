@@ -128,108 +128,157 @@ k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
  *   for slot s < n_hot:  sum over rows r whose hot list (row r >> hot_shift of
  *                        `hot`, NH entries, -1 = none) holds s of g[r]
  *   slot n_hot (mass):   sum over rows of mass[r] * g[r]      (when mass)
- * One warp per block: lane = column of a 32-column tile (blockIdx.x); row
- * chunk blockIdx.y; slot group blockIdx.z (slots [z * group, (z+1) * group)
- * of the n_hot + has_mass slots).  Each lane sums its column over the chunk's
- * rows in order into shared memory, one float per slot, so every partial is
- * a fixed sequence of adds.  direct (one chunk): add into dst[s * h + j];
- * else write part[(chunk * n_slots + s) * h + j].  Slots outside [0, n_hot)
- * in `hot` are ignored (the model checks its batches: ops.h callers never
- * pass them).
+ * One warp per block: lane = CW adjacent columns of a 32 * CW column tile
+ * (blockIdx.x); row chunk blockIdx.y; slot group blockIdx.z (slots [z *
+ * group, (z+1) * group) of the n_hot + has_mass slots).  Each lane sums its
+ * columns over the chunk's rows in order into shared memory, CW floats per
+ * slot, so every partial is a fixed sequence of adds whatever CW is.
+ * direct (one chunk): add into dst[s * h + j]; else write part[(chunk *
+ * n_slots + s) * h + j].  Slots outside [0, n_hot) in `hot` are ignored (the
+ * model checks its batches: ops.h callers never pass them).
  *
- * Shape of the code (v5; see NOTES.md): rows go 32 at a time.  The 32 loads
- * of g are issued together, branch-free, and parked in shared memory (each
- * lane reads back only its own column, so no synchronization); lane u fetches
- * row u's hot list and mass once for the warp, as accumulator offsets (a
+ * Shape of the code (v6; see NOTES.md): rows go 32 at a time.  Lane u
+ * fetches row u's hot list and mass for the warp, as accumulator offsets (a
  * slot outside the group, or none, points at a spare "trash" row), and the
- * consuming loop takes them by shuffle, in row order, NOT unrolled: a fully
- * unrolled 32-row x NH-slot body with a branch per access was ~20k PTX
- * lines, and the instruction fetch, not memory, set the speed.  A row's
- * slots are distinct (one per one-hot block), so its NH accumulators are all
- * read, then all written (one shared-memory latency per row); a row whose
- * list repeats a slot (the seam allows it; the featurizer never does it)
- * takes the one-at-a-time path, so the sums are the same either way.
+ * 32 rows' g are loaded branch-free one round ahead, so the next round's
+ * loads are in flight while this round is summed; a round is parked in
+ * shared memory (g, offsets, masses) and the row loop reads it back there,
+ * the offsets and masses as broadcasts, NOT unrolled (a fully unrolled body
+ * is instruction fetch bound: v3 in NOTES.md).  The row loop is bound by the
+ * instructions it issues, so each lane sums two columns (float2) when the
+ * row width allows (CW 2: half the shuffles, offsets and loop overhead per
+ * column).  A row's slots are distinct (one per one-hot block), so its NH
+ * accumulators are all read, then all written; a row whose list repeats a
+ * slot (the seam allows it; the featurizer never does it) takes the
+ * one-at-a-time path, so the sums are the same either way.
  */
 #define SLOT_ROWS 32
 
-template <typename HT, int NH>
+template <int CW> struct colv;
+template <> struct colv<1> {
+    typedef float T;
+    static __device__ __forceinline__ T zero() { return 0.0f; }
+};
+template <> struct colv<2> {
+    typedef float2 T;
+    static __device__ __forceinline__ T zero() { return make_float2(0.0f, 0.0f); }
+};
+__device__ __forceinline__ float v_add(float a, float b) { return a + b; }
+__device__ __forceinline__ float2 v_add(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
+/* acc + m * g, contracted as `acc += m * g` always was (one fma a column) */
+__device__ __forceinline__ float v_fma(float acc, float m, float g) { return acc + m * g; }
+__device__ __forceinline__ float2 v_fma(float2 acc, float m, float2 g)
+{
+    return make_float2(acc.x + m * g.x, acc.y + m * g.y);
+}
+__device__ __forceinline__ void v_store(float *p, int add, float v) { *p = add ? *p + v : v; }
+__device__ __forceinline__ void v_store(float *p, int add, float2 v)
+{
+    p[0] = add ? p[0] + v.x : v.x;
+    p[1] = add ? p[1] + v.y : v.y;
+}
+
+template <typename HT, int NH, int CW>
 __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot_shift,
                                   const float *mass, const float *g, int32_t n_rows, int h,
                                   int n_hot, int32_t rows_per_chunk, int group)
 {
-    extern __shared__ float sm[];          /* acc [group + 1][32] (last: trash), gs [32][32] */
-    float *acc = sm, *gs = sm + (size_t)(group + 1) * 32;
+    typedef typename colv<CW>::T VT;
+    /* acc [group + 1][32] (last: trash), gs [32][32], offs [32][NH], ms [32] */
+    extern __shared__ float4 sm4[];
+    VT *acc = (VT *)sm4, *gs = acc + (size_t)(group + 1) * 32;
+    int *offs = (int *)(gs + SLOT_ROWS * 32);
+    float *ms = (float *)(offs + SLOT_ROWS * NH);
     const int lane = threadIdx.x;
-    const int j = blockIdx.x * 32 + lane;
+    const int j = (blockIdx.x * 32 + lane) * CW;  /* h % CW == 0: the lane's CW columns fit */
     const int32_t c = blockIdx.y;
     const int n_slots = n_hot + (mass ? 1 : 0);
     const int s0 = blockIdx.z * group;
     const int s1 = s0 + group < n_slots ? s0 + group : n_slots;
-    const int trash = group * 32;
+    /* accumulator offsets in bytes from the lane's slot-0 accumulator */
+    const int slot_bytes = 32 * (int)sizeof(VT), trash = group * slot_bytes;
+    char *const acc_lane = (char *)(acc + lane);
     for (int s = 0; s <= group; s++)
-        acc[s * 32 + lane] = 0.0f;
-    float macc = 0.0f;
+        acc[s * 32 + lane] = colv<CW>::zero();
+    VT macc = colv<CW>::zero();
     const int32_t r0 = c * rows_per_chunk;
     const int32_t r1 = r0 + rows_per_chunk < n_rows ? r0 + rows_per_chunk : n_rows;
     const int hot_hi = s1 < n_hot ? s1 : n_hot;   /* hot slots of this group: [s0, hot_hi) */
     const bool col = j < h;
     const int jj = col ? j : 0;                   /* a valid address for idle lanes */
 
+    /* one round's loads, issued together: row r + u's g for u < 32, and lane
+     * u's row's hot list and mass (rows past r1 read row r, unused) */
+    VT v[SLOT_ROWS];
+    HT hv[NH];
+    float mym = 0.0f;
+#define SLOT_LOADS(r)                                                                        \
+    do {                                                                                     \
+        const int nr_ = r1 - (r) < SLOT_ROWS ? (int)(r1 - (r)) : SLOT_ROWS;                  \
+        const int32_t rl_ = (r) + (lane < nr_ ? lane : 0);                                   \
+        _Pragma("unroll") for (int q = 0; q < NH; q++)                                       \
+            hv[q] = hot[(size_t)(rl_ >> hot_shift) * NH + q];                                \
+        mym = mass ? mass[rl_] : 0.0f;                                                       \
+        _Pragma("unroll") for (int u = 0; u < SLOT_ROWS; u++)                                \
+            v[u] = *(const VT *)(g + (size_t)((r) + (u < nr_ ? u : 0)) * h + jj);            \
+    } while (0)
+    if (r0 < r1)
+        SLOT_LOADS(r0);
     for (int32_t r = r0; r < r1; r += SLOT_ROWS) {
         const int nr = r1 - r < SLOT_ROWS ? (int)(r1 - r) : SLOT_ROWS;   /* warp-uniform */
-        const int32_t rl = r + (lane < nr ? lane : 0);
         int my[NH];
         bool dup = false;
 #pragma unroll
         for (int q = 0; q < NH; q++) {
-            int sl = (int)hot[(size_t)(rl >> hot_shift) * NH + q];
-            my[q] = lane < nr && sl >= s0 && sl < hot_hi ? (sl - s0) * 32 : trash;
+            const int sl = (int)hv[q];
+            my[q] = lane < nr && sl >= s0 && sl < hot_hi ? (sl - s0) * slot_bytes : trash;
+            offs[lane * NH + q] = my[q];
 #pragma unroll
             for (int q2 = 0; q2 < q; q2++)
                 dup |= my[q] != trash && my[q] == my[q2];
         }
-        const float mym = mass ? mass[rl] : 0.0f;
+        ms[lane] = mym;
         const unsigned dups = __ballot_sync(0xffffffffu, dup);
-        float v[SLOT_ROWS];
 #pragma unroll
         for (int u = 0; u < SLOT_ROWS; u++)
-            v[u] = g[(size_t)(r + (u < nr ? u : 0)) * h + jj];
-#pragma unroll
-        for (int u = 0; u < SLOT_ROWS; u++)
-            gs[u * 32 + lane] = col && u < nr ? v[u] : 0.0f;
+            gs[u * 32 + lane] = col && u < nr ? v[u] : colv<CW>::zero();
+        __syncwarp();
+        if (r + SLOT_ROWS < r1)
+            SLOT_LOADS(r + SLOT_ROWS);
 #pragma unroll 1
         for (int u = 0; u < nr; u++) {
-            const float gu = gs[u * 32 + lane];
-            int off[NH];
+            const VT gu = gs[u * 32 + lane];
+            VT *a[NH];
 #pragma unroll
             for (int q = 0; q < NH; q++)
-                off[q] = __shfl_sync(0xffffffffu, my[q], u) + lane;
+                a[q] = (VT *)(acc_lane + offs[u * NH + q]);
             if (!((dups >> u) & 1u)) {                   /* warp-uniform */
-                float old[NH];
+                VT old[NH];
 #pragma unroll
                 for (int q = 0; q < NH; q++)
-                    old[q] = acc[off[q]];
+                    old[q] = *a[q];
 #pragma unroll
                 for (int q = 0; q < NH; q++)
-                    acc[off[q]] = old[q] + gu;
+                    *a[q] = v_add(old[q], gu);
             } else {
 #pragma unroll
                 for (int q = 0; q < NH; q++)
-                    acc[off[q]] += gu;
+                    *a[q] = v_add(*a[q], gu);
             }
-            const float mu = __shfl_sync(0xffffffffu, mym, u);
             if (mass)
-                macc += mu * gu;
+                macc = v_fma(macc, ms[u], gu);
         }
+        __syncwarp();                                    /* offs, ms rewritten next round */
     }
+#undef SLOT_LOADS
     if (!col)
         return;
     for (int s = s0; s < s1; s++) {
-        float val = s == n_hot ? macc : acc[(s - s0) * 32 + lane];
+        const VT val = s == n_hot ? macc : acc[(s - s0) * 32 + lane];
         if (direct)
-            dst[(size_t)s * h + j] += val;
+            v_store(dst + (size_t)s * h + j, 1, val);
         else
-            dst[((size_t)c * n_slots + s) * h + j] = val;
+            v_store(dst + ((size_t)c * n_slots + s) * h + j, 0, val);
     }
 }
 
@@ -351,8 +400,33 @@ static void cu_col_sum(mp_backend *b, void *dst, const void *x, int ldx, int32_t
         sum_chunks(c, (float *)dst, nch, (size_t)n_cols);
 }
 
+/* One launch of k_slot_sum_chunks at CW columns a lane, and the chunk sums. */
+template <typename HT, int NH, int CW>
+static void slot_launch(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, const float *mass,
+                        const float *g, int32_t n_rows, int h, int n_slots, int n_hot,
+                        const char *name)
+{
+    /* Shared memory: 32 * CW floats per slot, one trash row, the 32 x 32 * CW
+     * staged g, and the 32 rows' offsets and masses; a group of at most
+     * 320 / CW slots keeps it under 48 KiB, the default limit. */
+    const int cap = 320 / CW - 10;
+    const int group = n_slots < cap ? n_slots : cap;
+    const int n_groups = (n_slots + group - 1) / group;
+    const size_t width = (size_t)n_slots * h;
+    int32_t nch, rows = chunk_rows(n_rows, width, &nch);
+    int direct = nch == 1;
+    dim3 grid((unsigned)((h + 32 * CW - 1) / (32 * CW)), (unsigned)nch, (unsigned)n_groups);
+    const size_t smem = ((size_t)(group + 1) * 32 + (size_t)SLOT_ROWS * 32) * CW * sizeof(float) +
+                        (size_t)SLOT_ROWS * (NH + 1) * sizeof(int);
+    k_slot_sum_chunks<HT, NH, CW><<<grid, 32, smem, c->stream>>>(
+        direct ? dw : c->scratch, direct, hot, hot_shift, mass, g, n_rows, h, n_hot, rows, group);
+    if (cuda_ok(c, cudaGetLastError(), name, __FILE__, __LINE__) && !direct)
+        sum_chunks(c, dw, nch, width);
+}
+
 /* The scatter of a one-hot gather into weight rows [0, n_hot) (+ the mass
- * row n_hot when mass != NULL), shared by both embed backwards. */
+ * row n_hot when mass != NULL), shared by both embed backwards: two
+ * columns a lane when h is even and g 8-byte aligned (the same sums). */
 template <typename HT, int NH>
 static void slot_scatter(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, const float *mass,
                          const float *g, int32_t n_rows, int h, int n_hot, const char *name)
@@ -360,19 +434,10 @@ static void slot_scatter(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, co
     const int n_slots = n_hot + (mass ? 1 : 0);
     if (n_rows <= 0 || h <= 0 || n_slots <= 0)
         return;
-    /* Shared memory: 32 floats per slot, one trash row and the 32 x 32
-     * staged rows; 320 slots keep it under 48 KiB, the default limit. */
-    const int group = n_slots < 320 ? n_slots : 320;
-    const int n_groups = (n_slots + group - 1) / group;
-    const size_t width = (size_t)n_slots * h;
-    int32_t nch, rows = chunk_rows(n_rows, width, &nch);
-    int direct = nch == 1;
-    dim3 grid((unsigned)((h + 31) / 32), (unsigned)nch, (unsigned)n_groups);
-    const size_t smem = ((size_t)(group + 1) * 32 + (size_t)SLOT_ROWS * 32) * sizeof(float);
-    k_slot_sum_chunks<HT, NH><<<grid, 32, smem, c->stream>>>(
-        direct ? dw : c->scratch, direct, hot, hot_shift, mass, g, n_rows, h, n_hot, rows, group);
-    if (cuda_ok(c, cudaGetLastError(), name, __FILE__, __LINE__) && !direct)
-        sum_chunks(c, dw, nch, width);
+    if (h % 2 == 0 && ((uintptr_t)g & 7) == 0)
+        slot_launch<HT, NH, 2>(c, dw, hot, hot_shift, mass, g, n_rows, h, n_slots, n_hot, name);
+    else
+        slot_launch<HT, NH, 1>(c, dw, hot, hot_shift, mass, g, n_rows, h, n_slots, n_hot, name);
 }
 
 static void cu_atom_embed_backward(mp_backend *b, void *dw, const int16_t *hot, const float *mass,
