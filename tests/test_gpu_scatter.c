@@ -9,7 +9,9 @@
  *     aligned address takes the one-column form, and must agree bit for bit
  *     with the aligned call, at the batch-50 and batch-4096 row counts,
  *     with one slot group and with several (more slots than a group holds);
- *   - an odd row width (the one-column form alone) against the host.
+ *   - an odd row width (the one-column form alone) against the host;
+ *   - the bond rows, whose two directions share a hot list and are summed
+ *     as one row (their g added first), both forms against the host.
  *
  * GPU only (names gpu_*): skipped without a GPU, failed under
  * MOLPROP_REQUIRE_GPU=1.

@@ -128,7 +128,11 @@ k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
  *   for slot s < n_hot:  sum over rows r whose hot list (row r >> hot_shift of
  *                        `hot`, NH entries, -1 = none) holds s of g[r]
  *   slot n_hot (mass):   sum over rows of mass[r] * g[r]      (when mass)
- * One warp per block: lane = CW adjacent columns of a 32 * CW column tile
+ * With PAIR a row r is the pair of g's rows 2r and 2r + 1, g[2r] + g[2r + 1]
+ * (n_rows counts pairs, hot has a list per pair), and list entries that
+ * are none are skipped rather than summed into the trash row (bond lists
+ * are half empty; atom lists nearly full, where the test costs more than
+ * it saves).  One warp per block: lane = CW adjacent columns of a 32 * CW column tile
  * (blockIdx.x); row chunk blockIdx.y; slot group blockIdx.z (slots [z *
  * group, (z+1) * group) of the n_hot + has_mass slots).  Each lane sums its
  * columns over the chunk's rows in order into shared memory, CW floats per
@@ -137,7 +141,7 @@ k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
  * n_slots + s) * h + j].  Slots outside [0, n_hot) in `hot` are ignored (the
  * model checks its batches: ops.h callers never pass them).
  *
- * Shape of the code (v6; see NOTES.md): rows go 32 at a time.  Lane u
+ * Shape of the code (scatter v6 of 2026-12-04, NOTES.md): rows go 32 at a time.  Lane u
  * fetches row u's hot list and mass for the warp, as accumulator offsets (a
  * slot outside the group, or none, points at a spare "trash" row), and the
  * 32 rows' g are loaded branch-free one round ahead, so the next round's
@@ -178,7 +182,7 @@ __device__ __forceinline__ void v_store(float *p, int add, float2 v)
     p[1] = add ? p[1] + v.y : v.y;
 }
 
-template <typename HT, int NH, int CW>
+template <typename HT, int NH, int CW, int PAIR>
 __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot_shift,
                                   const float *mass, const float *g, int32_t n_rows, int h,
                                   int n_hot, int32_t rows_per_chunk, int group)
@@ -219,8 +223,12 @@ __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot
         _Pragma("unroll") for (int q = 0; q < NH; q++)                                       \
             hv[q] = hot[(size_t)(rl_ >> hot_shift) * NH + q];                                \
         mym = mass ? mass[rl_] : 0.0f;                                                       \
-        _Pragma("unroll") for (int u = 0; u < SLOT_ROWS; u++)                                \
-            v[u] = *(const VT *)(g + (size_t)((r) + (u < nr_ ? u : 0)) * h + jj);            \
+        _Pragma("unroll") for (int u = 0; u < SLOT_ROWS; u++) {                              \
+            const size_t ru_ = (size_t)((r) + (u < nr_ ? u : 0));                            \
+            v[u] = PAIR ? v_add(*(const VT *)(g + 2 * ru_ * h + jj),                         \
+                                *(const VT *)(g + (2 * ru_ + 1) * h + jj))                   \
+                        : *(const VT *)(g + ru_ * h + jj);                                   \
+        }                                                                                    \
     } while (0)
     if (r0 < r1)
         SLOT_LOADS(r0);
@@ -249,21 +257,28 @@ __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot
         for (int u = 0; u < nr; u++) {
             const VT gu = gs[u * 32 + lane];
             VT *a[NH];
+            bool live[NH];   /* warp-uniform; with PAIR the trash updates are skipped */
 #pragma unroll
-            for (int q = 0; q < NH; q++)
-                a[q] = (VT *)(acc_lane + offs[u * NH + q]);
+            for (int q = 0; q < NH; q++) {
+                const int o = offs[u * NH + q];
+                live[q] = !PAIR || o != trash;
+                a[q] = (VT *)(acc_lane + o);
+            }
             if (!((dups >> u) & 1u)) {                   /* warp-uniform */
                 VT old[NH];
 #pragma unroll
                 for (int q = 0; q < NH; q++)
-                    old[q] = *a[q];
+                    if (live[q])
+                        old[q] = *a[q];
 #pragma unroll
                 for (int q = 0; q < NH; q++)
-                    *a[q] = v_add(old[q], gu);
+                    if (live[q])
+                        *a[q] = v_add(old[q], gu);
             } else {
 #pragma unroll
                 for (int q = 0; q < NH; q++)
-                    *a[q] = v_add(*a[q], gu);
+                    if (live[q])
+                        *a[q] = v_add(*a[q], gu);
             }
             if (mass)
                 macc = v_fma(macc, ms[u], gu);
@@ -401,7 +416,7 @@ static void cu_col_sum(mp_backend *b, void *dst, const void *x, int ldx, int32_t
 }
 
 /* One launch of k_slot_sum_chunks at CW columns a lane, and the chunk sums. */
-template <typename HT, int NH, int CW>
+template <typename HT, int NH, int CW, int PAIR>
 static void slot_launch(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, const float *mass,
                         const float *g, int32_t n_rows, int h, int n_slots, int n_hot,
                         const char *name)
@@ -413,12 +428,18 @@ static void slot_launch(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, con
     const int group = n_slots < cap ? n_slots : cap;
     const int n_groups = (n_slots + group - 1) / group;
     const size_t width = (size_t)n_slots * h;
-    int32_t nch, rows = chunk_rows(n_rows, width, &nch);
+    /* pairs are chunked as their rows would be (half as many pairs a chunk:
+     * the same blocks for a small batch, whose time is their latency) */
+    int32_t nch, rows = chunk_rows(PAIR ? 2 * n_rows : n_rows, width, &nch);
+    if (PAIR) {
+        rows = (rows + 1) / 2;
+        nch = (n_rows + rows - 1) / rows;
+    }
     int direct = nch == 1;
     dim3 grid((unsigned)((h + 32 * CW - 1) / (32 * CW)), (unsigned)nch, (unsigned)n_groups);
     const size_t smem = ((size_t)(group + 1) * 32 + (size_t)SLOT_ROWS * 32) * CW * sizeof(float) +
                         (size_t)SLOT_ROWS * (NH + 1) * sizeof(int);
-    k_slot_sum_chunks<HT, NH, CW><<<grid, 32, smem, c->stream>>>(
+    k_slot_sum_chunks<HT, NH, CW, PAIR><<<grid, 32, smem, c->stream>>>(
         direct ? dw : c->scratch, direct, hot, hot_shift, mass, g, n_rows, h, n_hot, rows, group);
     if (cuda_ok(c, cudaGetLastError(), name, __FILE__, __LINE__) && !direct)
         sum_chunks(c, dw, nch, width);
@@ -426,7 +447,10 @@ static void slot_launch(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, con
 
 /* The scatter of a one-hot gather into weight rows [0, n_hot) (+ the mass
  * row n_hot when mass != NULL), shared by both embed backwards: two
- * columns a lane when h is even and g 8-byte aligned (the same sums). */
+ * columns a lane when h is even and g 8-byte aligned (the same sums), and
+ * for hot lists shared by row pairs (hot_shift 1: the two directions of a
+ * bond) the pair's rows added first, g[2p] + g[2p + 1], and summed as one
+ * row (half the accumulator updates). */
 template <typename HT, int NH>
 static void slot_scatter(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, const float *mass,
                          const float *g, int32_t n_rows, int h, int n_hot, const char *name)
@@ -434,10 +458,17 @@ static void slot_scatter(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, co
     const int n_slots = n_hot + (mass ? 1 : 0);
     if (n_rows <= 0 || h <= 0 || n_slots <= 0)
         return;
-    if (h % 2 == 0 && ((uintptr_t)g & 7) == 0)
-        slot_launch<HT, NH, 2>(c, dw, hot, hot_shift, mass, g, n_rows, h, n_slots, n_hot, name);
-    else
-        slot_launch<HT, NH, 1>(c, dw, hot, hot_shift, mass, g, n_rows, h, n_slots, n_hot, name);
+    const bool two = h % 2 == 0 && ((uintptr_t)g & 7) == 0;
+    if (hot_shift == 1 && n_rows % 2 == 0 && !mass) {
+        if (two)
+            slot_launch<HT, NH, 2, 1>(c, dw, hot, 0, NULL, g, n_rows / 2, h, n_slots, n_hot, name);
+        else
+            slot_launch<HT, NH, 1, 1>(c, dw, hot, 0, NULL, g, n_rows / 2, h, n_slots, n_hot, name);
+    } else if (two) {
+        slot_launch<HT, NH, 2, 0>(c, dw, hot, hot_shift, mass, g, n_rows, h, n_slots, n_hot, name);
+    } else {
+        slot_launch<HT, NH, 1, 0>(c, dw, hot, hot_shift, mass, g, n_rows, h, n_slots, n_hot, name);
+    }
 }
 
 static void cu_atom_embed_backward(mp_backend *b, void *dw, const int16_t *hot, const float *mass,
