@@ -141,20 +141,20 @@ k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
  * n_slots + s) * h + j].  Slots outside [0, n_hot) in `hot` are ignored (the
  * model checks its batches: ops.h callers never pass them).
  *
- * Shape of the code (scatter v6 of 2026-12-04, NOTES.md): rows go 32 at a time.  Lane u
- * fetches row u's hot list and mass for the warp, as accumulator offsets (a
- * slot outside the group, or none, points at a spare "trash" row), and the
- * 32 rows' g are loaded branch-free one round ahead, so the next round's
- * loads are in flight while this round is summed; a round is parked in
- * shared memory (g, offsets, masses) and the row loop reads it back there,
- * the offsets and masses as broadcasts, NOT unrolled (a fully unrolled body
- * is instruction fetch bound: v3 in NOTES.md).  The row loop is bound by the
- * instructions it issues, so each lane sums two columns (float2) when the
- * row width allows (CW 2: half the shuffles, offsets and loop overhead per
- * column).  A row's slots are distinct (one per one-hot block), so its NH
- * accumulators are all read, then all written; a row whose list repeats a
- * slot (the seam allows it; the featurizer never does it) takes the
- * one-at-a-time path, so the sums are the same either way.
+ * Shape of the code (scatter v6 of 2026-12-04, NOTES.md): rows go 32 at a
+ * time.  Lane u fetches row u's hot list and mass for the warp, as
+ * accumulator offsets (a slot outside the group, or none, points at a spare
+ * "trash" row), and the 32 rows' g are loaded branch-free one round ahead,
+ * so the next round's loads are in flight while this round is summed.  A
+ * round is parked in shared memory (g, offsets, masses) and the row loop,
+ * NOT unrolled (a fully unrolled body is instruction-fetch bound: v3 in
+ * NOTES.md), reads it back there, the offsets and masses as broadcasts.
+ * That loop is bound by the instructions it issues, so a lane sums two
+ * columns (float2) when the row width allows (CW 2: half the offsets and
+ * loop overhead per column).  A row's slots are distinct (one per one-hot
+ * block), so its NH accumulators are all read, then all written; a row
+ * whose list repeats a slot (the seam allows it; the featurizer never does
+ * it) takes the one-at-a-time path, so the sums are the same either way.
  */
 #define SLOT_ROWS 32
 
@@ -168,7 +168,10 @@ template <> struct colv<2> {
     static __device__ __forceinline__ T zero() { return make_float2(0.0f, 0.0f); }
 };
 __device__ __forceinline__ float v_add(float a, float b) { return a + b; }
-__device__ __forceinline__ float2 v_add(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
+__device__ __forceinline__ float2 v_add(float2 a, float2 b)
+{
+    return make_float2(a.x + b.x, a.y + b.y);
+}
 /* acc + m * g, contracted as `acc += m * g` always was (one fma a column) */
 __device__ __forceinline__ float v_fma(float acc, float m, float g) { return acc + m * g; }
 __device__ __forceinline__ float2 v_fma(float2 acc, float m, float2 g)
