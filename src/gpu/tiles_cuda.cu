@@ -245,35 +245,50 @@ __global__ void __launch_bounds__(PANEL_NT, 1) k_panel_gemm(tile_args p)
     const int wg = threadIdx.x >> 7, t = threadIdx.x & 127;
     bf16 *Aw = smp + PANEL_N * kp + wg * PANEL_ST * (PANEL_A_BYTES / 2);
 
-    /* all of B (zeros past n and k), before any product */
-    if (TB) {                                        /* b: n x k, k contiguous */
-        for (int e = threadIdx.x; e < PANEL_N * kp / 4; e += PANEL_NT) {
-            const int n = e / (kp / 4), k = (e % (kp / 4)) * 4;
+    /* all of B (zeros past n and k), before any product.  A byte of core
+     * (n, k) lies at 16 (n % 8) + 2 (k % 8) modulo 128, so a warp's writes
+     * meet in few banks unless its lanes spread over n % 8 and k % 8: each
+     * warp's share is laid out so they do (a plain row-major walk put 16
+     * lanes on one bank: the W_h update at batch 4096 took 258 us, now 252). */
+    const int warp_b = threadIdx.x >> 5, lane_b = threadIdx.x & 31, NW = PANEL_NT / 32;
+    if (TB) {   /* b: n x k, k contiguous; a task: 8 n x 16 k, a lane 4 k (8 bytes) */
+        const int kq = kp / 16, tasks = PANEL_N / 8 * kq;
+        for (int w = warp_b; w < tasks; w += NW) {
+            const int n = w / kq * 8 + (lane_b & 7), k = (w % kq) * 16 + (lane_b >> 3) * 4;
             const int ok = n < p.n && k < p.k;
             cp_async<8>(Bs + core_at(n, k, KC), ok ? p.b + (size_t)n * p.ldb + k : p.b, ok);
         }
         cp_commit();
         cp_wait<0>();
-    } else {   /* b: k x n, n contiguous: transposed on the way, 8 loads in flight */
-        const int total = kp * PANEL_N / 4;
-        for (int e0 = threadIdx.x; e0 < total; e0 += 8 * PANEL_NT) {
+    } else {   /* b: k x n, n contiguous, transposed on the way: a task is 32 n x 4 k
+                * (k of one parity, 2 apart), a lane 4 n (8 bytes), stored rotated
+                * by lane so that one store of the warp meets every n % 8; 8 loads
+                * in flight */
+        const int nq = lane_b & 7, kk = lane_b >> 3, rot = (nq >> 1) & 3;
+        const int kt = kp / 8 * 2, tasks = (PANEL_N + 31) / 32 * kt;
+        uint16_t *Bu = (uint16_t *)Bs;
+        for (int w0 = warp_b; w0 < tasks; w0 += 8 * NW) {
             uint2 v[8];
+            int nn[8], kx[8];
 #pragma unroll
             for (int u = 0; u < 8; u++) {
-                const int e = e0 + u * PANEL_NT;
-                const int k = e / (PANEL_N / 4), n = (e % (PANEL_N / 4)) * 4;
-                v[u] = e < total && k < p.k && n < p.n
+                const int w = w0 + u * NW;
+                const int n = w / kt * 32 + 4 * nq, k = (w % kt) / 2 * 8 + 2 * kk + (w % kt) % 2;
+                nn[u] = w < tasks ? n : PANEL_N;
+                kx[u] = k;
+                v[u] = w < tasks && k < p.k && n < p.n
                            ? *(const uint2 *)(p.b + (size_t)k * p.ldb + n) : make_uint2(0u, 0u);
             }
 #pragma unroll
             for (int u = 0; u < 8; u++) {
-                const int e = e0 + u * PANEL_NT;
-                const int k = e / (PANEL_N / 4), n = (e % (PANEL_N / 4)) * 4;
-                const bf16 *x = (const bf16 *)&v[u];
-                if (e < total)
+                if (nn[u] >= PANEL_N)
+                    continue;
 #pragma unroll
-                    for (int q = 0; q < 4; q++)
-                        Bs[core_at(n + q, k, KC)] = x[q];
+                for (int qq = 0; qq < 4; qq++) {
+                    const int q = (qq + rot) & 3;
+                    const uint32_t word = q & 2 ? v[u].y : v[u].x;
+                    Bu[core_at(nn[u] + q, kx[u], KC)] = (uint16_t)(word >> ((q & 1) * 16));
+                }
             }
         }
     }
