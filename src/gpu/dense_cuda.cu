@@ -82,7 +82,7 @@ void mp_cu_gemm_on(gpu_ctx *c, int lane, const mp_gemm *g)
     if (mp_cu_tile_gemm(c, lane, g))
         return;
     const float al = (float)g->alpha, be = (float)g->beta;
-    cublasStatus_t s = cublasGemmEx(c->lane_blas[lane], tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+    cublasStatus_t s = mp_blas.cublasGemmEx(c->lane_blas[lane], tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &al, g->b,
                                     cuda_type(g->b_st), g->ldb, g->a, cuda_type(g->a_st), g->lda,
                                     &be, g->c, cuda_type(g->c_st), g->ldc,
@@ -90,8 +90,8 @@ void mp_cu_gemm_on(gpu_ctx *c, int lane, const mp_gemm *g)
     if (s != CUBLAS_STATUS_SUCCESS)
         record(c, s == CUBLAS_STATUS_ALLOC_FAILED ? MP_ERR_NOMEM : MP_ERR_INTERNAL, __FILE__,
                __LINE__, "cuBLAS error: %s (%s) in gemm ta=%d tb=%d m=%d n=%d k=%d lda=%d "
-               "ldb=%d ldc=%d, %s operands, %s C, %s", cublasGetStatusString(s),
-               cublasGetStatusName(s), ta, tb, m, n, k, g->lda, g->ldb, g->ldc,
+               "ldb=%d ldc=%d, %s operands, %s C, %s", mp_blas.cublasGetStatusString(s),
+               mp_blas.cublasGetStatusName(s), ta, tb, m, n, k, g->lda, g->ldb, g->ldc,
                st_name(g->a_st), st_name(g->c_st), mp_precision_name(c->prec));
 }
 
@@ -151,7 +151,7 @@ static int lt_heuristic(gpu_ctx *c, const int key[LT_KEY], cublasLtMatmulDesc_t 
         return e->found;
     }
     int found = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, ld, pref, 1, res, &found) !=
+    if (mp_blas.cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, ld, pref, 1, res, &found) !=
         CUBLAS_STATUS_SUCCESS)
         return 0;                              /* not remembered: may be transient */
     e->valid = 1;
@@ -206,56 +206,56 @@ static int lt_res_relu(gpu_ctx *c, cudaDataType_t ab, cudaDataType_t cd, cublasC
                               c->sm_target };
     const int32_t sm_target = c->sm_target;
     memset(&res, 0, sizeof res);
-    if (cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &no, sizeof no) ==
+    if (mp_blas.cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+        mp_blas.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &no, sizeof no) ==
             CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof no) ==
+        mp_blas.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof no) ==
             CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ==
+        mp_blas.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ==
             CUBLAS_STATUS_SUCCESS &&
         (!sm_target ||
-         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target,
+         mp_blas.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target,
                                         sizeof sm_target) == CUBLAS_STATUS_SUCCESS) &&
-        cublasLtMatrixLayoutCreate(&la, ab, (uint64_t)n, (uint64_t)k, ldw) ==
+        mp_blas.cublasLtMatrixLayoutCreate(&la, ab, (uint64_t)n, (uint64_t)k, ldw) ==
             CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)k, (uint64_t)m, lda) ==
+        mp_blas.cublasLtMatrixLayoutCreate(&lb, ab, (uint64_t)k, (uint64_t)m, lda) ==
             CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&lc, cd, (uint64_t)n, (uint64_t)m, ldr) ==
+        mp_blas.cublasLtMatrixLayoutCreate(&lc, cd, (uint64_t)n, (uint64_t)m, ldr) ==
             CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&ld, cd, (uint64_t)n, (uint64_t)m, ldc) ==
+        mp_blas.cublasLtMatrixLayoutCreate(&ld, cd, (uint64_t)n, (uint64_t)m, ldc) ==
             CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+        mp_blas.cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+        mp_blas.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                              sizeof ws) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+        mp_blas.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                              &al_a, sizeof al_a) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        mp_blas.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                              &al_b, sizeof al_b) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+        mp_blas.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                                              &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+        mp_blas.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                              &al_d, sizeof al_d) == CUBLAS_STATUS_SUCCESS &&
         lt_heuristic(c, key, op, la, lb, lc, ld, pref, &res)) {
         const float one = 1.0f;
-        cublasStatus_t st = cublasLtMatmul(c->lt, op, &one, w, la, a, lb, &one, r, lc, cm, ld,
+        cublasStatus_t st = mp_blas.cublasLtMatmul(c->lt, op, &one, w, la, a, lb, &one, r, lc, cm, ld,
                                            &res.algo, c->blas_ws, ws, c->stream);
         if (st != CUBLAS_STATUS_SUCCESS)
             record(c, st == CUBLAS_STATUS_ALLOC_FAILED ? MP_ERR_NOMEM : MP_ERR_INTERNAL,
                    __FILE__, __LINE__, "cuBLASLt error: %s (%s) in gemm_res_relu m=%d n=%d k=%d "
                    "lda=%d ldw=%d ldr=%d ldc=%d, %s operands, %s C/D, %s",
-                   cublasGetStatusString(st), cublasGetStatusName(st), m, n, k, lda, ldw, ldr, ldc,
+                   mp_blas.cublasGetStatusString(st), mp_blas.cublasGetStatusName(st), m, n, k, lda, ldw, ldr, ldc,
                    ab == CUDA_R_16BF ? "bf16" : "fp32", cd == CUDA_R_16BF ? "bf16" : "fp32",
                    mp_precision_name(c->prec));
         done = 1;
     }
     if (pref)
-        (void)cublasLtMatmulPreferenceDestroy(pref);
+        (void)mp_blas.cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayout_t layouts[4] = { ld, lc, lb, la };
     for (int i = 0; i < 4; i++)
         if (layouts[i])
-            (void)cublasLtMatrixLayoutDestroy(layouts[i]);
+            (void)mp_blas.cublasLtMatrixLayoutDestroy(layouts[i]);
     if (op)
-        (void)cublasLtMatmulDescDestroy(op);
+        (void)mp_blas.cublasLtMatmulDescDestroy(op);
     return done;
 }
 

@@ -80,6 +80,15 @@ mp_status mp_precision_parse(const char *s, mp_precision *out);
  */
 int mp_backend_cuda_available(char *why, size_t n);
 
+/* cuBLAS and cuBLASLt are not linked: the first mp_backend_cuda_open loads
+ * them (their start-up costs ~45 ms and ~210 MB, which CPU runs no longer
+ * pay).  _blas_loaded: 1 once they are loaded in this process.  _blas_load:
+ * loads them now if need be (no GPU needed) and asks one a question; 1 when
+ * both answer, else 0 with the reason in why[0..n) (built without CUDA,
+ * "cannot load libcublasLt.so.13: ..."). */
+int mp_backend_cuda_blas_loaded(void);
+int mp_backend_cuda_blas_load(char *why, size_t n);
+
 /* The GPUs this process sees (CUDA_VISIBLE_DEVICES counts), 0 when none
  * or the driver cannot say.  Leaves no CUDA error behind. */
 int mp_backend_cuda_device_count(void);

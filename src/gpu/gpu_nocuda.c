@@ -19,6 +19,13 @@ int mp_backend_cuda_available(char *why, size_t n)
 
 int mp_backend_cuda_device_count(void) { return 0; }
 
+int mp_backend_cuda_blas_loaded(void) { return 0; }
+
+int mp_backend_cuda_blas_load(char *why, size_t n)
+{
+    return mp_backend_cuda_available(why, n);
+}
+
 mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
 {
     *out = NULL;

@@ -239,9 +239,9 @@ static void cu_close(mp_backend *b)
         cublasHandle_t blas[2] = { c->blas, c->blas2 };
         for (int i = 0; i < 2; i++)
             if (blas[i])
-                (void)cublasDestroy(blas[i]);
+                (void)mp_blas.cublasDestroy(blas[i]);
         if (c->lt)
-            (void)cublasLtDestroy(c->lt);
+            (void)mp_blas.cublasLtDestroy(c->lt);
         void *dev[3] = { c->blas_ws, c->blas_ws2, c->scratch };
         for (int i = 0; i < 3; i++)
             (void)cudaFree(dev[i]);
@@ -297,9 +297,11 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     if (prec != MP_PREC_FP32 && prec != MP_PREC_TF32 && prec != MP_PREC_BF16)
         return mp_error_set(MP_ERR_ARG, "cuda backend: unknown precision %d (expected fp32, "
                             "tf32 or bf16)", (int)prec);
-    char why[256];
+    char why[512];
     if (!mp_backend_cuda_available(why, sizeof why))
         return mp_error_set(MP_ERR_NODEVICE, "cuda backend: no usable GPU: %s", why);
+    if (!mp_blas_load(why, sizeof why))   /* cuBLAS: loaded here, not linked (blas_dl.cu) */
+        return mp_error_set(MP_ERR_NODEVICE, "cuda backend: cuBLAS: %s", why);
     mp_exit_skip_teardown();   /* the runtime is up: see mp_exit */
 
     mp_backend *b = (mp_backend *)mp_calloc(1, sizeof *b);
@@ -337,13 +339,13 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
                CUDA_OK(c, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking)) &&
                CUDA_OK(c, cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming)) &&
                CUDA_OK(c, cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming)) &&
-               BLAS_OK(c, cublasCreate(&c->blas)) &&
-               BLAS_OK(c, cublasSetStream(c->blas, c->stream)) &&
-               BLAS_OK(c, cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST)) &&
-               BLAS_OK(c, cublasCreate(&c->blas2)) &&
-               BLAS_OK(c, cublasSetStream(c->blas2, c->side)) &&
-               BLAS_OK(c, cublasSetPointerMode(c->blas2, CUBLAS_POINTER_MODE_HOST)) &&
-               BLAS_OK(c, cublasLtCreate(&c->lt));
+               BLAS_OK(c, mp_blas.cublasCreate(&c->blas)) &&
+               BLAS_OK(c, mp_blas.cublasSetStream(c->blas, c->stream)) &&
+               BLAS_OK(c, mp_blas.cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST)) &&
+               BLAS_OK(c, mp_blas.cublasCreate(&c->blas2)) &&
+               BLAS_OK(c, mp_blas.cublasSetStream(c->blas2, c->side)) &&
+               BLAS_OK(c, mp_blas.cublasSetPointerMode(c->blas2, CUBLAS_POINTER_MODE_HOST)) &&
+               BLAS_OK(c, mp_blas.cublasLtCreate(&c->lt));
     mp_cu_gate_leave();
     if (!made)
         return open_fail(b, MP_ERR_INTERNAL);
@@ -361,8 +363,8 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
         cu_close(b);
         return st;
     }
-    if (!BLAS_OK(c, cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE_BYTES)) ||
-        !BLAS_OK(c, cublasSetWorkspace(c->blas2, c->blas_ws2, BLAS_WORKSPACE_BYTES)))
+    if (!BLAS_OK(c, mp_blas.cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE_BYTES)) ||
+        !BLAS_OK(c, mp_blas.cublasSetWorkspace(c->blas2, c->blas_ws2, BLAS_WORKSPACE_BYTES)))
         return open_fail(b, MP_ERR_INTERNAL);
     /* the small bf16 products on tiles_cuda.cu's kernel unless
      * MOLPROP_CUDA_TILES=0 (cuBLAS for every product: for comparisons) */
@@ -442,8 +444,8 @@ extern "C" mp_status mp_backend_cuda_set_sm_target(mp_backend *b, int n)
     if (n < 0 || n > c->sm_count)
         return mp_error_set(MP_ERR_ARG, "cuda backend: %d SMs to size the products for; this "
                             "GPU has %d (0: all)", n, c->sm_count);
-    if (!BLAS_OK(c, cublasSetSmCountTarget(c->blas, n)) ||
-        !BLAS_OK(c, cublasSetSmCountTarget(c->blas2, n)))
+    if (!BLAS_OK(c, mp_blas.cublasSetSmCountTarget(c->blas, n)) ||
+        !BLAS_OK(c, mp_blas.cublasSetSmCountTarget(c->blas2, n)))
         return report(c);
     c->sm_target = n;
     for (int i = 0; i < LT_CACHE; i++)
