@@ -376,22 +376,6 @@ static void w_gemm_ffn(void *x)
                   a->hl[0], m->in_dim, m->ffn_hidden, m->ffn_hidden, se, se, se };
     b->gemm(b, 1, &p);
 }
-/* the fused head (ops.h head_forward / head_backward) where the backend
- * has it for these sizes */
-static void w_head_forward(void *x)
-{
-    CTX;
-    mp_head hd;
-    if (mp_ffn_head(m, &hd))
-        b->head_forward(b, a->out, a->x0, &hd);
-}
-static void w_head_backward(void *x)
-{
-    CTX;
-    mp_head hd;
-    if (mp_ffn_head(m, &hd))
-        b->head_backward(b, a->g1, m->hr, a->g0, a->x0, &hd);
-}
 static void w_loss(void *x)
 {
     CTX;
@@ -524,9 +508,6 @@ static int step_rows(op_row *rows, const bench_ctx *c, const mp_graphs *g, int32
     const double OS = mp_stype_size(b, m->st_op), MS = mp_stype_size(b, m->st_m);
     /* the message: per atom in registers when msg and M are fp32, else two passes */
     const int direct = OS == F && MS == F;
-    /* the head fused (head_cuda.cu) at these sizes */
-    mp_head hd;
-    const int head = b->head_forward && mp_ffn_head((mp_model *)m, &hd) && hd.n <= 128;
     const op_row all[] = {
         /* forward */
         { "atom_embed (W_i atom part)", w_atom_embed, 1, A * H * F + A * 20, 0 },
@@ -548,13 +529,8 @@ static int step_rows(op_row *rows, const bench_ctx *c, const mp_graphs *g, int32
         { "gemm_res_relu A x h x h (W_o fused)", w_gemm_res_relu_wo, 1,
           A * H * (OS + 2 * F) + H * H * OS, 2 * A * H * H },
         { "pool (mean)", w_pool, 1, (A + M) * H * F, 0 },
-        { "copy2d (FFN bias rows)", w_bias_rows, head ? 0 : 2, M * H * F, 0 },
-        { "gemm B x h x h (FFN)", w_gemm_ffn, head ? 0 : 2, (3 * M * H + H * H) * F,
-          2 * M * H * H },
-        { "head_forward (fused FFN)", head ? w_head_forward : NULL, 1,
-          (2 * M * H + H * H + H) * F, 2 * M * H * H + 2 * M * H },
-        { "head_backward (fused FFN)", head ? w_head_backward : NULL, 1,
-          (3 * M * H + 3 * H * H + 2 * H) * F, 4 * M * H * H + 4 * M * H },
+        { "copy2d (FFN bias rows)", w_bias_rows, 2, M * H * F, 0 },
+        { "gemm B x h x h (FFN)", w_gemm_ffn, 2, (3 * M * H + H * H) * F, 2 * M * H * H },
         { "loss (masked MSE)", w_loss, 1, 4 * M * F, 0 },
         /* backward */
         { "pool_backward", w_pool_backward, 1, (A + M) * H * F, 0 },

@@ -202,24 +202,6 @@ typedef enum {
 
 typedef struct mp_backend mp_backend;
 
-/*
- * The FFN head of head_forward and head_backward: L = n_layers Linear
- * layers with a ReLU between them and no dropout,
- *   x_0 = x [n x d0] (row stride ldx),
- *   x_{l+1} = ReLU(x_l W_l + b_l), kept in hid[l] [n x f]   (l < L - 1),
- *   out = x_{L-1} W_{L-1} + b_{L-1}                          [n x t],
- * W_l [d_l x d_{l+1}] row-major, b_l [d_{l+1}], d_0 = d0, d_1 .. d_{L-1} = f,
- * d_L = t.  The backward's chain: dz_{L-1} = dy, dz_{l-1} = dz_l W_l^T
- * where x_l > 0 (else 0); dW_l += x_l^T dz_l, db_l += column sums of dz_l.
- */
-#define MP_HEAD_LAYERS 4
-typedef struct mp_head {
-    int         n_layers, n, d0, ldx, f, t;
-    const void *w[MP_HEAD_LAYERS], *bias[MP_HEAD_LAYERS];
-    void       *dw[MP_HEAD_LAYERS], *db[MP_HEAD_LAYERS];
-    void       *hid[MP_HEAD_LAYERS];           /* [0 .. L-2] used */
-} mp_head;
-
 /* A recorded sequence of ops that can be replayed (capture_* below). */
 typedef struct mp_capture mp_capture;
 
@@ -520,20 +502,6 @@ struct mp_backend {
                           const int32_t *edge_src, const void *m, mp_stype m_st, int relu_in,
                           const void *w, mp_stype w_st, int32_t n_atoms, int32_t n_edges,
                           int h);
-    /* The FFN head (ffn.c) of a small batch, each way in one pass (see
-     * mp_head below): head_forward writes every hd->hid[l] and out [n x t];
-     * head_backward, from dy = d loss / d out [n x t], adds every layer's
-     * weight and bias gradient into hd->dw[l] and hd->db[l] and, when
-     * want_cols > 0, writes dx[:, 0:want_cols] (row stride hd->ldx) = the
-     * gradient of x's first want_cols columns.  Every operand of the element
-     * type; none aliases another.  Each returns 0, queuing nothing, where
-     * these sizes are not fused (the caller then issues ffn.c's ops).
-     * Deterministic, with each output one sum in a fixed order whatever the
-     * grid, but not bit for bit the unfused ops: the products run at the
-     * backend's precision but sum in their own order. */
-    int (*head_forward)(mp_backend *b, void *out, const void *x, const mp_head *hd);
-    int (*head_backward)(mp_backend *b, void *dx, int want_cols, const void *dy, const void *x,
-                         const mp_head *hd);
 
     /* ---- sharing the device (optional: NULL on host-memory backends) -- */
     /* This instance is one of n that run side by side on one device (an

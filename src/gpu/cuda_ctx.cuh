@@ -9,7 +9,6 @@
  *   ops_cuda.cu     open / close, memory, introspection, registration
  *   dense_cuda.cu   gemm (cuBLAS), gemm_res_relu (cuBLASLt)
  *   tiles_cuda.cu   the bf16 products of small batches (a kernel of ours)
- *   fused_cuda.cu   the inference message step;  head_cuda.cu  the FFN head
  *   rows_cuda.cu    the elementwise and graph row ops (kernels_rows.cuh)
  *   reduce_cuda.cu  column sums, weight-gradient scatters, loss, Adam, step_end
  *   graph_cuda.cu   capture into CUDA graphs;  stream_cuda.cu  the copy lane
@@ -103,8 +102,6 @@ typedef struct {
     int            tiles;        /* 1: bf16 products of few rows on tiles_cuda.cu's kernel */
     int            wgmma;        /* 1: the device is sm_90 (tiles_cuda.cu's panels) */
     long           tile_calls;   /* products queued on it (mp_backend_cuda_tile_calls) */
-    int            head_cluster; /* blocks of head_cuda.cu's cluster; 0: head not fused */
-    long           head_calls;   /* fused head passes queued (mp_backend_cuda_head_calls) */
     mp_precision   prec;
     int            sm_count;
     int            sm_target;    /* SMs the products are sized for; 0: all (gpu.h) */
@@ -322,12 +319,6 @@ void mp_cu_rows_ops(mp_backend *b);
 /* fused_cuda.cu: message_update (the inference message step in one kernel),
  * which takes S from rows_cuda.cu's segment sum */
 void mp_cu_fused_ops(mp_backend *b);
-/* head_cuda.cu: head_forward and head_backward (the FFN head of a small
- * batch in one cluster kernel each way), unless MOLPROP_CUDA_HEAD=0 or the
- * device runs no clusters; _set_head_cluster: 0 (off), 8 or 16 blocks, 1
- * when taken (0: not a size the device runs; nothing changed). */
-void mp_cu_head_ops(mp_backend *b);
-int  mp_cu_set_head_cluster(gpu_ctx *c, int n);
 void mp_cu_segment_sum(gpu_ctx *c, float *s, const int32_t *in_start, const int32_t *in_edge,
                        const void *x, mp_stype x_st, int relu, int32_t n_atoms, int h);
 void mp_cu_reduce_ops(mp_backend *b);

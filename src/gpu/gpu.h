@@ -128,18 +128,6 @@ size_t mp_backend_cuda_memory(const mp_backend *b);
  * (cuBLAS for every product) when MOLPROP_CUDA_TILES=0 at open. */
 long   mp_backend_cuda_tile_calls(const mp_backend *b);
 
-/* The FFN head of a small batch in one cluster kernel each way (ops.h
- * head_forward / head_backward, head_cuda.cu), at tf32 and bf16.
- * _head_cluster: the cluster's blocks (8), 0 when the head is not fused
- * (fp32, MOLPROP_CUDA_HEAD=0 at open, a device without clusters, or a
- * backend that is not a cuda one).  _set_head_cluster: n = 0 (the unfused
- * ops) or 8; MP_ERR_ARG for another n, or 8 where the head cannot be
- * fused.  _head_calls: fused passes queued since open (tests: the fused
- * path ran). */
-int       mp_backend_cuda_head_cluster(const mp_backend *b);
-mp_status mp_backend_cuda_set_head_cluster(mp_backend *b, int n);
-long      mp_backend_cuda_head_calls(const mp_backend *b);
-
 /* The GEMM precision the backend was opened with. */
 mp_precision mp_backend_cuda_precision(const mp_backend *b);
 

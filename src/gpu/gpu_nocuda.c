@@ -39,13 +39,6 @@ const char *mp_backend_cuda_info(const mp_backend *b) { return ""; }
 int mp_backend_cuda_sm_count(const mp_backend *b) { return 0; }
 size_t mp_backend_cuda_memory(const mp_backend *b) { return 0; }
 long mp_backend_cuda_tile_calls(const mp_backend *b) { return 0; }
-int mp_backend_cuda_head_cluster(const mp_backend *b) { return 0; }
-long mp_backend_cuda_head_calls(const mp_backend *b) { return 0; }
-
-mp_status mp_backend_cuda_set_head_cluster(mp_backend *b, int n)
-{
-    return mp_error_set(MP_ERR_NODEVICE, "mp_backend_cuda_set_head_cluster: %s", WHY);
-}
 mp_precision mp_backend_cuda_precision(const mp_backend *b) { return MP_PREC_FP32; }
 void *mp_backend_cuda_stream(mp_backend *b) { return NULL; }
 void mp_backend_cuda_clear_error(mp_backend *b) {}

@@ -387,7 +387,6 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     mp_cu_dense_ops(b);
     mp_cu_rows_ops(b);
     mp_cu_fused_ops(b);
-    mp_cu_head_ops(b);
     mp_cu_reduce_ops(b);
     mp_cu_layer_ops(b);
     mp_cu_stream_ops(b);

@@ -12,12 +12,6 @@
  * Linear is a bias row copied into every output row (copy2d, lds 0)
  * followed by one product with beta = 1; ReLU and the dropout after it are
  * one op whose output is all the backward pass needs.
- *
- * A ReLU head without dropout (Chemprop's default) is first offered to the
- * backend's fused head ops (ops.h head_forward / head_backward: the cuda
- * backend does a batch of few molecules in one kernel each way, where the
- * ops below are about fifteen launches); they keep the same activations,
- * so a fused forward and an unfused backward (or the reverse) agree.
  */
 #include "models/model_impl.h"
 
@@ -37,27 +31,6 @@ static const void *act_param(mp_model *m)
     return m->cfg.activation == MP_ACT_PRELU ? P(m->off_prelu_ffn) : NULL;
 }
 
-int mp_ffn_head(mp_model *m, mp_head *hd)
-{
-    if (m->ffn_generic || m->p > 0 || m->n_layers < 1 || m->n_layers > MP_HEAD_LAYERS)
-        return 0;
-    memset(hd, 0, sizeof *hd);
-    hd->n_layers = m->n_layers;
-    hd->n = m->n_mols;
-    hd->d0 = hd->ldx = m->in_dim;
-    hd->f = m->ffn_hidden;
-    hd->t = m->n_out;
-    for (int l = 0; l < m->n_layers; l++) {
-        hd->w[l] = P(m->off_fw[l]);
-        hd->bias[l] = P(m->off_fb[l]);
-        hd->dw[l] = G(m->off_fw[l]);
-        hd->db[l] = G(m->off_fb[l]);
-        if (l < m->n_layers - 1)
-            hd->hid[l] = m->a.hl[l];
-    }
-    return 1;
-}
-
 void mp_ffn_forward(mp_model *m, int training)
 {
     mp_backend *b = m->b;
@@ -65,9 +38,6 @@ void mp_ffn_forward(mp_model *m, int training)
     int32_t n = m->n_mols;
     double p = m->p;
     const void *x = a->x0;
-    mp_head hd;
-    if (b->head_forward && mp_ffn_head(m, &hd) && b->head_forward(b, a->out, x, &hd))
-        return;
     /* dropout layers (dropout.c): the input, then each hidden layer, after
      * the encoder's */
     const int layer0 = mp_model_head_layer0(m);
@@ -106,10 +76,6 @@ const void *mp_ffn_backward(mp_model *m, int want_cols)
     int32_t n = m->n_mols;
     double p = m->p;
     void *dy = a->g0, *dx = a->g1;
-    mp_head hd;
-    if (b->head_backward && mp_ffn_head(m, &hd) &&
-        b->head_backward(b, dx, want_cols > 0 ? want_cols : 0, dy, a->x0, &hd))
-        return want_cols > 0 ? dx : NULL;
     for (int l = m->n_layers - 1; l >= 0; l--) {
         int din, dout;
         layer_dims(m, l, &din, &dout);

@@ -193,10 +193,6 @@ void mp_readout_backward(mp_model *m, const void *dx0);
  * in_dim), or NULL when want_cols == 0. */
 void        mp_ffn_forward(mp_model *m, int training);
 const void *mp_ffn_backward(mp_model *m, int want_cols);
-/* The head as ops.h's mp_head (for the backend's fused head ops), or 0
- * when it is not of that form (another activation, dropout at m->p, more
- * layers than the struct holds). */
-int         mp_ffn_head(mp_model *m, mp_head *hd);
 
 /* dropout.c: the model's dropout layers, numbered in forward order (D-MPNN:
  * message steps 0 .. depth-2, readout depth-1, the atom descriptor layer
