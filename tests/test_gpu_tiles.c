@@ -202,15 +202,31 @@ done:
     return ok;
 }
 
+/* Opens gpu:bf16 with MOLPROP_CUDA_TILES set to `value` (NULL: unset) for
+ * the open, the environment as it was afterwards. */
+static mp_status open_tiles(mp_backend **b, const char *value)
+{
+    const char *was = getenv("MOLPROP_CUDA_TILES");
+    char *keep = was ? mp_strdup(was) : NULL;
+    if (value)
+        setenv("MOLPROP_CUDA_TILES", value, 1);
+    else
+        unsetenv("MOLPROP_CUDA_TILES");
+    mp_status st = mp_backend_open(b, "gpu:bf16");
+    if (keep)
+        setenv("MOLPROP_CUDA_TILES", keep, 1);
+    else
+        unsetenv("MOLPROP_CUDA_TILES");
+    mp_free(keep);
+    return st;
+}
+
 MP_TEST(gpu_tiles_products_match_cublas)
 {
     MP_NEED_GPU();
     mp_backend *t = NULL, *u = NULL;
-    CHECK_OK(mp_backend_open(&t, "gpu:bf16"));
-    setenv("MOLPROP_CUDA_TILES", "0", 1);
-    mp_status st = mp_backend_open(&u, "gpu:bf16");
-    unsetenv("MOLPROP_CUDA_TILES");
-    CHECK_OK(st);
+    CHECK_OK(open_tiles(&t, NULL));
+    CHECK_OK(open_tiles(&u, "0"));
     char err[512] = "";
     int ok = 1;
     size_t i = 0;
@@ -273,13 +289,15 @@ MP_TEST(gpu_tiles_decline_to_cublas)
 
 /* Under set_share (ensemble members side by side) the tile kernel runs on
  * a smaller grid, each block taking several tiles in turn: the same bits
- * as the whole GPU's grid, so a member is the model it would be alone. */
+ * as the whole GPU's grid, so a member is the model it would be alone.
+ * (MOLPROP_CUDA_TILES=1: by default a share of more than two leaves the
+ * small products to cuBLAS; gpu_tiles_shared_small_products_to_cublas.) */
 MP_TEST(gpu_tiles_shared_grid_same_bits)
 {
     MP_NEED_GPU();
     mp_backend *t = NULL, *s = NULL;
     CHECK_OK(mp_backend_open(&t, "gpu:bf16"));
-    CHECK_OK(mp_backend_open(&s, "gpu:bf16"));
+    CHECK_OK(open_tiles(&s, "1"));
     CHECK(s->set_share != NULL);
     CHECK_OK(s->set_share(s, 8));
     static const pcase shared[] = {
@@ -307,4 +325,46 @@ MP_TEST(gpu_tiles_shared_grid_same_bits)
     }
     mp_backend_close(t);
     mp_backend_close(s);
+}
+
+/* By default an instance sharing the GPU with two or more others leaves the
+ * products of up to 6,144 rows to cuBLAS (the tiles' many small blocks
+ * crowd the other members); the panels of 40,000 rows and more stay, and a
+ * share of two, or MOLPROP_CUDA_TILES=1, keeps the small ones on the tiles. */
+MP_TEST(gpu_tiles_shared_small_products_to_cublas)
+{
+    MP_NEED_GPU();
+    mp_backend *d = NULL, *f = NULL;
+    CHECK_OK(open_tiles(&d, NULL));
+    CHECK_OK(open_tiles(&f, "1"));
+    static const pcase small = { 0, 0, 2502, 300, 300, 0.0, MP_ST_BF16, 2 };
+    static const pcase panel = { 0, 0, 44001, 300, 300, 0.0, MP_ST_BF16, 2 };
+    bufs xd, xf, xp;
+    CHECK(make_bufs(d, &small, 3, &xd) && make_bufs(f, &small, 3, &xf) &&
+          make_bufs(d, &panel, 4, &xp));
+    const int shares[] = { 1, 2, 3, 5 };
+    for (size_t i = 0; i < sizeof shares / sizeof shares[0]; i++) {
+        const int n = shares[i];
+        CHECK_OK(d->set_share(d, n));
+        CHECK_OK(f->set_share(f, n));
+        long cd = mp_backend_cuda_tile_calls(d), cf = mp_backend_cuda_tile_calls(f);
+        run_case(d, &small, &xd, 0, small.m);
+        run_case(f, &small, &xf, 0, small.m);
+        CHECK_MSG(mp_backend_cuda_tile_calls(d) - cd == (n > 2 ? 0 : kernel_calls(d, &small)),
+                  "share %d: the small product %s the tiles", n, n > 2 ? "went to" : "missed");
+        CHECK_MSG(mp_backend_cuda_tile_calls(f) - cf == kernel_calls(f, &small),
+                  "share %d, MOLPROP_CUDA_TILES=1: the small product missed the tiles", n);
+        cd = mp_backend_cuda_tile_calls(d);
+        run_case(d, &panel, &xp, 0, panel.m);
+        if (kernel_calls(d, &panel) > 0)   /* an sm_90 device: the panels */
+            CHECK_MSG(mp_backend_cuda_tile_calls(d) - cd == kernel_calls(d, &panel),
+                      "share %d: the panel product missed the panels", n);
+    }
+    free_bufs(d, &xd);
+    free_bufs(f, &xf);
+    free_bufs(d, &xp);
+    CHECK_OK(d->sync(d));
+    CHECK_OK(f->sync(f));
+    mp_backend_close(d);
+    mp_backend_close(f);
 }

@@ -99,7 +99,10 @@ typedef struct {
     cublasHandle_t lane_blas[2];
     cublasLtHandle_t lt;         /* gemm_res_relu's fused epilogue; shares blas_ws */
     float         *scratch;
-    int            tiles;        /* 1: bf16 products of few rows on tiles_cuda.cu's kernel */
+    int            tiles;        /* tiles_cuda.cu's kernels for bf16 products: 0 never
+                                  * (MOLPROP_CUDA_TILES=0), 2 always (=1), 1 (default)
+                                  * but for the small ones under a share > 2 */
+    int            share;        /* set_share's n: instances side by side (1: alone) */
     int            wgmma;        /* 1: the device is sm_90 (tiles_cuda.cu's panels) */
     long           tile_calls;   /* products queued on it (mp_backend_cuda_tile_calls) */
     mp_precision   prec;

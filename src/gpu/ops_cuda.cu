@@ -277,6 +277,7 @@ static mp_status cu_set_share(mp_backend *b, int n)
 {
     if (n < 1)
         return mp_error_set(MP_ERR_ARG, "cuda backend: a share of the GPU for %d instances", n);
+    CTX(b)->share = n;
     int sm = CTX(b)->sm_count, t = 2 * sm / n;
     return mp_backend_cuda_set_sm_target(b, n <= 2 || t >= sm ? 0 : (t > 0 ? t : 1));
 }
@@ -366,10 +367,12 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     if (!BLAS_OK(c, mp_blas.cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE_BYTES)) ||
         !BLAS_OK(c, mp_blas.cublasSetWorkspace(c->blas2, c->blas_ws2, BLAS_WORKSPACE_BYTES)))
         return open_fail(b, MP_ERR_INTERNAL);
-    /* the small bf16 products on tiles_cuda.cu's kernel unless
-     * MOLPROP_CUDA_TILES=0 (cuBLAS for every product: for comparisons) */
+    /* the bf16 products on tiles_cuda.cu's kernels: MOLPROP_CUDA_TILES=0
+     * never (cuBLAS for every product: for comparisons), =1 always, else
+     * as tiles_cuda.cu's takes() says */
     const char *tiles = getenv("MOLPROP_CUDA_TILES");
-    c->tiles = !(tiles && !strcmp(tiles, "0"));
+    c->tiles = tiles && !strcmp(tiles, "0") ? 0 : tiles && !strcmp(tiles, "1") ? 2 : 1;
+    c->share = 1;
 
     b->dtype = MP_F32;
     b->esize = sizeof(float);

@@ -440,11 +440,18 @@ static void launch_cfg(gpu_ctx *c, int lane, const tile_args &p)
 /* Whether the tiles take a product of these sizes and operands (bf16 A
  * and B checked by the callers): A not transposed, few rows, 4-element
  * groups (A's along k, B's along n or k) aligned to 8 bytes, pairs of C
- * aligned. */
+ * aligned.  An instance sharing the GPU with two or more others (set_share
+ * n > 2: an ensemble's members side by side) leaves the products of up to
+ * TILE_MAX_ROWS rows to cuBLAS unless MOLPROP_CUDA_TILES=1: the tiles'
+ * hundreds of small blocks a product crowd the other members' kernels,
+ * where cuBLAS's 100-160 larger ones do not (five members at batch 50
+ * trained 7% faster on cuBLAS, bench/RESULTS.md). */
 static int takes(const gpu_ctx *c, int ta, int tb, int m, int n, int k, const void *a, int lda,
                  const void *b, int ldb, const void *cm, int ldc, mp_stype c_st)
 {
     if (!c->tiles || ta || m <= 0 || n <= 0 || k <= 0)
+        return 0;
+    if (c->tiles == 1 && c->share > 2 && m <= TILE_MAX_ROWS)
         return 0;
     /* past TILE_MAX_ROWS only the panels: sm_90, PANEL_MIN_ROWS rows or
      * more, n in (PANEL_NH, PANEL_N] (a smaller n would leave half of each
