@@ -507,9 +507,10 @@ struct mp_backend {
     /* This instance is one of n that run side by side on one device (an
      * ensemble's members): the backend may size its work for a share of
      * the device (cuda: its products' algorithms are chosen for 2/n of
-     * the SMs, all of them for n <= 2).  The results are a function of n,
-     * so instances whose results must agree take the same n; n = 1, the
-     * default, is the whole device.  MP_ERR_ARG for n < 1. */
+     * the SMs, all of them for n <= 2, and for n > 2 its small bf16
+     * products run on cuBLAS, not the tile kernel).  The results are a
+     * function of n, so instances whose results must agree take the same
+     * n; n = 1, the default, is the whole device.  MP_ERR_ARG for n < 1. */
     mp_status (*set_share)(mp_backend *b, int n);
 
     /* ---- capture (optional: NULL where ops cannot be recorded) -------- */
