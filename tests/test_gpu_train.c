@@ -415,6 +415,62 @@ MP_TEST(gpu_train_cuda_50_steps_match_cpu)
     mp_free(pg2);
 }
 
+/* Programmatic dependent launch (cuda_ctx.cuh launch()) changes when a
+ * kernel may start, never what it computes: 30 steps with it (the default
+ * on sm_90, every kernel but the panels; MOLPROP_CUDA_PDL=2, all) and with
+ * MOLPROP_CUDA_PDL=0 give the same losses and model bit for bit, in bf16
+ * and fp32, as one graph replayed and as ops issued per step.  A kernel
+ * reading before its wait would race its predecessor. */
+static mp_status run_steps_pdl(const char *value, const char *backend, int mode, int n_steps,
+                               double *losses, float **params, size_t *n_params)
+{
+    const char *was = getenv("MOLPROP_CUDA_PDL");
+    char *keep = was ? mp_strdup(was) : NULL;
+    if (value)
+        setenv("MOLPROP_CUDA_PDL", value, 1);
+    else
+        unsetenv("MOLPROP_CUDA_PDL");
+    mp_status st = run_steps(backend, mode, 300, n_steps, losses, params, n_params);
+    if (keep)
+        setenv("MOLPROP_CUDA_PDL", keep, 1);
+    else
+        unsetenv("MOLPROP_CUDA_PDL");
+    mp_free(keep);
+    return st;
+}
+
+MP_TEST(gpu_train_dependent_launch_same_bits)
+{
+    MP_NEED_GPU();
+    mp_backend *b = NULL;
+    CHECK_OK(mp_backend_open(&b, "cuda:bf16"));
+    int sm90 = mp_backend_cuda_sm_count(b) > 0 && strstr(mp_backend_cuda_info(b), ", sm_9") != NULL;
+    CHECK_MSG(!sm90 || strstr(mp_backend_cuda_info(b), "dependent launch") != NULL, "info: %s",
+              mp_backend_cuda_info(b));
+    mp_backend_close(b);
+    enum { S = 30 };
+    static const char *backends[] = { "cuda:bf16", "cuda:fp32" };
+    static const char *values[] = { NULL, "2" };
+    for (int i = 0; i < 2; i++)
+        for (int v = 0; v < 2; v++)
+            for (int mode = 1; mode <= 2; mode++) {
+                double lp[S], lq[S];
+                float *pp = NULL, *pq = NULL;
+                size_t np = 0, nq = 0;
+                CHECK_OK(run_steps_pdl(values[v], backends[i], mode, S, lp, &pp, &np));
+                CHECK_OK(run_steps_pdl("0", backends[i], mode, S, lq, &pq, &nq));
+                CHECK_EQ_INT(np, nq);
+                CHECK_MSG(memcmp(lp, lq, sizeof lp) == 0 &&
+                              memcmp(pp, pq, np * sizeof(float)) == 0,
+                          "%s, %s, MOLPROP_CUDA_PDL=%s: the losses or the model differ with =0",
+                          backends[i], mode == 2 ? "graph replay" : "ops per step",
+                          values[v] ? values[v] : "(default)");
+                CHECK(lp[S - 1] < lp[0]);
+                mp_free(pp);
+                mp_free(pq);
+            }
+}
+
 /* ===================================================================== */
 /* The trainer                                                            */
 /* ===================================================================== */

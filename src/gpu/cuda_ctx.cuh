@@ -104,6 +104,8 @@ typedef struct {
                                   * but for the small ones under a share > 2 */
     int            share;        /* set_share's n: instances side by side (1: alone) */
     int            wgmma;        /* 1: the device is sm_90 (tiles_cuda.cu's panels) */
+    int            pdl;          /* programmatic dependent launch: 0 off, 1 all
+                                  * but the panels, 2 all (launch_dep(), below) */
     long           tile_calls;   /* products queued on it (mp_backend_cuda_tile_calls) */
     mp_precision   prec;
     int            sm_count;
@@ -242,6 +244,63 @@ static inline int alv(const void *p, mp_stype st)
 }
 static inline int al16(const void *p) { return alv(p, MP_ST_ELEM); }
 
+/*
+ * Programmatic dependent launch (sm_90).  launch() queues a kernel so that
+ * it may be scheduled before the kernel ahead of it on the stream has
+ * finished: its launch and the start of its blocks overlap the tail of the
+ * one before.  At batch 50 a step is a chain of ~50 kernels of a few
+ * microseconds each, and this took a graph-replayed bf16 step on an H100
+ * from 250 to 230 us (bench/RESULTS.md, "Programmatic dependent launch").
+ * Every kernel of ours therefore opens with pdl_enter(), which waits until
+ * the kernel before it has completed and its writes are visible
+ * (griddepcontrol.wait).  None of ours triggers its dependants early
+ * (griddepcontrol.launch_dependents): that was measured slower, for the
+ * dependants' blocks then hold SM slots while they wait.  Completion stays
+ * transitive: a kernel completes after its wait.  cuBLAS's kernels are
+ * launched plainly and wait for whatever precedes them.
+ *
+ * c->pdl: 0 off (MOLPROP_CUDA_PDL=0 at open, or before sm_90); 1 (the
+ * default) every kernel but the wgmma panels (tiles_cuda.cu), whose blocks
+ * each take a whole SM's shared memory: queued early, a step of batch 1024
+ * or 4096, where they run, was 4% slower; 2 every kernel
+ * (MOLPROP_CUDA_PDL=2, for comparisons).  A kernel without pdl_enter()
+ * must not be queued with launch().
+ */
+__device__ __forceinline__ void pdl_enter(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Queues k<<<grid, block, smem, s>>>(args), as a dependent launch when
+ * c->pdl is 2, or 1 and dep; a failure is left to cudaGetLastError (the
+ * callers' LAUNCHED). */
+template <typename... P, typename... A>
+static inline void launch_dep(const gpu_ctx *c, int dep, cudaStream_t s, void (*k)(P...),
+                              dim3 grid, dim3 block, size_t smem, A... args)
+{
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = c->pdl == 2 || (c->pdl == 1 && dep);
+    (void)cudaLaunchKernelEx(&cfg, k, ((P)args)...);
+}
+
+/* launch_dep for every kernel but the panels. */
+template <typename... P, typename... A>
+static inline void launch(const gpu_ctx *c, cudaStream_t s, void (*k)(P...), dim3 grid, dim3 block,
+                          size_t smem, A... args)
+{
+    launch_dep(c, 1, s, k, grid, block, smem, args...);
+}
+
 /* Launches k4 (the kernel's V = 4 form) when v4, else k1 (V = 1), over
  * rows x (cols / V) items of one thread each, on the backend's stream. */
 template <typename... P, typename... A>
@@ -251,9 +310,9 @@ static inline void launch_rows(gpu_ctx *c, int v4, size_t rows, size_t cols, voi
     size_t items = rows * (cols / (v4 ? 4 : 1));
     unsigned grid = grid_for(c, items, THREADS);
     if (v4)
-        k4<<<grid, THREADS, 0, c->stream>>>(args...);
+        launch(c, c->stream, k4, grid, THREADS, 0, args...);
     else
-        k1<<<grid, THREADS, 0, c->stream>>>(args...);
+        launch(c, c->stream, k1, grid, THREADS, 0, args...);
 }
 
 /* Warp-per-row kernels: global warp index and warp count. */

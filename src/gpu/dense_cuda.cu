@@ -26,6 +26,7 @@
 template <typename T>
 __global__ void k_scale_rows(T *c, int ldc, int m, int n, float beta)
 {
+    pdl_enter();
     for (int64_t i = warp_id(); i < m; i += warp_count()) {
         T *row = c + (size_t)i * ldc;
         for (int j = lane_id(); j < n; j += 32) {
@@ -69,7 +70,7 @@ void mp_cu_gemm_on(gpu_ctx *c, int lane, const mp_gemm *g)
         }
         unsigned grid = grid_for(c, (size_t)m, ROWS_PER_BLOCK);
         WITH_T(g->c_st, T,
-            k_scale_rows<T><<<grid, THREADS, 0, c->lane_stream[lane]>>>((T *)g->c, g->ldc, m, n,
+            launch(c, c->lane_stream[lane], k_scale_rows<T>, grid, THREADS, 0, (T *)g->c, g->ldc, m, n,
                                                                         (float)g->beta));
         LAUNCHED(c, "k_scale_rows");
         return;

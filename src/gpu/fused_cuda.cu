@@ -118,6 +118,7 @@ k_message_update(TR *__restrict__ out, const TR *__restrict__ r, const float *__
                  const int32_t *__restrict__ edge_src, const TM *__restrict__ m,
                  const bf16 *__restrict__ w, int32_t n_edges, int h)
 {
+    pdl_enter();
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *const A = (bf16 *)(smem + FM_STAGES * FM_STAGE_BYTES);
     const int64_t e0 = (int64_t)blockIdx.x * FM_BM;
@@ -217,7 +218,7 @@ static void launch_update(gpu_ctx *c, void *out, const void *r, const float *s,
                           int32_t n_edges, int h)
 {
     dim3 grid((unsigned)((n_edges + FM_BM - 1) / FM_BM), (unsigned)((h + FM_BN - 1) / FM_BN));
-    k_message_update<TM, TR, RELU><<<grid, THREADS, FM_SMEM_BYTES, c->stream>>>(
+    launch(c, c->stream, k_message_update<TM, TR, RELU>, grid, THREADS, FM_SMEM_BYTES,
         (TR *)out, (const TR *)r, s, edge_src, (const TM *)m, (const bf16 *)w, n_edges, h);
 }
 

@@ -113,7 +113,9 @@ mp_status mp_backend_cuda_open_name(mp_backend **out, const char *name);
 
 /*
  * One line for logs, e.g. "NVIDIA H200, sm_90, 132 SMs, 139.8 GiB, L2 60 MiB,
- * driver 13.0, runtime 13.0, gemm tf32".  Valid until the backend is closed.
+ * driver 13.0, runtime 13.0, gemm tf32, dependent launch" (the last part
+ * when kernels are queued with programmatic dependent launch: sm_90 on,
+ * unless MOLPROP_CUDA_PDL=0 at open).  Valid until the backend is closed.
  * "" for a backend that is not a cuda one.
  */
 const char *mp_backend_cuda_info(const mp_backend *b);

@@ -189,6 +189,7 @@ __global__ void k_relu_dropout(T *y, const T *x, size_t n, uint32_t thr, float s
                                uint64_t key, const uint64_t *keys, const int32_t *k_dev,
                                int stride)
 {
+    pdl_enter();
     if (keys)
         key = keys[(size_t)k_dev[0] * (size_t)stride];
     const size_t nvec = n / V;
@@ -208,6 +209,7 @@ template <int V, typename TY, typename TO, bool COPY>
 __global__ void k_relu_dropout_backward(float *dx, TO *__restrict__ dxo, const TY *y,
                                         const float *dy, size_t n, float scale, int scaled)
 {
+    pdl_enter();
     const size_t nvec = n / V;
     for (size_t t = gtid(); t < nvec; t += gstride()) {
         fv<V> yv = ldv<V>(y + t * V), g = ldv<V>(dy + t * V);
@@ -233,6 +235,7 @@ template <int V, typename TO, typename TI>
 __global__ void k_copy2d(TO *__restrict__ dst, int ldd, const TI *__restrict__ src, int lds,
                          int32_t n_rows, int n_cols)
 {
+    pdl_enter();
     for_rows<V>(n_rows, n_cols, [&](int64_t r, int j) {
         stv<V>(dst + (size_t)r * ldd + j, ldv<V>(src + (size_t)r * lds + j));
     });
@@ -244,6 +247,7 @@ __global__ void k_dropout2d(float *y, const float *x, int32_t n_rows, int n_cols
                             uint32_t thr, float scale, uint64_t key, const uint64_t *keys,
                             const int32_t *k_dev, int stride)
 {
+    pdl_enter();
     if (keys)
         key = keys[(size_t)k_dev[0] * (size_t)stride];
     for (int64_t i = warp_id(); i < n_rows; i += warp_count())
@@ -263,6 +267,7 @@ __global__ void k_atom_embed(float *__restrict__ out, const int16_t *__restrict_
                              const float *__restrict__ mass, const float *__restrict__ w,
                              const float *__restrict__ bias, int32_t n_atoms, int h, int mass_row)
 {
+    pdl_enter();
     for_rows<V>(n_atoms, h, [&](int64_t v, int j) {
         fv<V> acc = bias ? ldv<V>(bias + j) : fv_zero<V>();
 #pragma unroll
@@ -288,6 +293,7 @@ __global__ void k_edge_embed(TO *__restrict__ h0, TO *__restrict__ m0,
                              const int8_t *__restrict__ bond_hot, const float *__restrict__ a,
                              const float *__restrict__ wb, int32_t n_edges, int h)
 {
+    pdl_enter();
     for_rows<V>(n_edges, h, [&](int64_t e, int j) {
         fv<V> acc = ldv<V>(a + (size_t)edge_src[e] * h + j);
 #pragma unroll
@@ -313,6 +319,7 @@ __global__ void k_segment_sum(TO *__restrict__ out, const int32_t *__restrict__ 
                               const int32_t *__restrict__ in_edge, const TX *__restrict__ x,
                               int32_t n_atoms, int h, int32_t flip)
 {
+    pdl_enter();
     for_rows<V>(n_atoms, h, [&](int64_t v, int j) {
         const int32_t k0 = in_start[v], k1 = in_start[v + 1];
         fv<V> acc = fv_zero<V>();
@@ -341,6 +348,7 @@ __global__ void k_gather_sub_rev(TO *__restrict__ out, float *__restrict__ dh0,
                                  const TX *__restrict__ x, const TY *__restrict__ y,
                                  int32_t n_edges, int h, float scale, int scaled)
 {
+    pdl_enter();
     for_rows<V>(n_edges, h, [&](int64_t e, int j) {
         const size_t o = (size_t)e * h + j;
         fv<V> a = ldv<V>(s + (size_t)idx[e] * h + j);
@@ -374,6 +382,7 @@ __global__ void k_gather_rows(float *__restrict__ out, TO *__restrict__ outo,
                               const TY *__restrict__ y, int32_t n_rows, int h, float scale,
                               int scaled)
 {
+    pdl_enter();
     for_rows<V>(n_rows, h, [&](int64_t e, int j) {
         const size_t o = (size_t)e * h + j;
         fv<V> g = ldv<V>(x + (size_t)idx[e] * h + j);
@@ -408,6 +417,7 @@ __global__ void k_message_by_atom(float *__restrict__ msg, const int32_t *__rest
                                   const int32_t *__restrict__ in_edge,
                                   const float *__restrict__ m, int32_t n_atoms, int h)
 {
+    pdl_enter();
     for_rows<V>(n_atoms, h, [&](int64_t v, int j) {
         const int32_t k0 = in_start[v], deg = in_start[v + 1] - k0;
         fv<V> acc = fv_zero<V>(), keep[MD_CACHE];
@@ -461,6 +471,7 @@ template <int V>
 __global__ void k_pool(float *__restrict__ out, int ldo, const int32_t *__restrict__ mol_atom,
                        const float *__restrict__ x, int32_t n_mols, int h, int agg, float inv_norm)
 {
+    pdl_enter();
     for_rows<V>(n_mols, h, [&](int64_t i, int j) {
         const int32_t a0 = mol_atom[i], a1 = mol_atom[i + 1];
         fv<V> acc = fv_zero<V>();
@@ -493,6 +504,7 @@ __global__ void k_pool_backward(float *__restrict__ dx, const int32_t *__restric
                                 const float *__restrict__ dout, int ldo, int32_t n_mols, int h,
                                 int agg, float inv_norm)
 {
+    pdl_enter();
     for_rows<V>(n_mols, h, [&](int64_t i, int j) {
         const int32_t a0 = mol_atom[i], a1 = mol_atom[i + 1];
         if (a1 == a0)

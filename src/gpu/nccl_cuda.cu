@@ -58,6 +58,7 @@ static thread_local rank_comm g_rc;
 __global__ void ordered_sum(float *__restrict__ out, const float *__restrict__ all,
                             const float *__restrict__ w, size_t n, int ranks)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         /* __fmul_rn / __fadd_rn: rounded separately, never fused (the
@@ -122,7 +123,7 @@ static mp_status cu_rank_sum(mp_backend *b, void *buf, size_t n, const float *w)
     if (r != ncclSuccess)
         return nccl_fail("ncclAllGather", r);
     if (n > 0) {
-        ordered_sum<<<grid_for(c, n, 256), 256, 0, c->stream>>>((float *)buf, g_gather, g_w, n, k);
+        launch(c, c->stream, ordered_sum, grid_for(c, n, 256), 256, 0, (float *)buf, g_gather, g_w, n, k);
         if (!LAUNCHED(c, "ordered_sum"))
             return report(c);
     }

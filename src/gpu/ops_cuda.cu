@@ -25,6 +25,7 @@
 /* A plain device copy in 16-byte units (cu_copy of aligned buffers). */
 __global__ void k_copy16(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n16)
 {
+    pdl_enter();
     for (size_t t = gtid(); t < n16; t += gstride())
         dst[t] = src[t];
 }
@@ -137,7 +138,7 @@ static void cu_copy(mp_backend *b, void *dst, const void *src, size_t bytes)
     if (al16(dst) && al16(src) && bytes % 16 == 0) {
         /* A kernel: a memcpy node costs more than a kernel node in a graph,
          * and 16-byte accesses run at the copy bandwidth. */
-        k_copy16<<<grid_for(c, bytes / 16, THREADS), THREADS, 0, c->stream>>>(
+        launch(c, c->stream, k_copy16, grid_for(c, bytes / 16, THREADS), THREADS, 0,
             (uint4 *)dst, (const uint4 *)src, bytes / 16);
         LAUNCHED(c, "k_copy16");
         return;
@@ -323,15 +324,21 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
         return open_fail(b, MP_ERR_INTERNAL);
     c->sm_count = prop.multiProcessorCount;
     c->wgmma = prop.major == 9 && prop.minor == 0;
+    /* programmatic dependent launch (cuda_ctx.cuh launch()) from sm_90 on;
+     * MOLPROP_CUDA_PDL=0 queues every kernel plainly, =2 every kernel with
+     * it (for comparisons) */
+    const char *pdl = getenv("MOLPROP_CUDA_PDL");
+    c->pdl = prop.major < 9 ? 0 : !pdl ? 1 : !strcmp(pdl, "0") ? 0 : !strcmp(pdl, "2") ? 2 : 1;
     c->mem_total = prop.totalGlobalMem;
     int drv = 0, rt = 0;
     (void)cudaDriverGetVersion(&drv);
     (void)cudaRuntimeGetVersion(&rt);
     snprintf(c->info, sizeof c->info,
-             "%.200s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB, driver %d.%d, runtime %d.%d, gemm %s",
+             "%.200s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB, driver %d.%d, runtime %d.%d, gemm %s%s",
              prop.name, prop.major, prop.minor, prop.multiProcessorCount,
              prop.totalGlobalMem / 1073741824.0, prop.l2CacheSize >> 20, drv / 1000,
-             drv % 1000 / 10, rt / 1000, rt % 1000 / 10, mp_precision_name(prec));
+             drv % 1000 / 10, rt / 1000, rt % 1000 / 10, mp_precision_name(prec),
+             c->pdl ? ", dependent launch" : "");
 
     /* the handles, under the capture gate: cuBLAS allocates (and may
      * synchronize) as it makes them */

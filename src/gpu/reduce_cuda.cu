@@ -29,6 +29,7 @@ __global__ void k_adam(float *__restrict__ p, float *__restrict__ m, float *__re
                        const float *__restrict__ sched, const int32_t *__restrict__ k_dev,
                        float b1, float b2, float c1, float c2, float eps, float wd)
 {
+    pdl_enter();
     if (sched) {
         size_t k = (size_t)*k_dev;
         step = sched[2 * k];
@@ -48,6 +49,7 @@ __global__ void k_adam(float *__restrict__ p, float *__restrict__ m, float *__re
 
 __global__ void k_step_end(int32_t *k_dev, float *losses, const float *loss)
 {
+    pdl_enter();
     int32_t k = *k_dev;
     losses[k] = loss[0];
     *k_dev = k + 1;
@@ -61,6 +63,7 @@ __global__ void k_step_end(int32_t *k_dev, float *losses, const float *loss)
 __global__ void k_col_sum_chunks(float *dst, int direct, const float *x, int ldx, int32_t n_rows,
                                  int n_cols, int32_t rows_per_chunk)
 {
+    pdl_enter();
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n_cols)
         return;
@@ -93,6 +96,7 @@ __global__ void k_col_sum_chunks(float *dst, int direct, const float *x, int ldx
 
 __global__ void k_sum_chunks_seq(float *dst, const float *part, int32_t n_chunks, size_t width)
 {
+    pdl_enter();
     for (size_t i = gtid(); i < width; i += gstride()) {
         float s = 0.0f;
 #pragma unroll 8
@@ -105,6 +109,7 @@ __global__ void k_sum_chunks_seq(float *dst, const float *part, int32_t n_chunks
 __global__ void __launch_bounds__(SUM_TX * SUM_TY)
 k_sum_chunks(float *dst, const float *part, int32_t n_chunks, size_t width)
 {
+    pdl_enter();
     __shared__ float red[SUM_TY][SUM_TX + 1];
     const size_t i = (size_t)blockIdx.x * SUM_TX + threadIdx.x;
     float acc = 0.0f;
@@ -190,6 +195,7 @@ __global__ void k_slot_sum_chunks(float *dst, int direct, const HT *hot, int hot
                                   const float *mass, const float *g, int32_t n_rows, int h,
                                   int n_hot, int32_t rows_per_chunk, int group)
 {
+    pdl_enter();
     typedef typename colv<CW>::T VT;
     /* acc [group + 1][32] (last: trash), gs [32][32], offs [32][NH], ms [32] */
     extern __shared__ float4 sm4[];
@@ -323,6 +329,7 @@ __global__ void __launch_bounds__(LOSS_THREADS)
 k_loss(float *loss, float *dy, const float *y, const float *target, const uint8_t *mask,
        size_t total, int bce, const float *sw, const float *tw, int n_tasks)
 {
+    pdl_enter();
     __shared__ double sum[LOSS_THREADS];
     __shared__ unsigned long long cnt[LOSS_THREADS];
     const int t = threadIdx.x;
@@ -392,13 +399,13 @@ static int32_t chunk_rows(int32_t n_rows, size_t width, int32_t *n_chunks)
 static void sum_chunks(gpu_ctx *c, float *dst, int32_t n_chunks, size_t width)
 {
     if (n_chunks <= SUM_SEQ_MAX) {
-        k_sum_chunks_seq<<<grid_for(c, width, THREADS), THREADS, 0, c->stream>>>(
+        launch(c, c->stream, k_sum_chunks_seq, grid_for(c, width, THREADS), THREADS, 0,
             dst, c->scratch, n_chunks, width);
         LAUNCHED(c, "k_sum_chunks_seq");
         return;
     }
     dim3 block(SUM_TX, SUM_TY);
-    k_sum_chunks<<<(unsigned)((width + SUM_TX - 1) / SUM_TX), block, 0, c->stream>>>(
+    launch(c, c->stream, k_sum_chunks, (unsigned)((width + SUM_TX - 1) / SUM_TX), block, 0,
         dst, c->scratch, n_chunks, width);
     LAUNCHED(c, "k_sum_chunks");
 }
@@ -412,7 +419,7 @@ static void cu_col_sum(mp_backend *b, void *dst, const void *x, int ldx, int32_t
     int32_t nch, rows = chunk_rows(n_rows, (size_t)n_cols, &nch);
     dim3 grid((unsigned)((n_cols + 127) / 128), (unsigned)nch);
     int direct = nch == 1;
-    k_col_sum_chunks<<<grid, 128, 0, c->stream>>>(direct ? (float *)dst : c->scratch, direct,
+    launch(c, c->stream, k_col_sum_chunks, grid, 128, 0, direct ? (float *)dst : c->scratch, direct,
                                                   (const float *)x, ldx, n_rows, n_cols, rows);
     if (LAUNCHED(c, "k_col_sum_chunks") && !direct)
         sum_chunks(c, (float *)dst, nch, (size_t)n_cols);
@@ -442,7 +449,7 @@ static void slot_launch(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, con
     dim3 grid((unsigned)((h + 32 * CW - 1) / (32 * CW)), (unsigned)nch, (unsigned)n_groups);
     const size_t smem = ((size_t)(group + 1) * 32 + (size_t)SLOT_ROWS * 32) * CW * sizeof(float) +
                         (size_t)SLOT_ROWS * (NH + 1) * sizeof(int);
-    k_slot_sum_chunks<HT, NH, CW, PAIR><<<grid, 32, smem, c->stream>>>(
+    launch(c, c->stream, k_slot_sum_chunks<HT, NH, CW, PAIR>, grid, 32, smem,
         direct ? dw : c->scratch, direct, hot, hot_shift, mass, g, n_rows, h, n_hot, rows, group);
     if (cuda_ok(c, cudaGetLastError(), name, __FILE__, __LINE__) && !direct)
         sum_chunks(c, dw, nch, width);
@@ -510,7 +517,7 @@ static void cu_loss(mp_backend *b, void *loss, void *dy, const void *y, const vo
     int n_tasks = spec->n_tasks;
     size_t total = n > 0 && n_tasks > 0 ? (size_t)n * n_tasks : 0;
     /* Always launched, so the loss is written (0) even for an empty batch. */
-    k_loss<<<1, LOSS_THREADS, 0, c->stream>>>((float *)loss, (float *)dy, (const float *)y,
+    launch(c, c->stream, k_loss, 1, LOSS_THREADS, 0, (float *)loss, (float *)dy, (const float *)y,
                                               (const float *)target, mask, total,
                                               spec->kind == MP_LOSS_BCE,
                                               (const float *)spec->sample_weight,
@@ -528,7 +535,7 @@ static void cu_adam(mp_backend *b, void *p, void *m, void *v, const void *g, siz
     /* The step's scalars in double on the host, then fp32, as the cpu
      * backend does. */
     double bc1 = 1 - pow(beta1, (double)t), bc2 = 1 - pow(beta2, (double)t);
-    k_adam<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_adam, grid_for(c, n, THREADS), THREADS, 0,
         (float *)p, (float *)m, (float *)v, (const float *)g, n, (float)(lr / bc1),
         (float)sqrt(bc2), NULL, NULL, (float)beta1, (float)beta2, (float)(1 - beta1),
         (float)(1 - beta2), (float)eps, (float)weight_decay);
@@ -547,7 +554,7 @@ static void cu_adam_sched(mp_backend *b, void *p, void *m, void *v, const void *
     size_t blocks = (n + THREADS - 1) / THREADS;
     if (blocks > 4096)
         blocks = 4096;
-    k_adam<<<(unsigned)blocks, THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_adam, (unsigned)blocks, THREADS, 0,
         (float *)p, (float *)m, (float *)v, (const float *)g, n, 0.0f, 1.0f, sched, k_dev,
         (float)beta1, (float)beta2, (float)(1 - beta1), (float)(1 - beta2), (float)eps,
         (float)weight_decay);
@@ -559,7 +566,7 @@ static void cu_step_end(mp_backend *b, int32_t *k_dev, void *losses, const void 
     gpu_ctx *c = CTX(b);
     if (!usable(c))
         return;
-    k_step_end<<<1, 1, 0, c->stream>>>(k_dev, (float *)losses, (const float *)loss);
+    launch(c, c->stream, k_step_end, 1, 1, 0, k_dev, (float *)losses, (const float *)loss);
     LAUNCHED(c, "k_step_end");
 }
 

@@ -100,7 +100,7 @@ static void cu_dropout(mp_backend *b, void *y, const void *x, int32_t n_rows, in
         return;
     uint32_t thr = mp_dropout_threshold(p);
     float scale = !thr ? 1.0f : p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-    k_dropout2d<<<grid_for(c, (size_t)n_rows, ROWS_PER_BLOCK), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_dropout2d, grid_for(c, (size_t)n_rows, ROWS_PER_BLOCK), THREADS, 0,
         (float *)y, (const float *)x, n_rows, n_cols, ld, thr, scale, key.value, key.keys,
         key.k_dev, key.stride);
     LAUNCHED(c, "k_dropout2d");

@@ -198,6 +198,7 @@ __device__ __forceinline__ void tile(const tile_args &p, int m0, int n0, bf16 *s
 template <class CFG, bool TB, typename TC, int EPI>
 __global__ void __launch_bounds__(CFG::NT) k_tile_gemm(tile_args p)
 {
+    pdl_enter();
     __shared__ __align__(16) bf16 sm[tile_smem<CFG, TB>::ELEMS];
     const int tx = (p.m + CFG::BM - 1) / CFG::BM, tiles = tx * ((p.n + CFG::BN - 1) / CFG::BN);
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -238,6 +239,7 @@ __global__ void __launch_bounds__(CFG::NT) k_tile_gemm(tile_args p)
 template <bool TB, typename TC, int EPI>
 __global__ void __launch_bounds__(PANEL_NT, 1) k_panel_gemm(tile_args p)
 {
+    pdl_enter();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) bf16 smp[];
     const int S = (p.k + PANEL_BK - 1) / PANEL_BK, kp = S * PANEL_BK, KC = kp / 8;
@@ -406,7 +408,9 @@ static void launch_panel(gpu_ctx *c, int lane, const tile_args &p)
     int grid = c->sm_target > 0 ? c->sm_target : c->sm_count;
     if (grid > pairs)
         grid = pairs;
-    k_panel_gemm<TB, TC, EPI><<<grid, PANEL_NT, bytes, c->lane_stream[lane]>>>(p);
+    /* plainly, but under MOLPROP_CUDA_PDL=2: a panel's blocks each take
+     * a whole SM's shared memory (cuda_ctx.cuh, launch_dep) */
+    launch_dep(c, 0, c->lane_stream[lane], k_panel_gemm<TB, TC, EPI>, grid, PANEL_NT, bytes, p);
     LAUNCHED(c, "k_panel_gemm");
     c->tile_calls++;
 }
@@ -421,7 +425,7 @@ static void launch(gpu_ctx *c, int lane, const tile_args &p)
     /* set_share: a grid for the SMs the backend is sized for */
     if (c->sm_target > 0 && grid > TILE_SHARED_BLOCKS_PER_SM * c->sm_target)
         grid = TILE_SHARED_BLOCKS_PER_SM * c->sm_target;
-    k_tile_gemm<CFG, TB, TC, EPI><<<grid, CFG::NT, 0, c->lane_stream[lane]>>>(p);
+    launch(c, c->lane_stream[lane], k_tile_gemm<CFG, TB, TC, EPI>, grid, CFG::NT, 0, p);
     LAUNCHED(c, "k_tile_gemm");
     c->tile_calls++;
 }

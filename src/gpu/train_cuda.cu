@@ -37,6 +37,7 @@ template <typename T> __device__ __forceinline__ void block_sum(T *v, int t)
 
 __global__ void k_act(float *y, const float *x, size_t n, int kind, const float *param)
 {
+    pdl_enter();
     float a = kind == MP_ACT_PRELU ? param[0] : 0.0f;
     for (size_t i = gtid(); i < n; i += gstride())
         y[i] = mp_act_f_float(kind, x[i], a);
@@ -45,6 +46,7 @@ __global__ void k_act(float *y, const float *x, size_t n, int kind, const float 
 __global__ void k_act_backward(float *dx, const float *x, const float *dy, size_t n, int kind,
                                const float *param, int accumulate)
 {
+    pdl_enter();
     float a = kind == MP_ACT_PRELU ? param[0] : 0.0f;
     for (size_t i = gtid(); i < n; i += gstride()) {
         float v = mp_act_d_float(kind, x[i], a) * dy[i];
@@ -57,6 +59,7 @@ __global__ void k_act_backward(float *dx, const float *x, const float *dy, size_
 __global__ void __launch_bounds__(RED_THREADS)
 k_prelu_grad(float *dparam, const float *x, const float *dy, size_t n)
 {
+    pdl_enter();
     __shared__ double s[RED_THREADS];
     const int t = threadIdx.x;
     double v = 0;
@@ -75,7 +78,7 @@ static void cu_act(mp_backend *b, void *y, const void *x, size_t n, mp_act_kind 
     gpu_ctx *c = CTX(b);
     if (!n || !usable(c))
         return;
-    k_act<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>((float *)y, (const float *)x, n,
+    launch(c, c->stream, k_act, grid_for(c, n, THREADS), THREADS, 0, (float *)y, (const float *)x, n,
                                                               (int)kind, (const float *)param);
     LAUNCHED(c, "k_act");
 }
@@ -87,11 +90,11 @@ static void cu_act_backward(mp_backend *b, void *dx, void *dparam, const void *x
     if (!n || !usable(c))
         return;
     if (kind == MP_ACT_PRELU && dparam) {
-        k_prelu_grad<<<1, RED_THREADS, 0, c->stream>>>((float *)dparam, (const float *)x,
+        launch(c, c->stream, k_prelu_grad, 1, RED_THREADS, 0, (float *)dparam, (const float *)x,
                                                        (const float *)dy, n);
         LAUNCHED(c, "k_prelu_grad");
     }
-    k_act_backward<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_act_backward, grid_for(c, n, THREADS), THREADS, 0,
         (float *)dx, (const float *)x, (const float *)dy, n, (int)kind, (const float *)param,
         accumulate);
     LAUNCHED(c, "k_act_backward");
@@ -99,6 +102,7 @@ static void cu_act_backward(mp_backend *b, void *dx, void *dparam, const void *x
 
 __global__ void k_add(float *y, const float *x, size_t n)
 {
+    pdl_enter();
     for (size_t i = gtid(); i < n; i += gstride())
         y[i] += x[i];
 }
@@ -108,7 +112,7 @@ static void cu_add(mp_backend *b, void *y, const void *x, size_t n)
     gpu_ctx *c = CTX(b);
     if (!n || !usable(c))
         return;
-    k_add<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>((float *)y, (const float *)x, n);
+    launch(c, c->stream, k_add, grid_for(c, n, THREADS), THREADS, 0, (float *)y, (const float *)x, n);
     LAUNCHED(c, "k_add");
 }
 
@@ -118,6 +122,7 @@ static void cu_add(mp_backend *b, void *y, const void *x, size_t n)
 
 __global__ void k_edge_mean(float *out, const float *m, size_t pairs, int h)
 {
+    pdl_enter();
     for (size_t i = gtid(); i < pairs * (size_t)h; i += gstride()) {
         size_t e = 2 * (i / (size_t)h), j = i % (size_t)h;
         size_t p = e * h + j, q = p + h;
@@ -133,7 +138,7 @@ static void cu_edge_mean(mp_backend *b, void *out, const void *m, int32_t n_edge
     size_t pairs = n_edges > 0 ? (size_t)n_edges / 2 : 0;
     if (!pairs || h <= 0 || !usable(c))
         return;
-    k_edge_mean<<<grid_for(c, pairs * h, THREADS), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_edge_mean, grid_for(c, pairs * h, THREADS), THREADS, 0,
         (float *)out, (const float *)m, pairs, h);
     LAUNCHED(c, "k_edge_mean");
 }
@@ -141,6 +146,7 @@ static void cu_edge_mean(mp_backend *b, void *out, const void *m, int32_t n_edge
 __global__ void k_neighbor_sum(float *out, const int32_t *in_start, const int32_t *in_edge,
                                const int32_t *edge_src, const float *x, int32_t n_atoms, int h)
 {
+    pdl_enter();
     for (size_t i = gtid(); i < (size_t)n_atoms * h; i += gstride()) {
         int32_t v = (int32_t)(i / (size_t)h);
         int j = (int)(i % (size_t)h);
@@ -158,7 +164,7 @@ static void cu_neighbor_sum(mp_backend *b, void *out, const int32_t *in_start,
     gpu_ctx *c = CTX(b);
     if (n_atoms <= 0 || h <= 0 || !usable(c))
         return;
-    k_neighbor_sum<<<grid_for(c, (size_t)n_atoms * h, THREADS), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_neighbor_sum, grid_for(c, (size_t)n_atoms * h, THREADS), THREADS, 0,
         (float *)out, in_start, in_edge, edge_src, (const float *)x, n_atoms, h);
     LAUNCHED(c, "k_neighbor_sum");
 }
@@ -171,6 +177,7 @@ static void cu_neighbor_sum(mp_backend *b, void *out, const int32_t *in_start,
 __global__ void k_attn_alpha(float *alpha, const int32_t *mol_atom, const float *score,
                              int32_t n_mols)
 {
+    pdl_enter();
     for (size_t i = gtid(); i < (size_t)n_mols; i += gstride()) {
         int32_t a0 = mol_atom[i], a1 = mol_atom[i + 1];
         float mx = -INFINITY, z = 0;
@@ -187,6 +194,7 @@ __global__ void k_attn_alpha(float *alpha, const int32_t *mol_atom, const float 
 __global__ void k_attn_sum(float *out, int ldo, const int32_t *mol_atom, const float *alpha,
                            const float *x, int32_t n_mols, int h)
 {
+    pdl_enter();
     for (size_t q = gtid(); q < (size_t)n_mols * h; q += gstride()) {
         size_t i = q / (size_t)h, j = q % (size_t)h;
         float s = 0;
@@ -202,10 +210,10 @@ static void cu_attn_pool(mp_backend *b, void *out, int ldo, void *alpha, const i
     gpu_ctx *c = CTX(b);
     if (n_mols <= 0 || h <= 0 || !usable(c))
         return;
-    k_attn_alpha<<<grid_for(c, (size_t)n_mols, THREADS), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_attn_alpha, grid_for(c, (size_t)n_mols, THREADS), THREADS, 0,
         (float *)alpha, mol_atom, (const float *)score, n_mols);
     LAUNCHED(c, "k_attn_alpha");
-    k_attn_sum<<<grid_for(c, (size_t)n_mols * h, THREADS), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_attn_sum, grid_for(c, (size_t)n_mols * h, THREADS), THREADS, 0,
         (float *)out, ldo, mol_atom, (const float *)alpha, (const float *)x, n_mols, h);
     LAUNCHED(c, "k_attn_sum");
 }
@@ -215,6 +223,7 @@ __global__ void k_attn_dscore(float *ds, const int32_t *mol_atom, const float *x
                               const float *alpha, const float *dout, int ldo, int32_t n_mols,
                               int h)
 {
+    pdl_enter();
     for (size_t i = gtid(); i < (size_t)n_mols; i += gstride()) {
         int32_t a0 = mol_atom[i], a1 = mol_atom[i + 1];
         const float *d = dout + i * ldo;
@@ -236,6 +245,7 @@ __global__ void k_attn_dscore(float *ds, const int32_t *mol_atom, const float *x
 __global__ void k_attn_dx(float *dx, const int32_t *mol_atom, const float *alpha, const float *ds,
                           const float *w, const float *dout, int ldo, int32_t n_mols, int h)
 {
+    pdl_enter();
     for (size_t q = gtid(); q < (size_t)n_mols * h; q += gstride()) {
         size_t i = q / (size_t)h, j = q % (size_t)h;
         float d = dout[i * ldo + j], wj = w[j];
@@ -251,11 +261,11 @@ static void cu_attn_pool_backward(mp_backend *b, void *dx, void *dscore, const i
     gpu_ctx *c = CTX(b);
     if (n_mols <= 0 || h <= 0 || !usable(c))
         return;
-    k_attn_dscore<<<grid_for(c, (size_t)n_mols, THREADS), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_attn_dscore, grid_for(c, (size_t)n_mols, THREADS), THREADS, 0,
         (float *)dscore, mol_atom, (const float *)x, (const float *)alpha, (const float *)dout,
         ldo, n_mols, h);
     LAUNCHED(c, "k_attn_dscore");
-    k_attn_dx<<<grid_for(c, (size_t)n_mols * h, THREADS), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_attn_dx, grid_for(c, (size_t)n_mols * h, THREADS), THREADS, 0,
         (float *)dx, mol_atom, (const float *)alpha, (const float *)dscore, (const float *)w,
         (const float *)dout, ldo, n_mols, h);
     LAUNCHED(c, "k_attn_dx");
@@ -269,6 +279,7 @@ __global__ void k_batch_norm(float *y, int ldy, float *save, const float *x, int
                              const float *gamma, const float *beta, float *run, int32_t n, int h,
                              int training, double momentum, double eps)
 {
+    pdl_enter();
     for (size_t j = gtid(); j < (size_t)h; j += gstride()) {
         double mean, var;
         if (training) {
@@ -301,6 +312,7 @@ __global__ void k_batch_norm_backward(float *dx, int ldx, float *dgamma, float *
                                       const float *dy, int ldy, const float *x, int ldx_in,
                                       const float *save, const float *gamma, int32_t n, int h)
 {
+    pdl_enter();
     for (size_t j = gtid(); j < (size_t)h; j += gstride()) {
         float mean = save[j], inv = save[h + j];
         double sd = 0, sdx = 0;
@@ -326,7 +338,7 @@ static void cu_batch_norm(mp_backend *b, void *y, int ldy, void *save, const voi
     gpu_ctx *c = CTX(b);
     if (h <= 0 || !usable(c))
         return;
-    k_batch_norm<<<grid_for(c, (size_t)h, THREADS), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_batch_norm, grid_for(c, (size_t)h, THREADS), THREADS, 0,
         (float *)y, ldy, (float *)save, (const float *)x, ldx, (const float *)gamma,
         (const float *)beta, (float *)running, n, h, training, momentum, eps);
     LAUNCHED(c, "k_batch_norm");
@@ -339,7 +351,7 @@ static void cu_batch_norm_backward(mp_backend *b, void *dx, int ldx, void *dgamm
     gpu_ctx *c = CTX(b);
     if (h <= 0 || !usable(c))
         return;
-    k_batch_norm_backward<<<grid_for(c, (size_t)h, THREADS), THREADS, 0, c->stream>>>(
+    launch(c, c->stream, k_batch_norm_backward, grid_for(c, (size_t)h, THREADS), THREADS, 0,
         (float *)dx, ldx, (float *)dgamma, (float *)dbeta, (const float *)dy, ldy,
         (const float *)x, ldx_in, (const float *)save, (const float *)gamma, n, h);
     LAUNCHED(c, "k_batch_norm_backward");
@@ -351,6 +363,7 @@ static void cu_batch_norm_backward(mp_backend *b, void *dx, int ldx, void *dgamm
 
 __global__ void __launch_bounds__(RED_THREADS) k_grad_norm(float *norm, const float *g, size_t n)
 {
+    pdl_enter();
     __shared__ double s[RED_THREADS];
     const int t = threadIdx.x;
     double v = 0;
@@ -364,6 +377,7 @@ __global__ void __launch_bounds__(RED_THREADS) k_grad_norm(float *norm, const fl
 
 __global__ void k_clip(float *g, size_t n, double max_norm, const float *norm)
 {
+    pdl_enter();
     double f = max_norm / ((double)norm[0] + 1e-6);
     float k = (float)(f < 1 ? f : 1);
     for (size_t i = gtid(); i < n; i += gstride())
@@ -375,11 +389,11 @@ static void cu_clip_norm(mp_backend *b, void *g, size_t n, double max_norm, void
     gpu_ctx *c = CTX(b);
     if (!usable(c))
         return;
-    k_grad_norm<<<1, RED_THREADS, 0, c->stream>>>((float *)norm, (const float *)g, n);
+    launch(c, c->stream, k_grad_norm, 1, RED_THREADS, 0, (float *)norm, (const float *)g, n);
     LAUNCHED(c, "k_grad_norm");
     if (!n)
         return;
-    k_clip<<<grid_for(c, n, THREADS), THREADS, 0, c->stream>>>((float *)g, n, max_norm,
+    launch(c, c->stream, k_clip, grid_for(c, n, THREADS), THREADS, 0, (float *)g, n, max_norm,
                                                                (const float *)norm);
     LAUNCHED(c, "k_clip");
 }
@@ -399,6 +413,7 @@ __global__ void __launch_bounds__(RED_THREADS)
 k_loss_elem(float *loss, float *dy, const float *y, const float *target, const uint8_t *mask,
             int32_t n, mp_loss_par par, const float *sw, const float *tw, const uint8_t *ineq)
 {
+    pdl_enter();
     __shared__ double s[RED_THREADS];
     __shared__ unsigned long long cnt[RED_THREADS];
     const int t = threadIdx.x, T = par.n_tasks, C = par.n_classes;
@@ -452,6 +467,7 @@ __global__ void __launch_bounds__(RED_THREADS)
 k_loss_spectral(float *loss, float *dy, const float *y, const float *target, const uint8_t *mask,
                 int32_t n, mp_loss_par par, const float *sw, const float *tw)
 {
+    pdl_enter();
     __shared__ double s[RED_THREADS];
     __shared__ unsigned long long cnt[RED_THREADS];
     const int t = threadIdx.x, T = par.n_tasks;
@@ -480,6 +496,7 @@ __global__ void __launch_bounds__(RED_THREADS)
 k_loss_mcc_binary(float *loss, float *dy, const float *y, const float *target,
                   const uint8_t *mask, int32_t n, int T, const float *sw, const float *tw)
 {
+    pdl_enter();
     __shared__ double s[4][RED_THREADS];
     __shared__ unsigned long long cnt[RED_THREADS];
     const int t = threadIdx.x;
@@ -532,6 +549,7 @@ __global__ void __launch_bounds__(RED_THREADS)
 k_loss_mcc_multi(float *loss, float *dy, const float *y, const float *target,
                  const uint8_t *mask, int32_t n, int T, int C, const float *sw, const float *tw)
 {
+    pdl_enter();
     const int t = threadIdx.x;
     for (size_t i = t; i < (size_t)n * T * C; i += RED_THREADS)
         dy[i] = 0.0f;
@@ -574,22 +592,22 @@ void mp_cu_loss_ext(mp_backend *b, void *loss, void *dy, const void *y, const vo
     const float *sw = (const float *)spec->sample_weight, *tw = (const float *)spec->task_weight;
     int32_t nn = n > 0 ? n : 0;
     if (spec->kind == MP_LOSS_BINARY_MCC) {
-        k_loss_mcc_binary<<<1, RED_THREADS, 0, c->stream>>>(
+        launch(c, c->stream, k_loss_mcc_binary, 1, RED_THREADS, 0,
             (float *)loss, (float *)dy, (const float *)y, (const float *)target, mask, nn,
             spec->n_tasks, sw, tw);
         LAUNCHED(c, "k_loss_mcc_binary");
     } else if (spec->kind == MP_LOSS_MULTICLASS_MCC) {
-        k_loss_mcc_multi<<<1, RED_THREADS, 0, c->stream>>>(
+        launch(c, c->stream, k_loss_mcc_multi, 1, RED_THREADS, 0,
             (float *)loss, (float *)dy, (const float *)y, (const float *)target, mask, nn,
             spec->n_tasks, spec->n_classes, sw, tw);
         LAUNCHED(c, "k_loss_mcc_multi");
     } else if (mp_loss_is_spectral(spec->kind)) {
-        k_loss_spectral<<<1, RED_THREADS, 0, c->stream>>>(
+        launch(c, c->stream, k_loss_spectral, 1, RED_THREADS, 0,
             (float *)loss, (float *)dy, (const float *)y, (const float *)target, mask, nn,
             mp_loss_par_of(spec), sw, tw);
         LAUNCHED(c, "k_loss_spectral");
     } else {
-        k_loss_elem<<<1, RED_THREADS, 0, c->stream>>>(
+        launch(c, c->stream, k_loss_elem, 1, RED_THREADS, 0,
             (float *)loss, (float *)dy, (const float *)y, (const float *)target, mask, nn,
             mp_loss_par_of(spec), sw, tw, spec->ineq);
         LAUNCHED(c, "k_loss_elem");
