@@ -164,11 +164,15 @@ MP_TEST(members_jobs_auto)
 MP_TEST(members_side_by_side_equal_in_turn)
 {
     /* dropout: each member's own keyed stream; 3 members on 2 threads (one
-     * each, the third waits for a free worker), then 2 on 3 threads */
+     * each, the third waits for a free worker), then 2 on 3 threads: the
+     * worker that runs out of members first gives its threads to the one
+     * still training, whose member goes on with more threads mid-run */
     mp_train_opts o = small_opts(3, 3);
     o.dropout = 0.1;
     CHECK(mp_test_members_equal(&o, 3, 2, tmp("m-seq-a"), tmp("m-par-a")));
+    long given = mp_members_threads_given();
     CHECK(mp_test_members_equal(&o, 2, 3, tmp("m-seq-b"), tmp("m-par-b")));
+    CHECK_MSG(mp_members_threads_given() > given, "no worker gave its threads away");
 }
 
 MP_TEST(members_side_by_side_resident_and_ffn)

@@ -111,6 +111,10 @@ int  mp_threads_get(void);
  * worker thread that runs on a share of the cores (the cpu backend's
  * parallel regions ask mp_threads_get; results never depend on it). */
 void mp_threads_set_local(int n);
+/* The calling thread's count is *n, read at every mp_threads_get (another
+ * thread may raise it meanwhile, atomically), until mp_threads_follow(NULL)
+ * or mp_threads_set_local. */
+void mp_threads_follow(const int *n);
 
 /* mp_exit (molprop.h) ends the process without exit's handlers after this
  * (the GPU backend calls it on opening: its runtime's teardown at exit

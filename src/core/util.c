@@ -30,9 +30,11 @@ double mp_time_now(void)
 /* ===================================================================== */
 
 static int n_threads_set;
-/* A thread's own count (mp_threads_set_local): the concurrent ensemble
- * members each run on a share of --threads (run/members.c). */
-static _Thread_local int n_threads_local;
+/* A thread's own count (mp_threads_set_local, mp_threads_follow): the
+ * concurrent ensemble members each run on a share of --threads
+ * (run/members.c); NULL: none. */
+static _Thread_local int n_threads_own;
+static _Thread_local const int *n_threads_local;
 
 void mp_threads_set(int n)
 {
@@ -43,12 +45,19 @@ void mp_threads_set(int n)
 #endif
 }
 
-void mp_threads_set_local(int n) { n_threads_local = n > 0 ? n : 0; }
+void mp_threads_set_local(int n)
+{
+    n_threads_own = n > 0 ? n : 0;
+    n_threads_local = n > 0 ? &n_threads_own : NULL;
+}
+
+void mp_threads_follow(const int *n) { n_threads_local = n; }
 
 int mp_threads_get(void)
 {
-    if (n_threads_local > 0)
-        return n_threads_local;
+    int local = n_threads_local ? __atomic_load_n(n_threads_local, __ATOMIC_RELAXED) : 0;
+    if (local > 0)
+        return local;
     if (n_threads_set > 0)
         return n_threads_set;
 #ifdef _OPENMP

@@ -32,7 +32,13 @@ typedef struct {
     char                   msg[2048];/* ... and its message                   */
     double                 t0;
     int                    lines;    /* print a line per member epoch         */
+    struct worker_arg     *wa;       /* the workers (cpu: their thread counts) */
+    int                    jobs;
 } runner;
+
+static long threads_given;   /* mp_members_threads_given */
+
+long mp_members_threads_given(void) { return __atomic_load_n(&threads_given, __ATOMIC_RELAXED); }
 
 /* Keeps the first failure; the others stop at their next epoch. */
 static void fail(runner *R, mp_status st)
@@ -117,10 +123,33 @@ static mp_status run_in_turn(runner *R)
 /* A worker: its backend (the run's on the host, its own instance on a
  * device), then members from the queue until it is empty or a member
  * failed. */
-typedef struct {
+typedef struct worker_arg {
     runner *R;
-    int     threads;
+    int     threads;   /* cpu: its regions' count (mp_threads_follow), raised
+                        * when another worker runs out of members */
+    int     busy;      /* still taking members (under R->lock) */
 } worker_arg;
+
+/* A cpu worker that found the queue empty gives its threads to the busy
+ * worker with the fewest (the cpu backend's results do not depend on the
+ * count, so a member may gain threads mid-run): the last members of an
+ * ensemble of 5 on 2 threads do not run on one thread beside an idle one. */
+static void give_threads(runner *R, worker_arg *w)
+{
+    pthread_mutex_lock(&R->lock);
+    w->busy = 0;
+    worker_arg *to = NULL;
+    for (int j = 0; j < R->jobs; j++)
+        if (R->wa[j].busy && (!to || __atomic_load_n(&R->wa[j].threads, __ATOMIC_RELAXED) <
+                                         __atomic_load_n(&to->threads, __ATOMIC_RELAXED)))
+            to = &R->wa[j];
+    if (to) {
+        int n = __atomic_exchange_n(&w->threads, 0, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&to->threads, n, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&threads_given, n, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&R->lock);
+}
 
 /* The device's share of backend b for the members (set_share, ops.h). */
 static mp_status share(mp_backend *b, int n)
@@ -177,7 +206,7 @@ static void *worker(void *p)
     mp_backend *run_b = R->mo->c->e->backend, *b = run_b;
     mp_status st = MP_OK;
     if (run_b->host_memory)
-        mp_threads_set_local(w->threads);
+        mp_threads_follow(&w->threads);
     else if ((st = mp_backend_open(&b, run_b->name)) == MP_OK)
         st = share(b, R->mo->share);
     if (st) {
@@ -195,9 +224,11 @@ static void *worker(void *p)
             break;
         }
     }
+    if (run_b->host_memory)
+        give_threads(R, w);
     if (b != run_b)
         mp_backend_close(b);
-    mp_threads_set_local(0);
+    mp_threads_follow(NULL);
     return NULL;
 }
 
@@ -244,6 +275,8 @@ static mp_status fit_members(const mp_members_opts *mo)
     if (!th || !wa) {
         st = mp_error_set(MP_ERR_NOMEM, "out of memory starting %d members", jobs);
     } else {
+        R.wa = wa;
+        R.jobs = jobs;
         int total = mo->threads > 0 ? mo->threads : 1;
         if (R.lines)
             fprintf(stderr, "ensemble: %d members, %d side by side%s\n", mo->n, jobs,
@@ -251,8 +284,14 @@ static mp_status fit_members(const mp_members_opts *mo)
         for (int j = 0; j < jobs; j++) {
             /* the threads split as evenly as they go, at least one each */
             int share = total / jobs + (j < total % jobs);
-            wa[j] = (worker_arg){ .R = &R, .threads = share > 0 ? share : 1 };
+            wa[j] = (worker_arg){ .R = &R, .threads = share > 0 ? share : 1, .busy = 1 };
+        }
+        for (int j = 0; j < jobs; j++) {
             if (pthread_create(&th[j], NULL, worker, &wa[j]) != 0) {
+                pthread_mutex_lock(&R.lock);
+                for (int k = j; k < jobs; k++)
+                    wa[k].busy = 0;
+                pthread_mutex_unlock(&R.lock);
                 fail(&R, mp_error_set(MP_ERR_INTERNAL, "cannot start ensemble member thread %d",
                                       j + 1));
                 break;

@@ -13,7 +13,8 @@
  *     onto it for the member's training (mp_model_rebind), validating
  *     through its own view of the ensemble (its own streaming buffers);
  *   - on the cpu each thread runs its members' ops on a share of the
- *     threads (mp_threads_set_local); the cpu backend's results do not
+ *     threads (mp_threads_follow; a worker left without members gives its
+ *     share to one still training); the cpu backend's results do not
  *     depend on the thread count (cpu_impl.h).
  * The epoch callbacks, the checkpoint hook and the per-member output are
  * serialized by one lock; a failing member stops the others before their
@@ -67,6 +68,10 @@ int mp_members_jobs(int requested, int n, const mp_backend *b, int threads);
  * stderr ("member 2/5 epoch 3/30: loss ..."), unless the run is quiet.
  */
 mp_status mp_fit_members(const mp_members_opts *mo);
+
+/* Threads that cpu workers out of members have given to busy ones, since
+ * the process started (for tests). */
+long mp_members_threads_given(void);
 
 #ifdef __cplusplus
 }
