@@ -193,6 +193,19 @@ static void search(const char *name, int ta, int tb, int M, int N, int K, cudaDa
     fflush(stdout);
     cudaFree(A); cudaFree(B); cudaFree(C);
 }
+/* The batch-50 bf16 products: E edges, A atoms; bf16 operands as the bf16
+ * model stores them (dense rows, ld 300), the weight gradients in fp32. */
+static void search_small_bf16(int E, int A)
+{
+    auto BF = CUDA_R_16BF; auto F = CUDA_R_32F; auto C32 = CUBLAS_COMPUTE_32F;
+    search("W_h bf16, bf16 C/D, relu (small)", 0, 0, E, 300, 300, BF, 300, 300, BF, 300, C32, 1, 1);
+    search("dMsg bf16 -> bf16 (small)", 0, 1, E, 300, 300, BF, 300, 300, BF, 300, C32, 0, 0);
+    search("dW_h bf16 -> fp32 (small)", 1, 0, 300, 300, E, BF, 300, 300, F, 300, C32, 0, 1);
+    search("W_o bf16 relu (small)", 0, 0, A, 300, 433, BF, 433, 300, BF, 300, C32, 1, 1);
+    search("dW_o bf16 -> fp32 (small)", 1, 0, 433, 300, A, BF, 433, 300, F, 300, C32, 0, 1);
+    search("dA bf16 (small)", 0, 1, A, 433, 300, BF, 300, 300, BF, 433, C32, 0, 0);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -205,25 +218,13 @@ int main(int argc, char **argv)
         for (int i = 0; i < g_conc; i++) CK(cudaStreamCreateWithFlags(&cst[i], cudaStreamNonBlocking));
         int E = argc > 3 ? atoi(argv[3]) : 2502, A = argc > 4 ? atoi(argv[4]) : 1179;
         g_splitk = 1;
-        search("W_h bf16, bf16 C/D, relu (small)", 0, 0, E, 300, 300, BF, 300, 300, BF, 300, C32, 1, 1);
-        search("dMsg bf16 -> bf16 (small)", 0, 1, E, 300, 300, BF, 300, 300, BF, 300, C32, 0, 0);
-        search("dW_h bf16 -> fp32 (small)", 1, 0, 300, 300, E, BF, 300, 300, F, 300, C32, 0, 1);
-        search("W_o bf16 relu (small)", 0, 0, A, 300, 433, BF, 433, 300, BF, 300, C32, 1, 1);
-        search("dW_o bf16 -> fp32 (small)", 1, 0, 433, 300, A, BF, 433, 300, F, 300, C32, 0, 1);
-        search("dA bf16 (small)", 0, 1, A, 433, 300, BF, 300, 300, BF, 433, C32, 0, 0);
+        search_small_bf16(E, A);
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "small")) {
-        /* batch 50: E edges, A atoms; bf16 operands as the bf16 model
-         * stores them (dense rows, ld 300), the weight gradients in fp32 */
         int E = argc > 2 ? atoi(argv[2]) : 2502, A = argc > 3 ? atoi(argv[3]) : 1179;
         g_splitk = 1;
-        search("W_h bf16, bf16 C/D, relu (small)", 0, 0, E, 300, 300, BF, 300, 300, BF, 300, C32, 1, 1);
-        search("dMsg bf16 -> bf16 (small)", 0, 1, E, 300, 300, BF, 300, 300, BF, 300, C32, 0, 0);
-        search("dW_h bf16 -> fp32 (small)", 1, 0, 300, 300, E, BF, 300, 300, F, 300, C32, 0, 1);
-        search("W_o bf16 relu (small)", 0, 0, A, 300, 433, BF, 433, 300, BF, 300, C32, 1, 1);
-        search("dW_o bf16 -> fp32 (small)", 1, 0, 433, 300, A, BF, 433, 300, F, 300, C32, 0, 1);
-        search("dA bf16 (small)", 0, 1, A, 433, 300, BF, 300, 300, BF, 433, C32, 0, 0);
+        search_small_bf16(E, A);
         search("dW_h tf32 (small)", 1, 0, 300, 300, E, F, 300, 300, F, 300, CT, 0, 1);
         /* the same bf16 products with rows padded to 16 bytes (ld 304) */
         search("W_h bf16, bf16 C/D, relu (small, ld 304)", 0, 0, E, 300, 300, BF, 304, 304, BF, 304, C32, 1, 1);

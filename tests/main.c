@@ -135,6 +135,26 @@ const char *mp_test_tmp(const char *prefix, const char *name)
     return b;
 }
 
+char *mp_test_env_set(const char *name, const char *value)
+{
+    const char *was = getenv(name);
+    char *old = was ? mp_strdup(was) : NULL;
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    return old;
+}
+
+void mp_test_env_restore(const char *name, char *old)
+{
+    if (old)
+        setenv(name, old, 1);
+    else
+        unsetenv(name);
+    mp_free(old);
+}
+
 int mp_test_same_file(const char *a, const char *b)
 {
     size_t na, nb;

@@ -51,6 +51,12 @@ int mp_test_count_in(const char *dir, const char *part);
  * such paths can be held at once). */
 const char *mp_test_tmp(const char *prefix, const char *name);
 
+/* Sets environment variable name to value (NULL: unsets it) and returns
+ * what it was, for mp_test_env_restore (mp_malloc'd; NULL when unset). */
+char *mp_test_env_set(const char *name, const char *value);
+/* Puts name back as mp_test_env_set found it, and frees old. */
+void mp_test_env_restore(const char *name, char *old);
+
 /* 1 when both files can be read and hold the same bytes. */
 int mp_test_same_file(const char *a, const char *b);
 

@@ -206,18 +206,9 @@ done:
  * the open, the environment as it was afterwards. */
 static mp_status open_tiles(mp_backend **b, const char *value)
 {
-    const char *was = getenv("MOLPROP_CUDA_TILES");
-    char *keep = was ? mp_strdup(was) : NULL;
-    if (value)
-        setenv("MOLPROP_CUDA_TILES", value, 1);
-    else
-        unsetenv("MOLPROP_CUDA_TILES");
+    char *old = mp_test_env_set("MOLPROP_CUDA_TILES", value);
     mp_status st = mp_backend_open(b, "gpu:bf16");
-    if (keep)
-        setenv("MOLPROP_CUDA_TILES", keep, 1);
-    else
-        unsetenv("MOLPROP_CUDA_TILES");
-    mp_free(keep);
+    mp_test_env_restore("MOLPROP_CUDA_TILES", old);
     return st;
 }
 

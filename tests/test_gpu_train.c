@@ -424,18 +424,9 @@ MP_TEST(gpu_train_cuda_50_steps_match_cpu)
 static mp_status run_steps_pdl(const char *value, const char *backend, int mode, int n_steps,
                                double *losses, float **params, size_t *n_params)
 {
-    const char *was = getenv("MOLPROP_CUDA_PDL");
-    char *keep = was ? mp_strdup(was) : NULL;
-    if (value)
-        setenv("MOLPROP_CUDA_PDL", value, 1);
-    else
-        unsetenv("MOLPROP_CUDA_PDL");
+    char *old = mp_test_env_set("MOLPROP_CUDA_PDL", value);
     mp_status st = run_steps(backend, mode, 300, n_steps, losses, params, n_params);
-    if (keep)
-        setenv("MOLPROP_CUDA_PDL", keep, 1);
-    else
-        unsetenv("MOLPROP_CUDA_PDL");
-    mp_free(keep);
+    mp_test_env_restore("MOLPROP_CUDA_PDL", old);
     return st;
 }
 
