@@ -128,8 +128,8 @@ size_t mp_backend_cuda_memory(const mp_backend *b);
 /* Products queued on the tile kernel (tiles_cuda.cu: the bf16 products of
  * small batches) since open; 0 for a backend that is not a cuda one.  Off
  * (cuBLAS for every product) when MOLPROP_CUDA_TILES=0 at open; under
- * set_share(n > 2) the products of up to 6,144 rows go to cuBLAS unless
- * MOLPROP_CUDA_TILES=1. */
+ * set_share(n > 2) the products of up to 6,144 rows, and products with n
+ * or k past 512 always, go to cuBLAS unless MOLPROP_CUDA_TILES=1. */
 long   mp_backend_cuda_tile_calls(const mp_backend *b);
 
 /* The GEMM precision the backend was opened with. */

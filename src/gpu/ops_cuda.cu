@@ -375,7 +375,8 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
         !BLAS_OK(c, mp_blas.cublasSetWorkspace(c->blas2, c->blas_ws2, BLAS_WORKSPACE_BYTES)))
         return open_fail(b, MP_ERR_INTERNAL);
     /* the bf16 products on tiles_cuda.cu's kernels: MOLPROP_CUDA_TILES=0
-     * never (cuBLAS for every product: for comparisons), =1 always, else
+     * never (cuBLAS for every product: for comparisons), =1 always (wide
+     * products and those of an ensemble's members too), else
      * as tiles_cuda.cu's takes() says */
     const char *tiles = getenv("MOLPROP_CUDA_TILES");
     c->tiles = tiles && !strcmp(tiles, "0") ? 0 : tiles && !strcmp(tiles, "1") ? 2 : 1;

@@ -15,9 +15,10 @@
  * TILE_MAX_ROWS rows cuBLAS's sm90 kernels are faster and run instead, up
  * to PANEL_MIN_ROWS; from there on, on an sm_90 device, products with n and
  * k of about 300 (the D-MPNN's E x h x h at batch sizes of 700 and more)
- * run as panels (below): B whole in shared memory, wgmma.
+ * run as panels (below): B whole in shared memory, wgmma.  Products with n
+ * or k past TILE_MAX_NK (wide models) stay on cuBLAS at every m.
  * MOLPROP_CUDA_TILES=0 at open leaves every product to cuBLAS (for
- * comparisons).
+ * comparisons), =1 gives the tiles every product they can take.
  *
  * Forms: C = A B and C = A B^T (the forward products and the input
  * gradients).  Epilogues: C = acc + beta C (beta 0 or 1), or C = ReLU(R +
@@ -42,6 +43,12 @@
  * of the share: five members at batch 50 took 537 us a round with 4, 567
  * with 2, 549 with a block per tile (bench/RESULTS.md). */
 #define TILE_SHARED_BLOCKS_PER_SM 4
+/* Past this n or k cuBLAS's sm90 kernels take the products of every batch:
+ * the tiles were made for n = k = 300 (W_o's k of 433 included).  At batch
+ * 50, depth 6, the step on an H100 went 595 -> 366 us at hidden 600, 1,435
+ * -> 673 at 1,200 and 4,540 -> 1,598 at 2,400 (the W_h product 318 -> 49
+ * us), hidden sizes that hpopt proposes (bench/RESULTS.md). */
+#define TILE_MAX_NK 512
 
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int ST_> struct tile_cfg {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, ST = ST_;
@@ -455,7 +462,8 @@ static int takes(const gpu_ctx *c, int ta, int tb, int m, int n, int k, const vo
 {
     if (!c->tiles || ta || m <= 0 || n <= 0 || k <= 0)
         return 0;
-    if (c->tiles == 1 && c->share > 2 && m <= TILE_MAX_ROWS)
+    if (c->tiles == 1 && ((c->share > 2 && m <= TILE_MAX_ROWS) || n > TILE_MAX_NK ||
+                          k > TILE_MAX_NK))
         return 0;
     /* past TILE_MAX_ROWS only the panels: sm_90, PANEL_MIN_ROWS rows or
      * more, n in (PANEL_NH, PANEL_N] (a smaller n would leave half of each
