@@ -15,6 +15,7 @@ enum { RUNS = 3 };
 
 typedef struct {
     int             seed;
+    int             share;   /* --gpu-share */
     char            dir[1024];
     mp_status       st;
     char            msg[1024];
@@ -32,6 +33,7 @@ static void *run(void *p)
     o.threads = 1;
     o.quiet = 1;
     o.seed = (uint64_t)a->seed;
+    o.gpu_share = a->share;
     o.backend = "cuda:bf16";
     o.resident = 1;
     o.graph = 1;
@@ -43,15 +45,16 @@ static void *run(void *p)
     return NULL;
 }
 
-MP_TEST(gpu_concurrent_trainings_equal_sequential_ones)
+/* RUNS trainings under --gpu-share `share`, one after another and side by
+ * side: the same models. */
+static void side_by_side_equal_in_turn(mp_test_result *mp__r, int share)
 {
-    MP_NEED_GPU();
     run_arg seq[RUNS], par[RUNS];
     for (int i = 0; i < RUNS; i++) {
-        seq[i] = (run_arg){ .seed = i };
-        par[i] = (run_arg){ .seed = i };
-        snprintf(seq[i].dir, sizeof seq[i].dir, "%s/seq%d", mp_test_tmpdir(), i);
-        snprintf(par[i].dir, sizeof par[i].dir, "%s/par%d", mp_test_tmpdir(), i);
+        seq[i] = (run_arg){ .seed = i, .share = share };
+        par[i] = (run_arg){ .seed = i, .share = share };
+        snprintf(seq[i].dir, sizeof seq[i].dir, "%s/seq%d_%d", mp_test_tmpdir(), share, i);
+        snprintf(par[i].dir, sizeof par[i].dir, "%s/par%d_%d", mp_test_tmpdir(), share, i);
         run(&seq[i]);
         CHECK_MSG(seq[i].st == MP_OK, "sequential run %d: %s", i, seq[i].msg);
     }
@@ -86,4 +89,18 @@ MP_TEST(gpu_concurrent_trainings_equal_sequential_ones)
         mp_train_result_free(&par[i].r);
         mp_train_result_free(&seq[i].r);
     }
+}
+
+MP_TEST(gpu_concurrent_trainings_equal_sequential_ones)
+{
+    MP_NEED_GPU();
+    side_by_side_equal_in_turn(mp__r, 1);
+}
+
+/* hpopt's trials side by side take --gpu-share = --jobs (products sized
+ * for a share, the small ones on cuBLAS): still the models they are in turn. */
+MP_TEST(gpu_concurrent_shared_trainings_equal_sequential_ones)
+{
+    MP_NEED_GPU();
+    side_by_side_equal_in_turn(mp__r, RUNS);
 }

@@ -141,11 +141,13 @@ MP_TEST(robust_resume_resident_source_and_ffn)
     CHECK(mp_test_robust_resume(&f, 1, 0, 3, 2, tmp("ref-e"), tmp("cut-e")));
 }
 
-/* A checkpointed run of 4 epochs stopped in epoch 3, for the refusals. */
-static int stopped_run(const char *dir, mp_train_opts *o)
+/* A checkpointed run of 4 epochs stopped in epoch 3, for the refusals
+ * (--gpu-share `share`: a key of its identity past 1, even on the cpu). */
+static int stopped_run(const char *dir, mp_train_opts *o, int share)
 {
     *o = mp_test_robust_opts("cpu", 4, dir);
     o->checkpoint_every = 1;
+    o->gpu_share = share;
     mp_train_result r;
     long p0 = mp_interrupt_polls();
     mp_interrupt_clear();
@@ -170,7 +172,7 @@ MP_TEST(robust_resume_refuses_what_differs)
     const char *dir = tmp("refuse");
     mp_train_opts o, x;
     mp_train_result r;
-    CHECK(stopped_run(dir, &o));
+    CHECK(stopped_run(dir, &o, 0));
     CHECK(strstr(mp_error_message(), "SIGTERM") != NULL);
 
     x = o;
@@ -188,6 +190,11 @@ MP_TEST(robust_resume_refuses_what_differs)
     x.backend = "ref";
     CHECK_EQ_INT(mp_train(&x, &r), MP_ERR_ARG);
     CHECK(strstr(mp_error_message(), "backend") != NULL);
+    x = o;
+    x.resume = dir;
+    x.gpu_share = 4;
+    CHECK_EQ_INT(mp_train(&x, &r), MP_ERR_ARG);
+    CHECK(strstr(mp_error_message(), "gpu-share = (none)") != NULL);
     x = o;
     x.resume = dir;
     x.save_dir = tmp("elsewhere");
@@ -228,6 +235,32 @@ MP_TEST(robust_resume_refuses_what_differs)
     CHECK(strstr(mp_error_message(), "the run finished") != NULL);
 }
 
+/* A run under --gpu-share 3 (hpopt's trials side by side) resumes under
+ * it: `train --resume D` alone restores it, another share is refused. */
+MP_TEST(robust_resume_keeps_the_gpu_share)
+{
+    const char *dir = tmp("share");
+    mp_train_opts o, x;
+    mp_train_result r;
+    CHECK(stopped_run(dir, &o, 3));
+    x = o;
+    x.resume = dir;
+    x.gpu_share = 0;
+    CHECK_EQ_INT(mp_train(&x, &r), MP_ERR_ARG);
+    CHECK(strstr(mp_error_message(), "gpu-share") != NULL);
+    x = mp_train_opts_default();
+    x.quiet = 1;
+    mp_kv *keep = NULL;
+    CHECK_OK(mp_train_opts_from_checkpoint(dir, &x, &keep));
+    int share = x.gpu_share;
+    x.resume = dir;
+    mp_status st = share == 3 ? mp_train(&x, &r) : MP_ERR_INTERNAL;
+    mp_kv_free(keep);
+    CHECK_EQ_INT(share, 3);
+    CHECK_OK(st);
+    mp_train_result_free(&r);
+}
+
 MP_TEST(robust_interrupt_without_checkpoint_leaves_nothing)
 {
     /* stopped in featurization, and in training without checkpoints: the
@@ -263,7 +296,7 @@ MP_TEST(robust_resume_refuses_damaged_checkpoint)
     const char *dir = tmp("damaged");
     mp_train_opts o, x;
     mp_train_result r;
-    CHECK(stopped_run(dir, &o));
+    CHECK(stopped_run(dir, &o, 0));
     char path[1400];
     snprintf(path, sizeof path, "%s/%s", dir, MP_CHECKPOINT_FILE);
     size_t n;

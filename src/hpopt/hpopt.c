@@ -207,6 +207,13 @@ static void metric_of(search *S, const char *name)
     S->higher = name && mp_metric_parse(name, &m) == MP_OK && mp_metric_higher_is_better(m);
 }
 
+/* 1 when the trials train on a GPU (--device gpu or cuda, any precision). */
+static int on_gpu(const mp_options *base)
+{
+    const char *dev = mp_options_get(base, "device");
+    return dev && (!strncmp(dev, "gpu", 3) || !strncmp(dev, "cuda", 4));
+}
+
 /* One line of trials.jsonl for trial i (mp_free). */
 static char *trial_line(const search *S, int i, const char *error)
 {
@@ -442,6 +449,10 @@ static void *run_trial(void *arg)
         snprintf(text, sizeof text, "%d", S->threads);
         st = mp_options_set(o, "threads", text);
     }
+    if (!st && S->gpu_share > 1) {
+        snprintf(text, sizeof text, "%d", S->gpu_share);
+        st = mp_options_set(o, "gpu-share", text);
+    }
     if (!st)
         st = mp_run_train(o, &sum);
     r->seconds = mp_time_now() - t0;
@@ -561,6 +572,10 @@ static mp_status write_best(const search *S, int best)
         mp_hp_value_text(&S->space->dims[k], r->x[k], text, sizeof text);
         fprintf(f.fp, "%-14s = %s\n", S->space->dims[k].key, text);
     }
+    if (S->gpu_share > 1)
+        fprintf(f.fp, "; the trials ran %d side by side on the GPU: the same share gives the\n"
+                "; trial's model bit for bit; without it a run alone is faster, its last\n"
+                "; bits other\ngpu-share      = %d\n", S->gpu_share, S->gpu_share);
     fprintf(f.fp, "save-dir       = %s/best\n", S->a->out_dir);
     return mp_afile_commit(&f);
 }
@@ -830,6 +845,11 @@ mp_status mp_run_hpopt(const mp_options *hp, const mp_options *base, mp_summary 
         int n = mp_threads_get() / a.jobs;
         S.threads = n > 0 ? n : 1;
     }
+    /* trials side by side on one GPU: each sized for its share of it, as an
+     * ensemble's members are (bench/RESULTS.md, "Wide models' products on
+     * cuBLAS, and hpopt's trials side by side") */
+    if (a.jobs > 1 && on_gpu(base) && !mp_options_is_set(base, "gpu-share"))
+        S.gpu_share = a.jobs;
 
     mp_hp_proposer prop = { (mp_hp_method)a.method, a.seed, a.startup, a.candidates };
     int n_failed = 0;

@@ -42,6 +42,7 @@ typedef struct {
     char                 metric[32];
     int                  higher;     /* metric: higher is better */
     int                  threads;    /* per trial; 0: the base's own */
+    int                  gpu_share;  /* --gpu-share of each trial; 0: the base's */
     int                  quiet;      /* no line per trial on stderr */
     pthread_mutex_t      lock;       /* the trials file and messages */
     char                 path[1200]; /* OUT/trials.jsonl */

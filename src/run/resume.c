@@ -97,6 +97,10 @@ mp_status mp_train_identity_opts(const mp_train_opts *o, mp_kv *kv)
      * over K > 1, so one process's checkpoints are as before) */
     if (mp_dist_size() > 1 && (st = mp_kv_set_int(kv, "opt.ranks", mp_dist_size())))
         return st;
+    /* a share of the GPU sends some products elsewhere (other last bits):
+     * the key past 1 only, as the ranks' */
+    if (o->gpu_share > 1 && (st = mp_kv_set_int(kv, "opt.gpu-share", o->gpu_share)))
+        return st;
     return identity_more(o, kv);
 }
 
@@ -235,6 +239,9 @@ static mp_status opts_from_kv(const mp_kv *kv, mp_train_opts *o)
     if (n_sizes != 3)
         return mp_error_set(MP_ERR_FORMAT, "%s: opt.split-sizes holds %zu values",
                             mp_kv_origin(kv), n_sizes);
+    o->gpu_share = 0;   /* the key only past 1 */
+    if (mp_kv_get(kv, "opt.gpu-share") && (st = get_int(kv, "opt.gpu-share", &o->gpu_share)))
+        return st;
     return more_from_kv(kv, o);
 }
 

@@ -77,6 +77,10 @@ typedef struct {
     int             graph;           /* -1 auto: replay a captured CUDA graph   *
                                       * (one per slot size) per step when       *
                                       * resident on the GPU; 0 off              */
+    int             gpu_share;       /* runs side by side on this GPU (0: auto, *
+                                      * 1; hpopt --jobs sets it): each member's  *
+                                      * products sized for its share (ops.h      *
+                                      * set_share)                              */
     int             slot_classes;    /* resident slot size classes at most      *
                                       * (D-MPNN), 1..MP_RESIDENT_MAX_CLASSES (8); *
                                       * 1: every slot padded to the largest      *
