@@ -429,6 +429,33 @@ MP_TEST(hpopt_cli_random_jobs_run_as_a_queue)
     mp_free(text);
 }
 
+/* The queue hands out the costliest trials first: trials of 100, 1 and
+ * 1000 epochs on two workers start as 2 and 0, then 1 when 0 ends, so 0's
+ * line comes before 1's (in index order 1 would end first, then 2 start
+ * last and run alone). */
+MP_TEST(hpopt_cli_random_queue_starts_the_longest_first)
+{
+    const char *data = small_esol();
+    CHECK(data != NULL);
+    const char *space = write_file("space_lpt.ini", "[space]\nepochs = choice 1 100 1000\n");
+    char out[8192], dir[1024], t[1100];
+    snprintf(dir, sizeof dir, "%s/hp_lpt", mp_test_tmpdir());
+    snprintf(t, sizeof t, "%s/trials.jsonl", dir);
+    CHECK_EQ_INT(mp_test_cli(out, sizeof out, "hpopt --data '%s' --hidden 8 --threads 1 "
+                             "--space '%s' --method random --search-seed 12 --jobs 2 "
+                             "--trials 3 --out '%s' --keep none --quiet", data, space, dir), 0);
+    char *text = mp_test_slurp(t, NULL);
+    CHECK(text != NULL);
+    const char *l0 = trial_line(text, 0), *l1 = trial_line(text, 1), *l2 = trial_line(text, 2);
+    CHECK_MSG(l0 && l1 && l2, "%s", text);
+    CHECK_MSG(strstr(l0, "\"epochs\":\"100\"") && strstr(l1, "\"epochs\":\"1\"") &&
+                  strstr(l2, "\"epochs\":\"1000\""),
+              "search seed 12 no longer proposes 100, 1, 1000 epochs (pick another):\n%s", text);
+    CHECK_MSG(l0 < l1 && l1 < l2, "not the longest first (trial 1 before 0, or 2 not last):\n%s",
+              text);
+    mp_free(text);
+}
+
 MP_TEST(hpopt_cli_jobs_give_the_same_random_trials)
 {
     const char *data = small_esol();
