@@ -397,6 +397,20 @@ static const char *trial_line(const char *text, int i)
  * finished trial 1 trains trial 2 while trial 0 still runs, so trial 2's
  * line comes before trial 0's (in rounds of two, trial 2 would wait for
  * trial 0).  A rerun has nothing left to do; --trials 4 trains trial 3. */
+/* l[i]: trial i's line in text, for i < 3; 1 when each is there with
+ * epochs[i] epochs. */
+static int three_lines(const char *text, const char *l[3], const char *const epochs[3])
+{
+    char want[64];
+    for (int i = 0; i < 3; i++) {
+        l[i] = trial_line(text, i);
+        snprintf(want, sizeof want, "\"epochs\":\"%s\"", epochs[i]);
+        if (!l[i] || !strstr(l[i], want))
+            return 0;
+    }
+    return 1;
+}
+
 MP_TEST(hpopt_cli_random_jobs_run_as_a_queue)
 {
     const char *data = small_esol();
@@ -411,13 +425,11 @@ MP_TEST(hpopt_cli_random_jobs_run_as_a_queue)
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "%s --trials 3", common), 0);
     char *text = mp_test_slurp(t, NULL);
     CHECK(text != NULL);
-    const char *l0 = trial_line(text, 0), *l1 = trial_line(text, 1), *l2 = trial_line(text, 2);
-    CHECK_MSG(l0 && l1 && l2, "%s", text);
+    const char *l[3];
     /* the premise, from the seed's proposals: trial 0 long, 1 and 2 short */
-    CHECK_MSG(strstr(l0, "\"epochs\":\"1000\"") && strstr(l1, "\"epochs\":\"1\"") &&
-                  strstr(l2, "\"epochs\":\"1\""),
+    CHECK_MSG(three_lines(text, l, (const char *const[3]){ "1000", "1", "1" }),
               "search seed 2 no longer proposes 1000, 1, 1 epochs (pick another):\n%s", text);
-    CHECK_MSG(l2 < l0, "trial 2 waited for trial 0 (rounds, not a queue):\n%s", text);
+    CHECK_MSG(l[2] < l[0], "trial 2 waited for trial 0 (rounds, not a queue):\n%s", text);
     CHECK_EQ_INT(count_lines(t), 3);
     mp_free(text);
     CHECK_EQ_INT(mp_test_cli(out, sizeof out, "%s --trials 3", common), 0);
@@ -446,13 +458,11 @@ MP_TEST(hpopt_cli_random_queue_starts_the_longest_first)
                              "--trials 3 --out '%s' --keep none --quiet", data, space, dir), 0);
     char *text = mp_test_slurp(t, NULL);
     CHECK(text != NULL);
-    const char *l0 = trial_line(text, 0), *l1 = trial_line(text, 1), *l2 = trial_line(text, 2);
-    CHECK_MSG(l0 && l1 && l2, "%s", text);
-    CHECK_MSG(strstr(l0, "\"epochs\":\"100\"") && strstr(l1, "\"epochs\":\"1\"") &&
-                  strstr(l2, "\"epochs\":\"1000\""),
+    const char *l[3];
+    CHECK_MSG(three_lines(text, l, (const char *const[3]){ "100", "1", "1000" }),
               "search seed 12 no longer proposes 100, 1, 1000 epochs (pick another):\n%s", text);
-    CHECK_MSG(l0 < l1 && l1 < l2, "not the longest first (trial 1 before 0, or 2 not last):\n%s",
-              text);
+    CHECK_MSG(l[0] < l[1] && l[1] < l[2],
+              "not the longest first (trial 1 before 0, or 2 not last):\n%s", text);
     mp_free(text);
 }
 
