@@ -707,8 +707,9 @@ static double trial_cost(const search *S, int i, int gpu)
     double atom = 2.2 * h * (147 + h * (d - 1)) + h * (133 + h) +
                   (h * fh + (t.ffn_layers - 1) * fh * fh) / 25;
     double step = gpu ? 3.75e10 / (25.0 * (t.batch_size > 0 ? t.batch_size : 50)) : 0;
-    return (3 * atom + step) * (t.epochs > 0 ? t.epochs : 1) * (t.ensemble_size > 0 ?
-                                                                t.ensemble_size : 1);
+    double runs = (double)(t.epochs > 0 ? t.epochs : 1) *
+                  (t.ensemble_size > 0 ? t.ensemble_size : 1);
+    return (3 * atom + step) * runs;
 }
 
 /* The trials not done, the costliest first (ties: the lower index). */

@@ -779,9 +779,9 @@ static mp_status train_members(train_run *r)
     r->member_jobs = mp_members_jobs(o->member_jobs, n_todo, r->e->backend, threads);
     if (mp_dist_size() > 1)   /* the ranks' collectives come from one thread each */
         r->member_jobs = 1;
+    const int share = n * (o->gpu_share > 1 ? o->gpu_share : 1);   /* beside other runs */
     mp_members_opts mo = { .c = &c, .members = todo, .n = n_todo, .jobs = r->member_jobs,
-                           .threads = threads,
-                           .share = n * (o->gpu_share > 1 ? o->gpu_share : 1), .states = r->ck.states,
+                           .threads = threads, .share = share, .states = r->ck.states,
                            .n_states = r->resuming ? r->ck.n_states : 0,
                            .best_epoch = res->best_epoch, .begin = member_begin,
                            .end = member_end, .arg = r };
