@@ -466,6 +466,47 @@ MP_TEST(hpopt_cli_random_queue_starts_the_longest_first)
     mp_free(text);
 }
 
+/* A trial that runs out of memory beside others is trained again alone
+ * once they are done (on a GPU they share its memory), and filed as failed
+ * only if it runs out alone too; without neighbours it fails at once.
+ * Under a 4 GB address-space limit a hidden size of 20,000 (1.2 billion
+ * parameters) cannot be allocated, beside others or alone: the second try
+ * runs and fails, and the search goes on.  Both the queue (random) and
+ * the rounds (tpe) take this path. */
+MP_TEST(hpopt_cli_out_of_memory_beside_others_trained_again_alone)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    MP_SKIP("an address-space limit and AddressSanitizer's shadow memory do not mix");
+#endif
+    const char *data = small_esol(), *bin = getenv("MOLPROP_BIN");
+    CHECK(data != NULL);
+    if (!bin)
+        MP_SKIP("MOLPROP_BIN is not set (run the tests through make test)");
+    const char *space = write_file("space_oom.ini", "[space]\nhidden = choice 8 20000\n");
+    static const char *const runs[3][2] = { { "random", "2" }, { "tpe", "2" }, { "random", "1" } };
+    for (int k = 0; k < 3; k++) {
+        char out[8192], dir[1024], t[1100];
+        snprintf(dir, sizeof dir, "%s/hp_oom%d", mp_test_tmpdir(), k);
+        snprintf(t, sizeof t, "%s/trials.jsonl", dir);
+        CHECK_EQ_INT(mp_test_shell(out, sizeof out, "ulimit -v 4000000 && '%s' hpopt --data '%s' "
+                                   "--epochs 2 --threads 1 --space '%s' --method %s --jobs %s "
+                                   "--trials 4 --out '%s' --keep none", bin, data, space,
+                                   runs[k][0], runs[k][1], dir), 0);
+        char *text = mp_test_slurp(t, NULL);
+        CHECK(text != NULL);
+        const char *f = strstr(text, "\"status\":\"failed\"");
+        int again = strstr(out, "ran out of memory beside other trials; training it again "
+                                "alone") != NULL;
+        CHECK_MSG(f && !strstr(f + 1, "\"status\":\"failed\"") &&
+                      strstr(text, "\"hidden\":\"20000\"") && count_lines(t) == 4,
+                  "%s --jobs %s: not one failed trial of hidden 20000 among 4 lines:\n%s",
+                  runs[k][0], runs[k][1], text);
+        CHECK_MSG(again == (runs[k][1][0] == '2'), "%s --jobs %s: %s trained again alone:\n%s",
+                  runs[k][0], runs[k][1], again ? "a trial alone was" : "no trial was", out);
+        mp_free(text);
+    }
+}
+
 MP_TEST(hpopt_cli_jobs_give_the_same_random_trials)
 {
     const char *data = small_esol();

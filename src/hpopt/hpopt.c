@@ -24,7 +24,9 @@
  * best epoch, as train keeps); loss = score, or -score where higher is
  * better.  A trial that runs out of memory or ends with a NaN score is
  * "failed" (kept in the file, ignored by TPE); any other error stops the
- * search with the trial named.
+ * search with the trial named.  One that ran out of memory beside other
+ * trials (on a GPU they share its memory) is first trained again alone,
+ * after its round or at the queue's end.
  *
  * --halving (halving.c): the trials trained rung by rung, the weak ones
  * stopped; a line per trial and rung, one per stop.
@@ -462,6 +464,15 @@ static void *run_trial(void *arg)
     r->rung = j->rung;
     r->epochs = j->stop_after;
     r->state = HP_OK;
+    j->again = 0;
+    if (st == MP_ERR_NOMEM && j->beside) {   /* the memory its neighbours held? alone, later */
+        snprintf(j->error, sizeof j->error, "%s", mp_error_message());
+        j->again = 1;
+        j->st = MP_OK;
+        mp_summary_free(sum);
+        mp_options_free(o);
+        return NULL;
+    }
     if (st == MP_ERR_NOMEM) {   /* too big a model: this trial fails, the search goes on */
         snprintf(j->error, sizeof j->error, "%s", mp_error_message());
         r->failed = 1;
@@ -649,8 +660,29 @@ mp_status mp_hp_propose_trial(search *S, const mp_hp_proposer *p, const double *
     return MP_OK;
 }
 
+/* Trains job j again, alone, after it ran out of memory beside others
+ * (on a GPU the trials side by side share its memory); a stop since
+ * leaves it unfiled, for a rerun. */
+static void train_again_alone(job *j)
+{
+    if (mp_interrupt_check()) {
+        j->st = MP_ERR_INTERRUPTED;
+        return;
+    }
+    if (!j->S->quiet) {
+        pthread_mutex_lock(&j->S->lock);
+        fprintf(stderr, "hpopt: trial %d ran out of memory beside other trials; training "
+                "it again alone\n", j->i);
+        pthread_mutex_unlock(&j->S->lock);
+    }
+    j->beside = 0;
+    run_trial(j);
+}
+
 mp_status mp_hp_run_jobs(search *S, job *jobs, pthread_t *th, int n)
 {
+    for (int k = 0; k < n; k++)
+        jobs[k].beside = n > 1;
     if (n == 1)
         run_trial(&jobs[0]);
     else
@@ -663,6 +695,9 @@ mp_status mp_hp_run_jobs(search *S, job *jobs, pthread_t *th, int n)
         for (int k = 0; k < n; k++)
             if (th[k])
                 pthread_join(th[k], NULL);
+    for (int k = 0; k < n; k++)
+        if (jobs[k].again && !jobs[k].st)
+            train_again_alone(&jobs[k]);
     mp_status st = MP_OK;
     for (int k = 0; k < n && !st; k++)
         if (jobs[k].st == MP_ERR_INTERRUPTED)
@@ -744,6 +779,8 @@ typedef struct {
     mp_status      fail_st;
     char           fail_msg[1024];
     unsigned char *fin;      /* fin[i]: trial i's record is complete        */
+    int           *again;    /* trials to train again alone at the end      */
+    int            n_again;
     unsigned char *gone;     /* gone[i]: its folder was pruned              */
 } queue;
 
@@ -792,9 +829,14 @@ static void *queue_worker(void *arg)
         pthread_mutex_unlock(&S->lock);
         if (i < 0)
             return NULL;
-        w->j = (job){ .S = S, .i = i };
+        w->j = (job){ .S = S, .i = i, .beside = 1 };
         run_trial(&w->j);
         pthread_mutex_lock(&S->lock);
+        if (w->j.again && !w->j.st) {
+            q->again[q->n_again++] = i;
+            pthread_mutex_unlock(&S->lock);
+            continue;
+        }
         q->fin[i] = 1;
         if (w->j.st && !q->stop) {
             q->stop = 1;
@@ -824,7 +866,8 @@ static mp_status run_queue(search *S, const mp_hp_proposer *p, const double *xs,
     int *order = mp_calloc((size_t)n, sizeof *order);
     q.fin = mp_calloc((size_t)n, 1);
     q.gone = mp_calloc((size_t)n, 1);
-    if (!w || !th || !order || !q.fin || !q.gone) {
+    q.again = mp_calloc((size_t)n, sizeof *q.again);
+    if (!w || !th || !order || !q.fin || !q.gone || !q.again) {
         st = mp_error_set(MP_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -842,11 +885,23 @@ static mp_status run_queue(search *S, const mp_hp_proposer *p, const double *xs,
     for (int k = 1; k < nw; k++)
         if (th[k])
             pthread_join(th[k], NULL);
+    /* those that ran out of memory beside others, one at a time */
+    for (int k = 0; k < q.n_again && !q.stop; k++) {
+        job j = { .S = S, .i = q.again[k] };
+        train_again_alone(&j);
+        if (j.st) {
+            q.stop = 1;
+            q.fail = j.i;
+            q.fail_st = j.st;
+            snprintf(q.fail_msg, sizeof q.fail_msg, "%s", j.error);
+        }
+    }
     if (q.fail_st == MP_ERR_INTERRUPTED)
         st = mp_hp_interrupted(S, q.fail);
     else if (q.fail_st)
         st = mp_error_set(q.fail_st, "%s", q.fail_msg);
 out:
+    mp_free(q.again);
     mp_free(q.gone);
     mp_free(q.fin);
     mp_free(order);

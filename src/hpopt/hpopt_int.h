@@ -56,6 +56,9 @@ typedef struct {
     search   *S;
     int       i;
     int       rung, stop_after, resume;
+    int       beside;   /* in: other trials may run beside it             */
+    int       again;    /* out: out of memory beside others, nothing filed: *
+                         * to be trained again alone                        */
     mp_status st;
     char      error[1024];
 } job;
@@ -68,8 +71,9 @@ void      mp_hp_remove_tree(const char *path);
 mp_status mp_hp_append_trial(search *S, int i, const char *error);
 /* Appends the lines of trials[0..n) in one write, synced. */
 mp_status mp_hp_append_trials(search *S, const int *trials, int n);
-/* Trains jobs[0..n) side by side (one on this thread) and returns the
- * first failure among them (MP_ERR_INTERRUPTED with the search's message). */
+/* Trains jobs[0..n) side by side (one on this thread), then alone each
+ * one that ran out of memory beside the others, and returns the first
+ * failure among them (MP_ERR_INTERRUPTED with the search's message). */
 mp_status mp_hp_run_jobs(search *S, job *jobs, pthread_t *th, int n);
 /* Proposes trial i (x: as the trials file will hold it) from the first
  * n_hist trials' losses, the round's trials n_hist..i-1 pending
