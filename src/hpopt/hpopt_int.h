@@ -1,7 +1,7 @@
 /*
- * hpopt_int.h - what hpopt.c (the search, its files, one trial) and
- * halving.c (successive halving over the same trials) share; internal to
- * src/hpopt.
+ * hpopt_int.h - what hpopt.c (the search, its files, one trial),
+ * halving.c (successive halving over the same trials) and queue.c (a
+ * random search's trials as a queue) share; internal to src/hpopt.
  */
 #ifndef MP_HPOPT_INT_H
 #define MP_HPOPT_INT_H
@@ -81,6 +81,20 @@ mp_status mp_hp_run_jobs(search *S, job *jobs, pthread_t *th, int n);
  * line must have these parameters (MP_ERR_FORMAT otherwise). */
 mp_status mp_hp_propose_trial(search *S, const mp_hp_proposer *p, const double *xs,
                               double *losses, int n_hist, int i);
+/* Trains job *arg (a job: pthread's signature), files its line and sets
+ * its st; out of memory beside others (beside set) files nothing and sets
+ * again instead. */
+void     *mp_hp_run_trial(void *arg);
+/* 1 when the trials train on a GPU (--device gpu or cuda, any precision). */
+int       mp_hp_on_gpu(const mp_options *base);
+/* Trains job j again, alone, after it ran out of memory beside others (on
+ * a GPU the trials side by side share its memory); a stop since leaves it
+ * unfiled, for a rerun. */
+void      mp_hp_train_again_alone(job *j);
+/* queue.c: the trials not yet done, proposed up front (each from its own
+ * stream), trained by --jobs workers taking the costliest first. */
+mp_status mp_hp_run_queue(search *S, const mp_hp_proposer *p, const double *xs,
+                          double *losses);
 /* The message of a search stopped by a signal during trial i (-1: between). */
 mp_status mp_hp_interrupted(const search *S, int i);
 /* The best finished trial (lowest loss, the earlier on ties), or -1. */
