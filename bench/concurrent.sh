@@ -13,7 +13,9 @@
 #   hpopt  20 hpopt trials on hiv (30 epochs each, configs/hpopt/chemprop.ini),
 #          $HPOPT_JOBS (default 10) side by side on the GPU in bf16, and the
 #          same search with --halving (successive halving, eta 3: every trial
-#          to 3 epochs, a third of them on to 10, a third of those to 30);
+#          to 3 epochs, a third of them on to 10, a third of those to 30),
+#          and (variant "alone", not run by default) the same trials one
+#          after another (--jobs 1): what side by side buys over them;
 #          goal: under 3 min; the wall time of each, and what its trials
 #          file holds (trials to the full epochs, stopped, failed).
 # The times are training seconds from each run's metrics.json (featurization
@@ -136,7 +138,8 @@ if part hpopt; then
     # HPOPT_TRIALS (20), HPOPT_DATA ($DATA/hiv.csv.gz), HPOPT_DEVICE ("--device
     # gpu --precision bf16"), HPOPT_SPACE (Chemprop's), HPOPT_VARIANTS ("plain
     # halving": the search as it is and with --halving, eta 3, rungs
-    # epochs/9 and epochs/3) for a small run: see bench/RESULTS.md
+    # epochs/9 and epochs/3; "alone": the same trials with --jobs 1) for a
+    # small run: see bench/RESULTS.md
     HPOPT_TRIALS=${HPOPT_TRIALS:-20}
     HPOPT_DATA=${HPOPT_DATA:-$DATA/hiv.csv.gz}
     HPOPT_DEVICE=${HPOPT_DEVICE:---device gpu --precision bf16}
@@ -148,7 +151,8 @@ if part hpopt; then
         case $v in
             plain) hp_run "hpopt-$HPOPT_TRIALS" ;;
             halving) hp_run "hpopt-$HPOPT_TRIALS-halving" --halving ;;
-            *) echo "hpopt: unknown variant $v (plain, halving)"; fail=1 ;;
+            alone) hp_run "hpopt-$HPOPT_TRIALS-alone" --jobs 1 ;;
+            *) echo "hpopt: unknown variant $v (plain, halving, alone)"; fail=1 ;;
         esac
     done
     echo "hpopt: goal < 180 s for 20 trials on hiv, 30 epochs, bf16"
