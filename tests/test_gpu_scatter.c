@@ -38,6 +38,7 @@ static const scase cases[] = {
     { 108496, 300, 132 },   /* a batch of 4096 */
     { 3001, 300, 420 },     /* several slot groups in either form */
     { 2000, 301, 132 },     /* odd width: one column a lane only */
+    { 5265, 1800, 132 },    /* a wide model (hpopt's widths): many column tiles */
     { 77, 2, 9 },
 };
 

@@ -72,6 +72,10 @@ int mp_blas_load(char *err, size_t cap);
 #define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 /* Scratch for the partial sums of the two-level reductions: 16M floats. */
 #define SCRATCH_ELEMS ((size_t)16 << 20)
+/* Blocks a one-hot scatter whose partials outweigh its rows aims for: 5
+ * one-warp blocks a SM (its shared memory's limit) on 132 SMs.  A constant,
+ * not the device's SM count, so the sums are the same bits on every card. */
+#define SCATTER_BLOCKS 660
 
 /* gemm_res_relu's cuBLASLt algorithm per call shape, so that the heuristic
  * (tens of microseconds of host time, more than a small batch's product) is
@@ -103,6 +107,9 @@ typedef struct {
                                   * (MOLPROP_CUDA_TILES=0), 2 always (=1), 1 (default)
                                   * but for the small ones under a share > 2 */
     int            share;        /* set_share's n: instances side by side (1: alone) */
+    int            scatter_blocks; /* the one-hot scatters' block budget (reduce_cuda.cu
+                                  * slot_launch): SCATTER_BLOCKS, or
+                                  * MOLPROP_CUDA_SCATTER_BLOCKS (0: no cap) */
     int            wgmma;        /* 1: the device is sm_90 (tiles_cuda.cu's panels) */
     int            pdl;          /* programmatic dependent launch: 0 off, 1 all
                                   * but the panels, 2 all (launch_dep(), below) */

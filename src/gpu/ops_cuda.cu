@@ -381,6 +381,11 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     const char *tiles = getenv("MOLPROP_CUDA_TILES");
     c->tiles = tiles && !strcmp(tiles, "0") ? 0 : tiles && !strcmp(tiles, "1") ? 2 : 1;
     c->share = 1;
+    /* the one-hot scatters' chunking (reduce_cuda.cu slot_launch):
+     * MOLPROP_CUDA_SCATTER_BLOCKS=0 cuts them as before the cap (for
+     * comparisons), =N aims for N blocks */
+    const char *sb = getenv("MOLPROP_CUDA_SCATTER_BLOCKS");
+    c->scatter_blocks = sb ? atoi(sb) : SCATTER_BLOCKS;
 
     b->dtype = MP_F32;
     b->esize = sizeof(float);

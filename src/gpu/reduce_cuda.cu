@@ -445,6 +445,19 @@ static void slot_launch(gpu_ctx *c, float *dw, const HT *hot, int hot_shift, con
         rows = (rows + 1) / 2;
         nch = (n_rows + rows - 1) / rows;
     }
+    /* Where the chunks' partials would outweigh the rows themselves (chunks
+     * x slots > rows: the atom scatter of a wide model or of a big batch),
+     * longer chunks: at most enough for c->scatter_blocks blocks of 64
+     * columns.  Counted in 64-column tiles whatever CW is, so both forms
+     * cut the same chunks (the same bits); a function of the shape. */
+    if (c->scatter_blocks > 0 && (int64_t)nch * n_slots > n_rows) {
+        const int64_t tiles = (h + 63) / 64;
+        const int64_t want = (c->scatter_blocks + tiles - 1) / tiles;
+        if (want < nch) {
+            rows = (int32_t)(((int64_t)n_rows + want - 1) / want);
+            nch = (n_rows + rows - 1) / rows;
+        }
+    }
     int direct = nch == 1;
     dim3 grid((unsigned)((h + 32 * CW - 1) / (32 * CW)), (unsigned)nch, (unsigned)n_groups);
     const size_t smem = ((size_t)(group + 1) * 32 + (size_t)SLOT_ROWS * 32) * CW * sizeof(float) +
