@@ -259,6 +259,11 @@ struct mp_backend {
      * operands) and, in a model without dropout, H0 and the messages M_t:
      * MP_ST_ELEM, or MP_ST_BF16 (cuda:bf16, ref:bf16, ref64:bf16). */
     mp_stype    act_st;
+    /* Row alignment the backend's products want, in elements (0 or 1: any).
+     * cuda:bf16 asks 8 (16-byte bf16 rows, which Hopper's fast cuBLAS
+     * kernels need); a wide model whose hidden size is not a multiple of it
+     * then runs padded (model.c, "padded width"). */
+    int         row_align;
     void       *ctx;        /* backend state (streams, handles), or NULL         */
 
     void (*close)(mp_backend *b);

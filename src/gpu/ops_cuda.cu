@@ -392,6 +392,11 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     b->host_memory = 0;
     /* bf16: the model stores its product operands in bf16 (ops.h) */
     b->act_st = prec == MP_PREC_BF16 ? MP_ST_BF16 : MP_ST_ELEM;
+    /* 16-byte bf16 rows for cuBLAS's TMA kernels (a hidden size of 2,300
+     * steps at half the speed of 2,304 without them, bench/RESULTS.md);
+     * MOLPROP_CUDA_ROW_ALIGN=0 leaves the rows as they are (comparisons) */
+    const char *ra = getenv("MOLPROP_CUDA_ROW_ALIGN");
+    b->row_align = prec == MP_PREC_BF16 && !(ra && !strcmp(ra, "0")) ? 8 : 0;
     b->close = cu_close;
     b->alloc = cu_alloc;
     b->free = cu_free;

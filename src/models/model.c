@@ -267,13 +267,13 @@ uint64_t mp_model_config_n_params(const mp_model_config *cfg)
 /* Xavier-normal weights, the other views' constants, drawn in view order.
  * Values are made as floats (then widened for a double backend), so every
  * backend starts from the same numbers. */
-static void init_params(mp_model *m, void *host, uint64_t seed, const unsigned char *inits,
-                        const int *fans)
+static void init_params(mp_model *m, const mp_param_view *views, void *host, uint64_t seed,
+                        const unsigned char *inits, const int *fans)
 {
     mp_rng r;
     mp_rng_seed(&r, seed, MP_MODEL_STREAM_INIT);
     for (int i = 0; i < m->n_views; i++) {
-        const mp_param_view *v = &m->views[i];
+        const mp_param_view *v = &views[i];
         size_t n = (size_t)v->rows * v->cols;
         double std = sqrt(2.0 / (double)((fans[i] ? fans[i] : v->rows) + v->cols));
         for (size_t k = 0; k < n; k++) {
@@ -285,6 +285,73 @@ static void init_params(mp_model *m, void *host, uint64_t seed, const unsigned c
             else
                 ((float *)host)[v->offset + k] = x;
         }
+    }
+}
+
+/* ===================================================================== */
+/* Padded width                                                           */
+/* ===================================================================== */
+
+/* A fused-path D-MPNN wider than this whose hidden size is not a multiple
+ * of the backend's row_align runs padded (model_impl.h): the products of
+ * such widths are cuBLAS's, whose fast kernels want aligned rows; narrower
+ * ones run on kernels of ours that take any row. */
+#define PAD_MIN_HIDDEN 512
+
+/* Lays the parameters out again at the padded width, keeping the logical
+ * layout (already laid out) as the API's; nothing when the model is not to
+ * be padded. */
+static void pad_width(mp_model *m, const mp_backend *b)
+{
+    const int al = b->row_align, h = m->h;
+    if (al <= 1 || m->generic || m->cfg.kind != MP_MODEL_DMPNN || h <= PAD_MIN_HIDDEN ||
+        h % al == 0 || m->esize != sizeof(float))
+        return;
+    m->padded = 1;
+    m->h_log = h;
+    m->n_log = m->n_params;
+    memcpy(m->lviews, m->views, sizeof m->views);
+    m->h = (h + al - 1) / al * al;
+    m->hr = m->h;                   /* the fused path has no atom descriptors */
+    m->in_dim = m->hr + m->cfg.extra_dim;
+    m->n_views = 0;
+    m->n_params = 0;
+    unsigned char inits[MP_MAX_VIEWS];
+    int fans[MP_MAX_VIEWS] = { 0 };
+    layout_params(m, inits, fans);
+    for (int i = 0; i < m->n_views; i++)
+        m->pad_at[i] = m->views[i].offset == m->off_fw[0] ? h : m->lviews[i].rows;
+}
+
+/* Logical parameters (lviews) into the padded layout (views), zeros in the
+ * padding, and back. */
+static void pad_params(const mp_model *m, const float *lg, float *pd)
+{
+    for (int i = 0; i < m->n_views; i++) {
+        const mp_param_view *l = &m->lviews[i], *p = &m->views[i];
+        const int gap = p->rows - l->rows, at = m->pad_at[i];
+        for (int r = 0; r < p->rows; r++) {
+            float *row = pd + p->offset + (size_t)r * p->cols;
+            if (r >= at && r < at + gap) {
+                memset(row, 0, (size_t)p->cols * sizeof *row);
+                continue;
+            }
+            const int lr = r < at ? r : r - gap;
+            memcpy(row, lg + l->offset + (size_t)lr * l->cols, (size_t)l->cols * sizeof *row);
+            memset(row + l->cols, 0, (size_t)(p->cols - l->cols) * sizeof *row);
+        }
+    }
+}
+
+static void unpad_params(const mp_model *m, const float *pd, float *lg)
+{
+    for (int i = 0; i < m->n_views; i++) {
+        const mp_param_view *l = &m->lviews[i], *p = &m->views[i];
+        const int gap = p->rows - l->rows, at = m->pad_at[i];
+        for (int lr = 0; lr < l->rows; lr++)
+            memcpy(lg + l->offset + (size_t)lr * l->cols,
+                   pd + p->offset + (size_t)(lr < at ? lr : lr + gap) * p->cols,
+                   (size_t)l->cols * sizeof *lg);
     }
 }
 
@@ -355,6 +422,7 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     unsigned char inits[MP_MAX_VIEWS];
     int fans[MP_MAX_VIEWS] = { 0 };   /* 0: the view's own rows are its fan-in */
     layout_params(m, inits, fans);
+    pad_width(m, b);
     mp_rng_seed(&m->drop_rng, seed, MP_MODEL_STREAM_DROPOUT);
 
     size_t bytes = m->n_params * m->esize;
@@ -369,7 +437,20 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
         mp_model_free(m);
         return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %zu parameters", np);
     }
-    init_params(m, host, seed, inits, fans);
+    if (m->padded) {
+        /* drawn in the logical layout, as an unpadded model draws them */
+        float *lg = mp_malloc(m->n_log * sizeof *lg);
+        if (!lg) {
+            size_t np = m->n_log;
+            mp_model_free(m);
+            return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %zu parameters", np);
+        }
+        init_params(m, m->lviews, lg, seed, inits, fans);
+        pad_params(m, lg, host);
+        mp_free(lg);
+    } else {
+        init_params(m, m->views, host, seed, inits, fans);
+    }
     st = b->upload(b, m->params, host, bytes);
     if (st != MP_OK) {
         mp_model_free(m);
@@ -931,29 +1012,58 @@ mp_status mp_model_adam_step(mp_model *m, double lr)
 /* Access                                                                 */
 /* ===================================================================== */
 
-size_t mp_model_n_params(const mp_model *m) { return m->n_params; }
+size_t mp_model_n_params(const mp_model *m) { return m->padded ? m->n_log : m->n_params; }
 
 const mp_param_view *mp_model_views(const mp_model *m, int *n_views)
 {
     *n_views = m->n_views;
-    return m->views;
+    return m->padded ? m->lviews : m->views;
 }
 
 const mp_model_config *mp_model_get_config(const mp_model *m) { return &m->cfg; }
 
+/* A parameter-sized block (params, grads, Adam's moments) to and from host
+ * floats in the API's (logical) layout (model_impl.h). */
+mp_status mp_model_block_get(const mp_model *m, const void *blk, float *dst)
+{
+    if (!m->padded)
+        return download_floats((mp_model *)m, dst, blk, m->n_params);
+    float *t = mp_malloc(m->n_params * sizeof *t);
+    if (!t)
+        return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %zu values", m->n_params);
+    mp_status st = download_floats((mp_model *)m, t, blk, m->n_params);
+    if (st == MP_OK)
+        unpad_params(m, t, dst);
+    mp_free(t);
+    return st;
+}
+
+mp_status mp_model_block_set(mp_model *m, void *blk, const float *src)
+{
+    if (!m->padded)
+        return upload_floats(m, blk, src, m->n_params);
+    float *t = mp_malloc(m->n_params * sizeof *t);
+    if (!t)
+        return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %zu values", m->n_params);
+    pad_params(m, src, t);
+    mp_status st = upload_floats(m, blk, t, m->n_params);
+    mp_free(t);
+    return st;
+}
+
 mp_status mp_model_get_params(const mp_model *m, float *dst)
 {
-    return download_floats((mp_model *)m, dst, m->params, m->n_params);
+    return mp_model_block_get(m, m->params, dst);
 }
 
 mp_status mp_model_get_grads(const mp_model *m, float *dst)
 {
-    return download_floats((mp_model *)m, dst, m->grads, m->n_params);
+    return mp_model_block_get(m, m->grads, dst);
 }
 
 mp_status mp_model_set_grads(mp_model *m, const float *src)
 {
-    return upload_floats(m, m->grads, src, m->n_params);
+    return mp_model_block_set(m, m->grads, src);
 }
 
 mp_status mp_model_rank_sum_grads(mp_model *m, const float *w, int *done)
@@ -964,10 +1074,11 @@ mp_status mp_model_rank_sum_grads(mp_model *m, const float *w, int *done)
 
 mp_status mp_model_set_params(mp_model *m, const float *src)
 {
-    for (size_t i = 0; i < m->n_params; i++)
+    const size_t n = mp_model_n_params(m);
+    for (size_t i = 0; i < n; i++)
         if (!isfinite(src[i]))
             return mp_error_set(MP_ERR_FORMAT, "model: parameter %zu is not a finite number", i);
-    return upload_floats(m, m->params, src, m->n_params);
+    return mp_model_block_set(m, m->params, src);
 }
 
 mp_status mp_model_get_encoding(mp_model *m, int layer, float *dst, int *width)
@@ -978,13 +1089,27 @@ mp_status mp_model_get_encoding(mp_model *m, int layer, float *dst, int *width)
     if (layer == 1 && m->n_layers < 2)
         return mp_error_set(MP_ERR_ARG, "model encoding: the FFN head has 1 layer, so no "
                             "hidden layer (train with --ffn-layers 2 or more)");
-    *width = layer == 0 ? m->in_dim : m->ffn_hidden;
+    /* a padded model's x0 holds h - h_log zero columns after the readout */
+    const int gap = layer == 0 && m->padded ? m->h - m->h_log : 0;
+    *width = layer == 0 ? m->in_dim - gap : m->ffn_hidden;
     if (!dst)
         return MP_OK;
     if (!m->have_forward)
         return mp_error_set(MP_ERR_ARG, "model encoding: no forward pass");
     const void *src = layer == 0 ? m->a.x0 : m->a.hl[m->n_layers - 2];
-    return download_floats(m, dst, src, (size_t)m->n_mols * (size_t)*width);
+    if (!gap)
+        return download_floats(m, dst, src, (size_t)m->n_mols * (size_t)*width);
+    const size_t rows = (size_t)m->n_mols, w = (size_t)*width, pw = (size_t)m->in_dim;
+    float *t = mp_malloc(rows * pw * sizeof *t);
+    if (!t)
+        return mp_error_set(MP_ERR_NOMEM, "model encoding: out of memory");
+    mp_status st = download_floats(m, t, src, rows * pw);
+    for (size_t i = 0; st == MP_OK && i < rows; i++) {
+        memcpy(dst + i * w, t + i * pw, (size_t)m->h_log * sizeof *dst);
+        memcpy(dst + i * w + m->h_log, t + i * pw + m->h, (w - (size_t)m->h_log) * sizeof *dst);
+    }
+    mp_free(t);
+    return st;
 }
 
 void *mp_model_block_ptr(mp_model *m, mp_model_block which)

@@ -113,6 +113,18 @@ struct mp_model {
      * messages the bond rows are W_h's), W_o's extra atom rows [da x h],
      * the descriptor layer W_ad [hr x hr] and b_ad [1 x hr] */
     size_t off_wi_xa, off_wi_xb, off_wo_xa, off_wad, off_bad;
+    /* Padded width (model.c): a wide fused-path model whose hidden size is
+     * not a multiple of the backend's row_align runs with h rounded up, the
+     * extra units' weights zero (so they stay zero: their outputs, hence
+     * gradients, are exact zeros).  Then h, n_params, views and the off_*
+     * are the padded layout the ops see, and h_log, n_log and lviews the
+     * one the API shows (model files, transfer, get/set_params); view i's
+     * padding rows sit at its logical row pad_at[i] (its end, or the
+     * readout's end in ffn0.W, before the molecule features). */
+    int    padded, h_log;
+    size_t n_log;
+    mp_param_view lviews[MP_MAX_VIEWS];
+    int    pad_at[MP_MAX_VIEWS];
     void  *params, *grads, *adam_m, *adam_v;
     long   adam_t;
     /* Frozen parameters (mp_model_set_frozen): element ranges [lo, hi) of
@@ -220,5 +232,10 @@ void     mp_model_dropout_backward(mp_model *m, void *dx, const void *dy, int32_
 
 /* model.c: host staging buffer of at least `bytes`. */
 void *mp_model_host(mp_model *m, size_t bytes);
+/* model.c: a parameter-sized block of the model (params, grads, adam_m,
+ * adam_v) to and from mp_model_n_params host floats in the API's layout
+ * (a padded model's padding dropped / written as zeros). */
+mp_status mp_model_block_get(const mp_model *m, const void *blk, float *dst);
+mp_status mp_model_block_set(mp_model *m, void *blk, const float *src);
 
 #endif /* MP_MODEL_IMPL_H */

@@ -17,11 +17,25 @@ void mp_model_state_free(mp_model_state *s)
     memset(s, 0, sizeof *s);
 }
 
+/* A padded model's state is kept in the API's layout (model_impl.h), as
+ * its checkpoints count parameters, so it resumes padded or not. */
+static mp_status padded_get(const mp_model *m, mp_model_state *s)
+{
+    mp_status st = m->b->sync(m->b);
+    if (st == MP_OK)
+        st = mp_model_block_get(m, m->params, s->params);
+    if (st == MP_OK)
+        st = mp_model_block_get(m, m->adam_m, s->adam_m);
+    if (st == MP_OK)
+        st = mp_model_block_get(m, m->adam_v, s->adam_v);
+    return st;
+}
+
 mp_status mp_model_state_get(const mp_model *m, mp_model_state *s)
 {
     memset(s, 0, sizeof *s);
-    size_t bytes = m->n_params * m->esize;
-    s->n_params = m->n_params;
+    const size_t n = mp_model_n_params(m), bytes = n * m->esize;
+    s->n_params = n;
     s->esize = m->esize;
     s->params = mp_malloc(bytes);
     s->adam_m = mp_malloc(bytes);
@@ -29,11 +43,16 @@ mp_status mp_model_state_get(const mp_model *m, mp_model_state *s)
     if (!s->params || !s->adam_m || !s->adam_v) {
         mp_model_state_free(s);
         return mp_error_set(MP_ERR_NOMEM, "out of memory saving the training state (%zu "
-                            "parameters)", m->n_params);
+                            "parameters)", n);
     }
     mp_backend *b = m->b;
     mp_status st;
-    if ((st = b->sync(b)) || (st = b->download(b, s->params, m->params, bytes)) ||
+    if (m->padded) {
+        if ((st = padded_get(m, s))) {
+            mp_model_state_free(s);
+            return st;
+        }
+    } else if ((st = b->sync(b)) || (st = b->download(b, s->params, m->params, bytes)) ||
         (st = b->download(b, s->adam_m, m->adam_m, bytes)) ||
         (st = b->download(b, s->adam_v, m->adam_v, bytes))) {
         mp_model_state_free(s);
@@ -46,14 +65,20 @@ mp_status mp_model_state_get(const mp_model *m, mp_model_state *s)
 
 mp_status mp_model_state_set(mp_model *m, const mp_model_state *s)
 {
-    if (s->n_params != m->n_params || s->esize != m->esize)
+    const size_t n = mp_model_n_params(m);
+    if (s->n_params != n || s->esize != m->esize)
         return mp_error_set(MP_ERR_ARG, "training state of %zu parameters of %zu bytes for a "
-                            "model of %zu parameters of %zu bytes", s->n_params, s->esize,
-                            m->n_params, m->esize);
+                            "model of %zu parameters of %zu bytes", s->n_params, s->esize, n,
+                            m->esize);
     mp_backend *b = m->b;
-    size_t bytes = m->n_params * m->esize;
+    size_t bytes = n * m->esize;
     mp_status st;
-    if ((st = b->upload(b, m->params, s->params, bytes)) ||
+    if (m->padded) {
+        if ((st = mp_model_block_set(m, m->params, s->params)) ||
+            (st = mp_model_block_set(m, m->adam_m, s->adam_m)) ||
+            (st = mp_model_block_set(m, m->adam_v, s->adam_v)) || (st = b->sync(b)))
+            return st;
+    } else if ((st = b->upload(b, m->params, s->params, bytes)) ||
         (st = b->upload(b, m->adam_m, s->adam_m, bytes)) ||
         (st = b->upload(b, m->adam_v, s->adam_v, bytes)) || (st = b->sync(b)))
         return st;
