@@ -673,13 +673,13 @@ static double max_rel(const float *a, const float *b, size_t n)
 /* The padded model is the same model: the API's layout and initial values
  * bit for bit, the same losses and outputs over a few Adam steps (up to the
  * products' order of summation), the padding exactly zero throughout, its
- * parameters loaded into an unpadded model give the same predictions, and
- * its encoding the unpadded width.  On the cpu backend with row_align
- * forced (cuda:bf16 asks for it, where the padding pays). */
+ * parameters and its training state loaded into an unpadded model give the
+ * same predictions, and its encoding the unpadded width.  On the cpu
+ * backend with row_align forced, and on cuda:bf16. */
 static void padded_case(mp_test_result *mp__r, const char *backend, double tol_loss,
                         double tol_params, double tol_out)
 {
-    /* plain: rows as they come; al: rows of 8 (cuda:bf16 asks it itself) */
+    /* plain: rows as they come; al: rows of 8 */
     mp_backend *plain = open_b(backend), *al = open_b(backend);
     CHECK(plain && al);
     plain->row_align = 0;
@@ -824,8 +824,9 @@ MP_TEST(model_padded_width_same_model)
     padded_case(mp__r, "cpu", 1e-5, 1e-2, 1e-5);
 }
 
-/* cuda:bf16, where the padding is on by default: bf16 operands rounded
- * after sums of another order, hence the wider bounds */
+/* cuda:bf16, where the padding pays (MOLPROP_CUDA_ROW_ALIGN=8; the test
+ * sets the alignment itself): bf16 operands rounded after sums of another
+ * order, hence the wider bounds */
 MP_TEST(gpu_model_padded_width_same_model)
 {
     MP_NEED_GPU();

@@ -260,9 +260,10 @@ struct mp_backend {
      * MP_ST_ELEM, or MP_ST_BF16 (cuda:bf16, ref:bf16, ref64:bf16). */
     mp_stype    act_st;
     /* Row alignment the backend's products want, in elements (0 or 1: any).
-     * cuda:bf16 asks 8 (16-byte bf16 rows, which Hopper's fast cuBLAS
-     * kernels need); a wide model whose hidden size is not a multiple of it
-     * then runs padded (model.c, "padded width"). */
+     * A wide model whose hidden size is not a multiple of it runs padded
+     * (model.c, "padded width").  cuda:bf16 takes it from
+     * MOLPROP_CUDA_ROW_ALIGN (8: 16-byte bf16 rows, which Hopper's fast
+     * cuBLAS kernels need; unset: 0 for now, ops_cuda.cu). */
     int         row_align;
     void       *ctx;        /* backend state (streams, handles), or NULL         */
 

@@ -114,7 +114,8 @@ struct mp_model {
      * the descriptor layer W_ad [hr x hr] and b_ad [1 x hr] */
     size_t off_wi_xa, off_wi_xb, off_wo_xa, off_wad, off_bad;
     /* Padded width (model.c): a wide fused-path model whose hidden size is
-     * not a multiple of the backend's row_align runs with h rounded up, the
+     * not a multiple of the backend's row_align (ops.h) runs with h rounded
+     * up, the
      * extra units' weights zero (so they stay zero: their outputs, hence
      * gradients, are exact zeros).  Then h, n_params, views and the off_*
      * are the padded layout the ops see, and h_log, n_log and lviews the
