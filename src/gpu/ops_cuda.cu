@@ -394,7 +394,7 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     b->act_st = prec == MP_PREC_BF16 ? MP_ST_BF16 : MP_ST_ELEM;
     /* 16-byte bf16 rows for cuBLAS's TMA kernels (an unpadded hidden size
      * of 2,300 steps at half the speed of 2,304, bench/RESULTS.md):
-     * MOLPROP_CUDA_ROW_ALIGN=8 pads a wide model's width (model.c).  Off by
+     * MOLPROP_CUDA_ROW_ALIGN=8 pads a wide model's width (model_pad.c).  Off by
      * default until the padded model has been measured on a GPU (written
      * and tested on the cpu with the alignment forced, 2026-12-07; no device
      * time was left to run it) */

@@ -168,7 +168,7 @@ static size_t add_view(mp_model *m, const char *name, int rows, int cols, int in
  * shapes), the readout's (attention, batch norm), the head's, the PReLU
  * slopes.  Models without the optional layers have exactly the views (and
  * the initial values) they had before those layers existed. */
-static void layout_params(mp_model *m, unsigned char *inits, int *fans)
+void mp_model_layout_params(mp_model *m, unsigned char *inits, int *fans)
 {
     const mp_model_config *c = &m->cfg;
     const int am = c->atom_messages;
@@ -234,7 +234,7 @@ static void layout_params(mp_model *m, unsigned char *inits, int *fans)
     }
 }
 
-/* The layer sizes layout_params reads. */
+/* The layer sizes mp_model_layout_params reads. */
 static void set_shapes(mp_model *m, const mp_model_config *cfg)
 {
     m->h = cfg->kind == MP_MODEL_DMPNN ? cfg->hidden : 0;
@@ -258,7 +258,7 @@ uint64_t mp_model_config_n_params(const mp_model_config *cfg)
     set_shapes(m, cfg);
     unsigned char inits[MP_MAX_VIEWS];
     int fans[MP_MAX_VIEWS] = { 0 };
-    layout_params(m, inits, fans);
+    mp_model_layout_params(m, inits, fans);
     uint64_t n = m->n_params;
     mp_free(m);
     return n;
@@ -288,73 +288,6 @@ static void init_params(mp_model *m, const mp_param_view *views, void *host, uin
     }
 }
 
-/* ===================================================================== */
-/* Padded width                                                           */
-/* ===================================================================== */
-
-/* A fused-path D-MPNN wider than this whose hidden size is not a multiple
- * of the backend's row_align runs padded (model_impl.h): the products of
- * such widths are cuBLAS's, whose fast kernels want aligned rows; narrower
- * ones run on kernels of ours that take any row. */
-#define PAD_MIN_HIDDEN 512
-
-/* Lays the parameters out again at the padded width, keeping the logical
- * layout (already laid out) as the API's; nothing when the model is not to
- * be padded. */
-static void pad_width(mp_model *m, const mp_backend *b)
-{
-    const int al = b->row_align, h = m->h;
-    if (al <= 1 || m->generic || m->cfg.kind != MP_MODEL_DMPNN || h <= PAD_MIN_HIDDEN ||
-        h % al == 0 || m->esize != sizeof(float))
-        return;
-    m->padded = 1;
-    m->h_log = h;
-    m->n_log = m->n_params;
-    memcpy(m->lviews, m->views, sizeof m->views);
-    m->h = (h + al - 1) / al * al;
-    m->hr = m->h;                   /* the fused path has no atom descriptors */
-    m->in_dim = m->hr + m->cfg.extra_dim;
-    m->n_views = 0;
-    m->n_params = 0;
-    unsigned char inits[MP_MAX_VIEWS];
-    int fans[MP_MAX_VIEWS] = { 0 };
-    layout_params(m, inits, fans);
-    for (int i = 0; i < m->n_views; i++)
-        m->pad_at[i] = m->views[i].offset == m->off_fw[0] ? h : m->lviews[i].rows;
-}
-
-/* Logical parameters (lviews) into the padded layout (views), zeros in the
- * padding, and back. */
-static void pad_params(const mp_model *m, const float *lg, float *pd)
-{
-    for (int i = 0; i < m->n_views; i++) {
-        const mp_param_view *l = &m->lviews[i], *p = &m->views[i];
-        const int gap = p->rows - l->rows, at = m->pad_at[i];
-        for (int r = 0; r < p->rows; r++) {
-            float *row = pd + p->offset + (size_t)r * p->cols;
-            if (r >= at && r < at + gap) {
-                memset(row, 0, (size_t)p->cols * sizeof *row);
-                continue;
-            }
-            const int lr = r < at ? r : r - gap;
-            memcpy(row, lg + l->offset + (size_t)lr * l->cols, (size_t)l->cols * sizeof *row);
-            memset(row + l->cols, 0, (size_t)(p->cols - l->cols) * sizeof *row);
-        }
-    }
-}
-
-static void unpad_params(const mp_model *m, const float *pd, float *lg)
-{
-    for (int i = 0; i < m->n_views; i++) {
-        const mp_param_view *l = &m->lviews[i], *p = &m->views[i];
-        const int gap = p->rows - l->rows, at = m->pad_at[i];
-        for (int lr = 0; lr < l->rows; lr++)
-            memcpy(lg + l->offset + (size_t)lr * l->cols,
-                   pd + p->offset + (size_t)(lr < at ? lr : lr + gap) * p->cols,
-                   (size_t)l->cols * sizeof *lg);
-    }
-}
-
 void *mp_model_host(mp_model *m, size_t bytes)
 {
     if (bytes <= m->host_bytes)
@@ -368,7 +301,7 @@ void *mp_model_host(mp_model *m, size_t bytes)
 }
 
 /* Host floats -> device elements of the model's type. */
-static mp_status upload_floats(mp_model *m, void *dst, const float *src, size_t n)
+mp_status mp_model_upload_floats(mp_model *m, void *dst, const float *src, size_t n)
 {
     if (m->esize == sizeof(float))
         return m->b->upload(m->b, dst, src, n * sizeof(float));
@@ -380,7 +313,7 @@ static mp_status upload_floats(mp_model *m, void *dst, const float *src, size_t 
     return m->b->upload(m->b, dst, t, n * sizeof(double));
 }
 
-static mp_status download_floats(mp_model *m, float *dst, const void *src, size_t n)
+mp_status mp_model_download_floats(mp_model *m, float *dst, const void *src, size_t n)
 {
     if (m->esize == sizeof(float))
         return m->b->download(m->b, dst, src, n * sizeof(float));
@@ -421,8 +354,8 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
     set_shapes(m, cfg);
     unsigned char inits[MP_MAX_VIEWS];
     int fans[MP_MAX_VIEWS] = { 0 };   /* 0: the view's own rows are its fan-in */
-    layout_params(m, inits, fans);
-    pad_width(m, b);
+    mp_model_layout_params(m, inits, fans);
+    mp_model_pad_width(m, b);
     mp_rng_seed(&m->drop_rng, seed, MP_MODEL_STREAM_DROPOUT);
 
     size_t bytes = m->n_params * m->esize;
@@ -446,7 +379,7 @@ mp_status mp_model_create(mp_model **out, const mp_model_config *cfg, mp_backend
             return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %zu parameters", np);
         }
         init_params(m, m->lviews, lg, seed, inits, fans);
-        pad_params(m, lg, host);
+        mp_model_pad_params(m, lg, host);
         mp_free(lg);
     } else {
         init_params(m, m->views, host, seed, inits, fans);
@@ -672,9 +605,9 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
             (st = mp_batch_upload_columns(m, batch)) != MP_OK)
             return st;
         if (c->extra_dim > 0 &&
-            (st = upload_floats(m, m->a.extra, extra, (size_t)n_mols * c->extra_dim)) != MP_OK)
+            (st = mp_model_upload_floats(m, m->a.extra, extra, (size_t)n_mols * c->extra_dim)) != MP_OK)
             return st;
-    } else if ((st = upload_floats(m, m->a.x0, extra, (size_t)n_mols * c->extra_dim)) != MP_OK) {
+    } else if ((st = mp_model_upload_floats(m, m->a.x0, extra, (size_t)n_mols * c->extra_dim)) != MP_OK) {
         return st;
     }
     m->n_mols = n_mols;
@@ -684,7 +617,7 @@ mp_status mp_model_forward(mp_model *m, const mp_graphs *batch, const float *ext
     mp_ffn_forward(m, training);
     if ((st = b->sync(b)) != MP_OK)
         return st;
-    if (out && (st = download_floats(m, out, m->a.out, (size_t)n_mols * m->n_out)) != MP_OK)
+    if (out && (st = mp_model_download_floats(m, out, m->a.out, (size_t)n_mols * m->n_out)) != MP_OK)
         return st;
     /* 2: an inference forward that did not keep M_0 (dmpnn.c), no backward */
     m->have_forward = !training && c->kind == MP_MODEL_DMPNN && c->depth > 1 ? 2 : 1;
@@ -812,7 +745,7 @@ mp_status mp_model_set_task_weights(mp_model *m, const float *w)
         return MP_OK;
     if (!(m->task_w = m->b->alloc(m->b, (size_t)T * m->esize)))
         return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %d task weights", T);
-    return upload_floats(m, m->task_w, w, (size_t)T);
+    return mp_model_upload_floats(m, m->task_w, w, (size_t)T);
 }
 
 /* ===================================================================== */
@@ -1022,35 +955,6 @@ const mp_param_view *mp_model_views(const mp_model *m, int *n_views)
 
 const mp_model_config *mp_model_get_config(const mp_model *m) { return &m->cfg; }
 
-/* A parameter-sized block (params, grads, Adam's moments) to and from host
- * floats in the API's (logical) layout (model_impl.h). */
-mp_status mp_model_block_get(const mp_model *m, const void *blk, float *dst)
-{
-    if (!m->padded)
-        return download_floats((mp_model *)m, dst, blk, m->n_params);
-    float *t = mp_malloc(m->n_params * sizeof *t);
-    if (!t)
-        return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %zu values", m->n_params);
-    mp_status st = download_floats((mp_model *)m, t, blk, m->n_params);
-    if (st == MP_OK)
-        unpad_params(m, t, dst);
-    mp_free(t);
-    return st;
-}
-
-mp_status mp_model_block_set(mp_model *m, void *blk, const float *src)
-{
-    if (!m->padded)
-        return upload_floats(m, blk, src, m->n_params);
-    float *t = mp_malloc(m->n_params * sizeof *t);
-    if (!t)
-        return mp_error_set(MP_ERR_NOMEM, "model: out of memory for %zu values", m->n_params);
-    pad_params(m, src, t);
-    mp_status st = upload_floats(m, blk, t, m->n_params);
-    mp_free(t);
-    return st;
-}
-
 mp_status mp_model_get_params(const mp_model *m, float *dst)
 {
     return mp_model_block_get(m, m->params, dst);
@@ -1098,12 +1002,12 @@ mp_status mp_model_get_encoding(mp_model *m, int layer, float *dst, int *width)
         return mp_error_set(MP_ERR_ARG, "model encoding: no forward pass");
     const void *src = layer == 0 ? m->a.x0 : m->a.hl[m->n_layers - 2];
     if (!gap)
-        return download_floats(m, dst, src, (size_t)m->n_mols * (size_t)*width);
+        return mp_model_download_floats(m, dst, src, (size_t)m->n_mols * (size_t)*width);
     const size_t rows = (size_t)m->n_mols, w = (size_t)*width, pw = (size_t)m->in_dim;
     float *t = mp_malloc(rows * pw * sizeof *t);
     if (!t)
         return mp_error_set(MP_ERR_NOMEM, "model encoding: out of memory");
-    mp_status st = download_floats(m, t, src, rows * pw);
+    mp_status st = mp_model_download_floats(m, t, src, rows * pw);
     for (size_t i = 0; st == MP_OK && i < rows; i++) {
         memcpy(dst + i * w, t + i * pw, (size_t)m->h_log * sizeof *dst);
         memcpy(dst + i * w + m->h_log, t + i * pw + m->h, (w - (size_t)m->h_log) * sizeof *dst);

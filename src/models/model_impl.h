@@ -113,7 +113,7 @@ struct mp_model {
      * messages the bond rows are W_h's), W_o's extra atom rows [da x h],
      * the descriptor layer W_ad [hr x hr] and b_ad [1 x hr] */
     size_t off_wi_xa, off_wi_xb, off_wo_xa, off_wad, off_bad;
-    /* Padded width (model.c): a wide fused-path model whose hidden size is
+    /* Padded width (model_pad.c): a wide fused-path model whose hidden size is
      * not a multiple of the backend's row_align (ops.h) runs with h rounded
      * up, the
      * extra units' weights zero (so they stay zero: their outputs, hence
@@ -233,7 +233,21 @@ void     mp_model_dropout_backward(mp_model *m, void *dx, const void *dy, int32_
 
 /* model.c: host staging buffer of at least `bytes`. */
 void *mp_model_host(mp_model *m, size_t bytes);
-/* model.c: a parameter-sized block of the model (params, grads, adam_m,
+/* model.c: n host floats to and from device elements of the model's type. */
+mp_status mp_model_upload_floats(mp_model *m, void *dst, const float *src, size_t n);
+mp_status mp_model_download_floats(mp_model *m, float *dst, const void *src, size_t n);
+/* model.c: the parameter views at the model's shapes (m->h, m->hr, ...), in
+ * block order; each view's initial kind in inits[], a fan-in in fans[] where
+ * it is not the view's own rows (0). */
+void mp_model_layout_params(mp_model *m, unsigned char *inits, int *fans);
+
+/* model_pad.c: the padded width.  pad_width lays the views out again at the
+ * width rounded up to b->row_align where the model is to be padded (sets
+ * m->padded; nothing otherwise); pad_params writes logical parameters (lviews)
+ * into the padded layout, zeros in the padding. */
+void mp_model_pad_width(mp_model *m, const mp_backend *b);
+void mp_model_pad_params(const mp_model *m, const float *lg, float *pd);
+/* model_pad.c: a parameter-sized block of the model (params, grads, adam_m,
  * adam_v) to and from mp_model_n_params host floats in the API's layout
  * (a padded model's padding dropped / written as zeros). */
 mp_status mp_model_block_get(const mp_model *m, const void *blk, float *dst);
