@@ -261,7 +261,7 @@ struct mp_backend {
     mp_stype    act_st;
     /* Row alignment the backend's products want, in elements (0 or 1: any).
      * A wide model whose hidden size is not a multiple of it runs padded
-     * (model.c, "padded width").  cuda:bf16 takes it from
+     * (model_pad.c).  cuda:bf16 takes it from
      * MOLPROP_CUDA_ROW_ALIGN (8: 16-byte bf16 rows, which Hopper's fast
      * cuBLAS kernels need; unset: 0 for now, ops_cuda.cu). */
     int         row_align;
