@@ -824,8 +824,8 @@ MP_TEST(model_padded_width_same_model)
     padded_case(mp__r, "cpu", 1e-5, 1e-2, 1e-5);
 }
 
-/* cuda:bf16, where the padding pays (MOLPROP_CUDA_ROW_ALIGN=8; the test
- * sets the alignment itself): bf16 operands rounded after sums of another
+/* cuda:bf16, where the padding pays (the backend's default there; the
+ * test sets the alignment itself): bf16 operands rounded after sums of another
  * order, hence the wider bounds */
 MP_TEST(gpu_model_padded_width_same_model)
 {

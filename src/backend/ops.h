@@ -261,9 +261,8 @@ struct mp_backend {
     mp_stype    act_st;
     /* Row alignment the backend's products want, in elements (0 or 1: any).
      * A wide model whose hidden size is not a multiple of it runs padded
-     * (model_pad.c).  cuda:bf16 takes it from
-     * MOLPROP_CUDA_ROW_ALIGN (8: 16-byte bf16 rows, which Hopper's fast
-     * cuBLAS kernels need; unset: 0 for now, ops_cuda.cu). */
+     * (model_pad.c).  cuda:bf16: 8 (16-byte bf16 rows, which Hopper's fast
+     * cuBLAS kernels need), or MOLPROP_CUDA_ROW_ALIGN's value (ops_cuda.cu). */
     int         row_align;
     void       *ctx;        /* backend state (streams, handles), or NULL         */
 

@@ -392,14 +392,12 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
     b->host_memory = 0;
     /* bf16: the model stores its product operands in bf16 (ops.h) */
     b->act_st = prec == MP_PREC_BF16 ? MP_ST_BF16 : MP_ST_ELEM;
-    /* 16-byte bf16 rows for cuBLAS's TMA kernels (an unpadded hidden size
-     * of 2,300 steps at half the speed of 2,304, bench/RESULTS.md):
-     * MOLPROP_CUDA_ROW_ALIGN=8 pads a wide model's width (model_pad.c).  Off by
-     * default until the padded model has been measured on a GPU (written
-     * and tested on the cpu with the alignment forced, 2026-12-07; no device
-     * time was left to run it) */
+    /* 16-byte bf16 rows for cuBLAS's fast Hopper kernels: a wide model
+     * whose hidden size is not a multiple of 8 runs padded (model_pad.c).
+     * Hidden 2,300 at batch 200: a step of 6,904 us unpadded, 3,283 padded
+     * (H100, bench/RESULTS.md).  MOLPROP_CUDA_ROW_ALIGN=0 runs unpadded. */
     const char *ra = getenv("MOLPROP_CUDA_ROW_ALIGN");
-    b->row_align = prec == MP_PREC_BF16 && ra ? atoi(ra) : 0;
+    b->row_align = prec != MP_PREC_BF16 ? 0 : ra ? atoi(ra) : 8;
     b->close = cu_close;
     b->alloc = cu_alloc;
     b->free = cu_free;
