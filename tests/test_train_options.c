@@ -442,7 +442,10 @@ MP_TEST(modelfile_version_1_loads_and_predicts_as_before)
 /* The device validation batch (fit.c mp_fit_eval_batch): Chemprop's default
  * D-MPNN keeps 4096 (3 GB of activations for hiv-sized molecules); hidden
  * 2400 at depth 6 (37 GB at 4096) halves to 512 (4.7 GB, under 8 GiB), but
- * never below the training batch; an FFN and an empty store keep 4096. */
+ * never below the training batch; an FFN and an empty store keep 4096.
+ * Under --gpu-share 10 (hpopt --jobs 10) the budget is a tenth: the
+ * default model 1024 (0.76 GB), the widest 64, still never below the
+ * training batch. */
 MP_TEST(train_device_eval_batch_bounded_by_activations)
 {
     mp_graphs g = { 0 };
@@ -450,17 +453,21 @@ MP_TEST(train_device_eval_batch_bounded_by_activations)
     g.n_atoms = 25000;
     g.n_edges = 55000;
     mp_model_config c = mp_model_config_default();
-    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096), 4096);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096, 0), 4096);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096, 10), 1024);
     c.hidden = 2400;
     c.depth = 6;
     /* 4 * 2400 * (15 * 55 + 5 * 25) = 9.12 MB a molecule: 512 is the first
      * halving under 8 GiB */
-    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096), 512);
-    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 1000, 4096), 1024);
-    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 4096, 4096), 4096);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096, 0), 512);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 1000, 4096, 0), 1024);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 4096, 4096, 0), 4096);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096, 1), 512);     /* a share of 1: the whole */
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096, 10), 64);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 200, 4096, 10), 256);
     c.kind = MP_MODEL_FFN;
-    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096), 4096);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &g, 50, 4096, 0), 4096);
     c.kind = MP_MODEL_DMPNN;
     mp_graphs empty = { 0 };
-    CHECK_EQ_INT(mp_fit_eval_batch(&c, &empty, 50, 4096), 4096);
+    CHECK_EQ_INT(mp_fit_eval_batch(&c, &empty, 50, 4096, 0), 4096);
 }

@@ -331,8 +331,8 @@ static const mp_option_def train_table[] = {
       .help = "resident slot size classes at most (D-MPNN); 1: every slot padded to the "
               "largest batch" },
     { "gpu-share", MP_OPT_INT, "auto", 1, 256, .offset = AT(mp_train_opts, gpu_share),
-      .arg = "N", .help = "runs side by side on the GPU: each one's products\nsized for its share "
-              "(hpopt --jobs sets it); auto: 1", .flags = MP_OPTF_AUTO },
+      .arg = "N", .help = "runs side by side on the GPU: each one's products\nand validation batch "
+              "sized for its share (hpopt --jobs\nsets it); auto: 1", .flags = MP_OPTF_AUTO },
     { "profile", MP_OPT_BOOL, "false", .offset = AT(mp_train_opts, profile),
       .help = "where each epoch's time goes: a 'profile epoch' line per epoch on stderr" },
     /* issue 11: losses and Chemprop's training options (one block) */

@@ -89,13 +89,14 @@ static int better(mp_metric m, double now, double best)
 /* ===================================================================== */
 
 int32_t mp_fit_eval_batch(const mp_model_config *c, const mp_graphs *g, int32_t batch,
-                          int32_t eval)
+                          int32_t eval, int share)
 {
     if (c->kind == MP_MODEL_FFN || !g || g->n_mols <= 0)
         return eval;
     double per_mol = 4.0 * c->hidden * ((2.0 * c->depth + 3) * g->n_edges + 5.0 * g->n_atoms) /
                      g->n_mols;
-    while (eval / 2 >= batch && eval * per_mol > 8.0 * 1073741824.0)
+    double budget = 8.0 * 1073741824.0 / (share > 1 ? share : 1);
+    while (eval / 2 >= batch && eval * per_mol > budget)
         eval /= 2;
     return eval;
 }

@@ -129,9 +129,12 @@ mp_status mp_fit_open_source(const mp_fit_ctx *c, int k, mp_batch_source **out);
  * for it would pass 8 GiB (about (2 depth + 3) h floats per directed edge
  * and 5 h per atom, at g's mean molecule): Chemprop's largest search
  * configurations (hidden 2400, depth 6) need 30 GiB at 4096 and leave no
- * room for the trials beside them.  From sizes alone: deterministic. */
+ * room for the trials beside them.  A run sharing the GPU with others
+ * (--gpu-share N, hpopt's --jobs) gets 8 GiB / N: ten trials side by side
+ * would otherwise reserve 80 GB between them and run out of memory.  From
+ * sizes alone: deterministic. */
 int32_t mp_fit_eval_batch(const mp_model_config *c, const mp_graphs *g, int32_t batch,
-                          int32_t eval);
+                          int32_t eval, int share);
 
 /* The activations member k needs for the largest training and validation
  * batches (mp_model_reserve), reserved once before its first step. */

@@ -631,7 +631,7 @@ static mp_status build_ensemble(train_run *r)
             return mp_error_set(MP_ERR_NOMEM, "out of memory");
     r->eval_batch = e->backend->host_memory ? EVAL_BATCH
                                             : mp_fit_eval_batch(&cfg, &r->f->g, o->batch_size,
-                                                                EVAL_BATCH_GPU);
+                                                                EVAL_BATCH_GPU, o->gpu_share);
     return mp_transfer_init(e, o);
 }
 
