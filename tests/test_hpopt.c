@@ -8,6 +8,7 @@
 #include "test.h"
 #include "internal.h"   /* every module header */
 #include "hpopt/hpopt.h"
+#include "api/api.h"     /* mp_train_shared */
 
 #include <stdlib.h>
 
@@ -379,6 +380,73 @@ MP_TEST(hpopt_cli_searches_resumes_and_writes_the_best_config)
     const char *v = strstr(out, "(val ");
     CHECK_MSG(v != NULL, "%s", out);
     CHECK_NEAR(atof(v + 5), best_val, 0, 1e-5);
+}
+
+/* The data a search's trials share (api.h mp_train_shared_open): a trial
+ * on them is the run it would be alone, model file byte for byte, and reads
+ * nothing (featurize_seconds 0); a trial whose inputs differ (a scaffold
+ * split needs scaffolds the base's random split did not featurize; another
+ * file) reads its own. */
+MP_TEST(hpopt_trials_share_the_data_read_once)
+{
+    const char *data = small_esol();
+    CHECK_MSG(data != NULL, "cannot make the small esol file");
+    mp_options *base;
+    CHECK_OK(mp_options_create(&base, "train"));
+    CHECK_OK(mp_options_set(base, "data", data));
+    CHECK_OK(mp_options_set(base, "epochs", "2"));
+    CHECK_OK(mp_options_set(base, "batch-size", "25"));
+    CHECK_OK(mp_options_set(base, "hidden", "16"));
+    CHECK_OK(mp_options_set(base, "threads", "1"));
+    CHECK_OK(mp_options_set(base, "quiet", NULL));
+    mp_train_shared *sh = NULL;
+    CHECK_OK(mp_train_shared_open(&sh, base));
+    CHECK(sh != NULL);
+
+    const char *runs[4] = { "shared", "alone", "scaffold", "other" };
+    char dir[4][1100], model[2][1200];
+    mp_summary *s[4] = { NULL };
+    for (int k = 0; k < 4; k++) {
+        mp_options *o = NULL;
+        snprintf(dir[k], sizeof dir[k], "%s/share_%s", mp_test_tmpdir(), runs[k]);
+        CHECK_OK(mp_options_copy(&o, base));
+        CHECK_OK(mp_options_set(o, "save-dir", dir[k]));
+        CHECK_OK(mp_options_set(o, "depth", "2"));   /* as a trial's dimension would */
+        if (k == 2)
+            CHECK_OK(mp_options_set(o, "split", "scaffold_balanced"));
+        if (k == 3)
+            CHECK_OK(mp_options_set(o, "data", mp_test_shared("datasets/esol.csv.gz")));
+        mp_status st = k == 1 ? mp_run_train(o, &s[k]) : mp_run_train_shared(o, sh, &s[k]);
+        mp_options_free(o);
+        CHECK_MSG(st == MP_OK, "%s: %s", runs[k], mp_error_message());
+    }
+    CHECK_EQ_INT(mp_summary_number(s[0], "featurize_seconds") == 0.0, 1);
+    for (int k = 1; k < 4; k++)
+        CHECK_MSG(mp_summary_number(s[k], "featurize_seconds") > 0.0, "%s read nothing",
+                  runs[k]);
+    CHECK_EQ_INT((int)mp_summary_number(s[0], "n_train"), (int)mp_summary_number(s[1], "n_train"));
+    CHECK(mp_summary_number(s[0], "val") == mp_summary_number(s[1], "val"));
+    CHECK((int)mp_summary_number(s[3], "n_train") > (int)mp_summary_number(s[0], "n_train"));
+    size_t n[2];
+    char *bytes[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(model[k], sizeof model[k], "%s/model.mpm", dir[k]);
+        bytes[k] = mp_test_slurp(model[k], &n[k]);
+        CHECK(bytes[k] != NULL);
+    }
+    CHECK_MSG(n[0] == n[1] && !memcmp(bytes[0], bytes[1], n[0]),
+              "the model trained on shared data differs from the one alone");
+    for (int k = 0; k < 2; k++)
+        mp_free(bytes[k]);
+    for (int k = 0; k < 4; k++)
+        mp_summary_free(s[k]);
+    mp_train_shared_free(sh);
+
+    /* a missing file: the open names it, and shares nothing */
+    CHECK_OK(mp_options_set(base, "data", "/nonexistent/x.csv"));
+    CHECK(mp_train_shared_open(&sh, base) != MP_OK && sh == NULL);
+    CHECK_MSG(strstr(mp_error_message(), "/nonexistent/x.csv") != NULL, "%s", mp_error_message());
+    mp_options_free(base);
 }
 
 /* The line of trial i in a trials file (NULL: none). */

@@ -421,9 +421,9 @@ done:
     return st;
 }
 
-static mp_status run_train(const mp_options *o, mp_summary **out);
+static mp_status run_train(const mp_options *o, const mp_train_shared *sh, mp_summary **out);
 
-mp_status mp_run_train(const mp_options *o, mp_summary **out)
+mp_status mp_run_train_shared(const mp_options *o, const mp_train_shared *sh, mp_summary **out)
 {
     if (out)
         *out = NULL;
@@ -431,11 +431,16 @@ mp_status mp_run_train(const mp_options *o, mp_summary **out)
         mp_options *r;
         mp_status st = resume_options(o, &r);
         if (st == MP_OK)
-            st = run_train(r, out);
+            st = run_train(r, sh, out);
         mp_options_free(r);
         return st;
     }
-    return run_train(o, out);
+    return run_train(o, sh, out);
+}
+
+mp_status mp_run_train(const mp_options *o, mp_summary **out)
+{
+    return mp_run_train_shared(o, NULL, out);
 }
 
 /* Under K > 1 ranks (MPI processes or --devices threads; fit.c trains
@@ -566,7 +571,91 @@ static mp_status shared_inputs(const mp_train_opts *t, mp_dataset **d, mp_featur
     return st;
 }
 
-static mp_status run_train(const mp_options *o, mp_summary **out)
+/* What a run's inputs depend on (shared_inputs): the file, its columns,
+ * the inequality cells of a bounded loss and the featurization (threads
+ * aside).  The strings are copies. */
+struct mp_train_shared {
+    char             *data_path, *smiles, *targets, *ignore, *weights;
+    int               no_targets, bounded;
+    mp_featurize_opts fo;
+    mp_dataset       *d;
+    mp_features      *f;
+    mp_train_inputs   in;
+};
+
+static int same_text(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+/* Whether run t may take sh's inputs: the same file, columns and
+ * featurization, and nothing read per run (shared_inputs' rule). */
+static int shared_fits(const mp_train_shared *sh, const mp_train_opts *t)
+{
+    mp_featurize_opts fo = mp_train_featurize_opts(t);
+    const mp_column_spec *c = &t->columns;
+    return sh && sh->d && !t->inputs && !t->features_path && !t->cols.atom_path &&
+           !t->cols.bond_path && same_text(sh->data_path, t->data_path) &&
+           same_text(sh->smiles, c->smiles_column) && same_text(sh->targets, c->target_columns) &&
+           same_text(sh->ignore, c->ignore_columns) && same_text(sh->weights, c->weight_column) &&
+           sh->no_targets == c->no_targets && sh->bounded == mp_train_loss_is_bounded(t->loss) &&
+           sh->fo.layout == fo.layout && sh->fo.morgan == fo.morgan &&
+           sh->fo.descriptors == fo.descriptors && sh->fo.scaffolds == fo.scaffolds &&
+           sh->fo.sets == fo.sets;
+}
+
+void mp_train_shared_free(mp_train_shared *sh)
+{
+    if (!sh)
+        return;
+    mp_features_free(sh->f);
+    mp_dataset_free(sh->d);
+    mp_free(sh->data_path);
+    mp_free(sh->smiles);
+    mp_free(sh->targets);
+    mp_free(sh->ignore);
+    mp_free(sh->weights);
+    mp_free(sh);
+}
+
+static mp_status dup_text(char **out, const char *s)
+{
+    *out = NULL;
+    if (s && !(*out = mp_strdup(s)))
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    return MP_OK;
+}
+
+mp_status mp_train_shared_open(mp_train_shared **out, const mp_options *base)
+{
+    *out = NULL;
+    mp_train_opts t = mp_train_opts_default();
+    mp_status st = mp_options_apply(base, &t);
+    if (st)
+        return st;
+    mp_train_shared *sh = mp_calloc(1, sizeof *sh);
+    if (!sh)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    const mp_column_spec *c = &t.columns;
+    double secs;
+    if ((st = dup_text(&sh->data_path, t.data_path)) ||
+        (st = dup_text(&sh->smiles, c->smiles_column)) ||
+        (st = dup_text(&sh->targets, c->target_columns)) ||
+        (st = dup_text(&sh->ignore, c->ignore_columns)) ||
+        (st = dup_text(&sh->weights, c->weight_column)) ||
+        (st = shared_inputs(&t, &sh->d, &sh->f, &secs))) {
+        mp_train_shared_free(sh);
+        return st;
+    }
+    sh->no_targets = c->no_targets;
+    sh->bounded = mp_train_loss_is_bounded(t.loss);
+    sh->fo = mp_train_featurize_opts(&t);
+    sh->in = (mp_train_inputs){ .dataset = sh->d, .features = sh->f };
+    *out = sh;
+    return MP_OK;
+}
+
+static mp_status run_train(const mp_options *o, const mp_train_shared *sh, mp_summary **out)
 {
     mp_train_opts t = mp_train_opts_default();
     char backend[128];
@@ -609,6 +698,8 @@ static mp_status run_train(const mp_options *o, mp_summary **out)
         if (d)
             r.featurize_seconds = secs;
     } else {
+        if (shared_fits(sh, &t))
+            t.inputs = &sh->in;
         if ((st = dist_train_opts(&t)) || (st = mp_train(&t, &r)))
             return st;
     }

@@ -34,6 +34,21 @@ mp_status mp_run_start(const mp_options *o, const char *verb, void *args, char *
 /* Hands s to *out when out is not NULL, else frees it. */
 void mp_summary_hand_over(mp_summary *s, mp_summary **out);
 
+/* hpopt's trials: the data file read and featurized once for a search
+ * (as the benchmark runner's runs and --devices' ranks have it), lent
+ * read-only to every trial whose inputs would be the same: the same file,
+ * columns, loss bounds and featurization, and no features file or atom /
+ * bond columns (read per run).  A trial whose options differ there reads
+ * its own.  A run on shared inputs is the run it would be alone, bit for
+ * bit, minus the reading.  With a features file or atom / bond columns in
+ * the base, open shares nothing (every trial reads its own). */
+typedef struct mp_train_shared mp_train_shared;
+mp_status mp_train_shared_open(mp_train_shared **out, const mp_options *base);
+void mp_train_shared_free(mp_train_shared *sh);
+/* mp_run_train, on sh's inputs where they fit (sh may be NULL). */
+mp_status mp_run_train_shared(const mp_options *o, const mp_train_shared *sh,
+                              mp_summary **out);
+
 /* The end of a run that built summary s: st == MP_OK hands s over
  * (mp_summary_hand_over), any other status frees it.  Returns st. */
 mp_status mp_summary_finish(mp_status st, mp_summary *s, mp_summary **out);

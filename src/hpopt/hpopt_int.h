@@ -47,6 +47,7 @@ typedef struct {
     pthread_mutex_t      lock;       /* the trials file and messages */
     char                 path[1200]; /* OUT/trials.jsonl */
     mp_hp_halving       *h;          /* --halving (halving.c); NULL: off */
+    mp_train_shared     *shared;     /* the data, read once (api.h)      */
 } search;
 
 /* One trial to train (the trial's record is S->t[i]): from scratch, or
