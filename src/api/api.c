@@ -589,7 +589,10 @@ static int same_text(const char *a, const char *b)
 }
 
 /* Whether run t may take sh's inputs: the same file, columns and
- * featurization, and nothing read per run (shared_inputs' rule). */
+ * featurization, and nothing read per run (shared_inputs' rule).  Every
+ * field of mp_featurize_opts but n_threads is compared: */
+_Static_assert(sizeof(mp_featurize_opts) == 6 * sizeof(int),
+               "a field added to mp_featurize_opts: compare it in shared_fits");
 static int shared_fits(const mp_train_shared *sh, const mp_train_opts *t)
 {
     mp_featurize_opts fo = mp_train_featurize_opts(t);
