@@ -118,7 +118,7 @@ hp_run() {
     rm -rf "$OUT/$name"
     t0=$(now)
     # $HPOPT_DEVICE unquoted: several words
-    if ! "$M" hpopt --trials "$HPOPT_TRIALS" --space "$HPOPT_SPACE" --jobs "$HPOPT_JOBS" \
+    if ! "${HP_BIN:-$M}" hpopt --trials "$HPOPT_TRIALS" --space "$HPOPT_SPACE" --jobs "$HPOPT_JOBS" \
            --keep none --out "$OUT/$name" --data "$HPOPT_DATA" --epochs "$EPOCHS" \
            $HPOPT_DEVICE --quiet "$@" > "$OUT/$name.log" 2>&1; then
         echo "$name: failed (see $OUT/$name.log)"
@@ -138,7 +138,9 @@ if part hpopt; then
     # HPOPT_TRIALS (20), HPOPT_DATA ($DATA/hiv.csv.gz), HPOPT_DEVICE ("--device
     # gpu --precision bf16"), HPOPT_SPACE (Chemprop's), HPOPT_VARIANTS ("plain
     # halving": the search as it is and with --halving, eta 3, rungs
-    # epochs/9 and epochs/3; "alone": the same trials with --jobs 1) for a
+    # epochs/9 and epochs/3; "alone": the same trials with --jobs 1; "old":
+    # the plain search with the binary $HPOPT_OLD, e.g. HPOPT_VARIANTS="old
+    # plain old plain" to alternate an older build with this one) for a
     # small run: see bench/RESULTS.md
     HPOPT_TRIALS=${HPOPT_TRIALS:-20}
     HPOPT_DATA=${HPOPT_DATA:-$DATA/hiv.csv.gz}
@@ -152,7 +154,14 @@ if part hpopt; then
             plain) hp_run "hpopt-$HPOPT_TRIALS" ;;
             halving) hp_run "hpopt-$HPOPT_TRIALS-halving" --halving ;;
             alone) hp_run "hpopt-$HPOPT_TRIALS-alone" --jobs 1 ;;
-            *) echo "hpopt: unknown variant $v (plain, halving, alone)"; fail=1 ;;
+            old) if [ -x "${HPOPT_OLD:-}" ]; then
+                     HP_BIN=$HPOPT_OLD
+                     hp_run "hpopt-$HPOPT_TRIALS-old"
+                     HP_BIN=
+                 else
+                     echo "hpopt: variant old needs HPOPT_OLD, an older molprop binary"; fail=1
+                 fi ;;
+            *) echo "hpopt: unknown variant $v (plain, halving, alone, old)"; fail=1 ;;
         esac
     done
     echo "hpopt: goal < 180 s for 20 trials on hiv, 30 epochs, bf16"
