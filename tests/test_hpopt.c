@@ -575,6 +575,71 @@ MP_TEST(hpopt_cli_out_of_memory_beside_others_trained_again_alone)
     }
 }
 
+/* Trials side by side on the cpu each run on their share of the threads
+ * (--jobs 2: half); one that ends hands its threads to one still running
+ * (hpopt.c mp_hp_give_threads), in a round (tpe) and at the queue's end
+ * (random).  Search seed 2 proposes a trial of 1 epoch and one of 60: the
+ * short one's threads go to the long one, and the best trial's scores are
+ * the same as with --jobs 1 (the cpu backend's sums do not depend on the
+ * count). */
+static mp_status hpopt_in_process(const char *data, const char *space, const char *method,
+                                  const char *jobs, const char *dir, double *best_val)
+{
+    mp_options *hp = NULL, *base = NULL;
+    mp_summary *sum = NULL;
+    mp_status st;
+    (void)((st = mp_options_create(&hp, "hpopt")) || (st = mp_options_create(&base, "train")) ||
+           (st = mp_options_set(base, "data", data)) ||
+           (st = mp_options_set(base, "hidden", "8")) ||
+           (st = mp_options_set(base, "quiet", NULL)) ||
+           (st = mp_options_set(hp, "space", space)) ||
+           (st = mp_options_set(hp, "method", method)) ||
+           (st = mp_options_set(hp, "search-seed", "2")) ||
+           (st = mp_options_set(hp, "trials", "2")) ||
+           (st = mp_options_set(hp, "jobs", jobs)) ||
+           (st = mp_options_set(hp, "keep", "none")) ||
+           (st = mp_options_set(hp, "out", dir)) || (st = mp_run_hpopt(hp, base, &sum)));
+    if (!st)
+        *best_val = mp_summary_number(sum, "best_val");
+    mp_summary_free(sum);
+    mp_options_free(base);
+    mp_options_free(hp);
+    return st;
+}
+
+MP_TEST(hpopt_finished_trials_give_their_threads)
+{
+    const char *data = small_esol();
+    CHECK(data != NULL);
+    const char *space = write_file("space_give.ini", "[space]\nepochs = choice 1 60\n");
+    static const char *const methods[2] = { "tpe", "random" };
+    for (int m = 0; m < 2; m++) {
+        char dir[2][1024], t[1100];
+        double val[2] = { 0, 0 };
+        long given = mp_hpopt_threads_given();
+        for (int k = 0; k < 2; k++) {
+            snprintf(dir[k], sizeof dir[k], "%s/hp_give_%s_%d", mp_test_tmpdir(), methods[m],
+                     k + 1);
+            mp_status st = hpopt_in_process(data, space, methods[m], k ? "2" : "1", dir[k],
+                                            &val[k]);
+            CHECK_MSG(st == MP_OK, "%s --jobs %d: %s", methods[m], k + 1, mp_error_message());
+            if (k == 0)
+                given = mp_hpopt_threads_given();   /* --jobs 1 gives nothing */
+        }
+        snprintf(t, sizeof t, "%s/trials.jsonl", dir[1]);
+        char *text = mp_test_slurp(t, NULL);
+        CHECK(text != NULL);
+        CHECK_MSG(strstr(text, "\"epochs\":\"1\"") && strstr(text, "\"epochs\":\"60\""),
+                  "search seed 2 no longer proposes a trial of 1 epoch and one of 60 (%s; "
+                  "pick another):\n%s", methods[m], text);
+        mp_free(text);
+        CHECK_MSG(mp_hpopt_threads_given() > given,
+                  "%s --jobs 2: the short trial's threads went to no trial", methods[m]);
+        CHECK_MSG(val[1] == val[0], "%s: best val %.17g with --jobs 2, %.17g with --jobs 1",
+                  methods[m], val[1], val[0]);
+    }
+}
+
 MP_TEST(hpopt_cli_jobs_give_the_same_random_trials)
 {
     const char *data = small_esol();

@@ -19,7 +19,11 @@
  * random search (no proposal reads a result) runs its trials as a queue
  * instead, the costliest first (queue.c): each of the --jobs workers
  * takes the next trial when it finishes one, so no trial waits for the
- * slowest of a round and no long one starts last.  The
+ * slowest of a round and no long one starts last.  On the cpu each trial
+ * side by side runs on its share of the threads, and one that ends (a
+ * round's trial, or a worker that finds the queue empty) hands them to the
+ * trial still running with the fewest (mp_hp_give_threads): the results do
+ * not depend on the count.  The
  * objective is the validation score of the train options' metric (its
  * best epoch, as train keeps); loss = score, or -score where higher is
  * better.  A trial that runs out of memory or ends with a NaN score is
@@ -456,8 +460,11 @@ void *mp_hp_run_trial(void *arg)
         snprintf(text, sizeof text, "%d", S->gpu_share);
         st = mp_options_set(o, "gpu-share", text);
     }
+    if (j->threads > 0)   /* side by side on the cpu: a count others may raise */
+        mp_threads_follow(&j->threads);
     if (!st)
         st = mp_run_train_shared(o, S->shared, &sum);
+    mp_threads_follow(NULL);
     r->seconds = mp_time_now() - t0;
     r->failed = 0;
     r->rung = j->rung;
@@ -675,22 +682,76 @@ void mp_hp_train_again_alone(job *j)
     mp_hp_run_trial(j);
 }
 
+static long threads_given;   /* mp_hpopt_threads_given */
+
+long mp_hpopt_threads_given(void) { return __atomic_load_n(&threads_given, __ATOMIC_RELAXED); }
+
+void mp_hp_give_threads(search *S, job *j)
+{
+    pthread_mutex_lock(&S->lock);
+    j->busy = 0;
+    job *to = NULL;
+    for (int k = 0; k < S->n_group; k++) {
+        job *o = S->group[k];
+        if (o->busy && o->threads > 0 &&
+            (!to || __atomic_load_n(&o->threads, __ATOMIC_RELAXED) <
+                        __atomic_load_n(&to->threads, __ATOMIC_RELAXED)))
+            to = o;
+    }
+    if (to && j->threads > 0) {
+        int n = __atomic_exchange_n(&j->threads, 0, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&to->threads, n, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&threads_given, n, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&S->lock);
+}
+
+/* A trial of a round, on its thread: trained, then its threads given to
+ * those of the round still running. */
+static void *round_trial(void *arg)
+{
+    job *j = arg;
+    mp_hp_run_trial(j);
+    mp_hp_give_threads(j->S, j);
+    return NULL;
+}
+
 mp_status mp_hp_run_jobs(search *S, job *jobs, pthread_t *th, int n)
 {
-    for (int k = 0; k < n; k++)
+    job **group = mp_calloc((size_t)(n > 0 ? n : 1), sizeof *group);
+    if (!group)
+        return mp_error_set(MP_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < n; k++) {
         jobs[k].beside = n > 1;
+        /* side by side on the cpu's share each (S->threads): a count to
+         * follow, which the round's finished trials raise */
+        jobs[k].threads = n > 1 ? S->threads : 0;
+        jobs[k].busy = 1;
+        group[k] = &jobs[k];
+    }
+    pthread_mutex_lock(&S->lock);
+    S->group = group;
+    S->n_group = n;
+    pthread_mutex_unlock(&S->lock);
     if (n == 1)
         mp_hp_run_trial(&jobs[0]);
     else
         for (int k = 0; k < n; k++)
-            if (pthread_create(&th[k], NULL, mp_hp_run_trial, &jobs[k]) != 0) {
-                mp_hp_run_trial(&jobs[k]);
+            if (pthread_create(&th[k], NULL, round_trial, &jobs[k]) != 0) {
+                round_trial(&jobs[k]);
                 th[k] = 0;
             }
     if (n > 1)
         for (int k = 0; k < n; k++)
             if (th[k])
                 pthread_join(th[k], NULL);
+    pthread_mutex_lock(&S->lock);
+    S->group = NULL;
+    S->n_group = 0;
+    pthread_mutex_unlock(&S->lock);
+    mp_free(group);
+    for (int k = 0; k < n; k++)
+        jobs[k].threads = 0;   /* alone: the run's own count */
     for (int k = 0; k < n; k++)
         if (jobs[k].again && !jobs[k].st)
             mp_hp_train_again_alone(&jobs[k]);

@@ -96,6 +96,10 @@ void mp_hp_propose(const mp_hp_proposer *p, const mp_hp_space *s, const double *
 void mp_hp_propose_in_round(const mp_hp_proposer *p, const mp_hp_space *s, const double *xs,
                             double *losses, int r0, int trial, double *x);
 
+/* Threads handed from finished trials to running ones since the start
+ * (hpopt.c mp_hp_give_threads; for tests). */
+long mp_hpopt_threads_given(void);
+
 #ifdef __cplusplus
 }
 #endif

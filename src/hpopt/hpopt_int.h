@@ -33,6 +33,7 @@ typedef struct {
 } trial_rec;
 
 typedef struct mp_hp_halving mp_hp_halving;
+typedef struct hp_job job;
 
 typedef struct {
     const mp_hpopt_args *a;
@@ -44,6 +45,10 @@ typedef struct {
     int                  threads;    /* per trial; 0: the base's own */
     int                  gpu_share;  /* --gpu-share of each trial; 0: the base's */
     int                  quiet;      /* no line per trial on stderr */
+    job                **group;      /* the jobs side by side now (rounds: the
+                                      * round's; queue: the workers'), for
+                                      * mp_hp_give_threads; under lock */
+    int                  n_group;
     pthread_mutex_t      lock;       /* the trials file and messages */
     char                 path[1200]; /* OUT/trials.jsonl */
     mp_hp_halving       *h;          /* --halving (halving.c); NULL: off */
@@ -53,16 +58,19 @@ typedef struct {
 /* One trial to train (the trial's record is S->t[i]): from scratch, or
  * (halving) continued from the checkpoint in its folder, to stop_after
  * epochs of the base's (0: all of them). */
-typedef struct {
+struct hp_job {
     search   *S;
     int       i;
     int       rung, stop_after, resume;
     int       beside;   /* in: other trials may run beside it             */
     int       again;    /* out: out of memory beside others, nothing filed: *
                          * to be trained again alone                        */
+    int       threads;  /* cpu: the count its trial's regions follow
+                         * (mp_threads_follow), raised as trials beside it end */
+    int       busy;     /* in a group side by side, not yet done (S->lock)  */
     mp_status st;
     char      error[1024];
-} job;
+};
 
 /* OUT/trials/NNN */
 void      mp_hp_trial_dir(const mp_hpopt_args *a, int i, char *buf, size_t n);
@@ -92,6 +100,11 @@ int       mp_hp_on_gpu(const mp_options *base);
  * a GPU the trials side by side share its memory); a stop since leaves it
  * unfiled, for a rerun. */
 void      mp_hp_train_again_alone(job *j);
+/* Job j is done: its threads go to the busy job of S->group with the
+ * fewest (the cpu backend's results do not depend on the count), so the
+ * last trials of a round or of the queue do not run on a share of the
+ * cores beside idle ones. */
+void      mp_hp_give_threads(search *S, job *j);
 /* queue.c: the trials not yet done, proposed up front (each from its own
  * stream), trained by --jobs workers taking the costliest first. */
 mp_status mp_hp_run_queue(search *S, const mp_hp_proposer *p, const double *xs,

@@ -127,10 +127,15 @@ static void *queue_worker(void *arg)
             }
         }
         int i = q->stop || q->next >= q->n_order ? -1 : q->order[q->next++];
+        if (i >= 0) {   /* the count it follows stays the worker's (others raise it) */
+            int threads = w->j.threads;
+            w->j = (job){ .S = S, .i = i, .beside = 1, .threads = threads, .busy = 1 };
+        }
         pthread_mutex_unlock(&S->lock);
-        if (i < 0)
+        if (i < 0) {   /* the queue is empty: its threads to the trials still running */
+            mp_hp_give_threads(S, &w->j);
             return NULL;
-        w->j = (job){ .S = S, .i = i, .beside = 1 };
+        }
         mp_hp_run_trial(&w->j);
         pthread_mutex_lock(&S->lock);
         if (w->j.again && !w->j.st) {
@@ -176,16 +181,37 @@ mp_status mp_hp_run_queue(search *S, const mp_hp_proposer *p, const double *xs,
         q.fin[i] = (unsigned char)S->t[i].done;   /* a rerun's trials */
     queue_order(S, order, &q.n_order);
     q.order = order;
+    job **group = mp_calloc((size_t)nw, sizeof *group);
+    if (!group) {
+        st = mp_error_set(MP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < nw; k++) {   /* each on its share of the cpu, as rounds are */
+        w[k].j.threads = S->threads;
+        w[k].j.busy = 1;
+        group[k] = &w[k].j;
+    }
+    pthread_mutex_lock(&S->lock);
+    S->group = group;
+    S->n_group = nw;
+    pthread_mutex_unlock(&S->lock);
     for (int k = 1; k < nw; k++) {
         w[k].q = &q;
-        if (pthread_create(&th[k], NULL, queue_worker, &w[k]) != 0)
+        if (pthread_create(&th[k], NULL, queue_worker, &w[k]) != 0) {
             th[k] = 0;   /* fewer workers: the queue still empties */
+            mp_hp_give_threads(S, &w[k].j);
+        }
     }
     w[0].q = &q;
     queue_worker(&w[0]);
     for (int k = 1; k < nw; k++)
         if (th[k])
             pthread_join(th[k], NULL);
+    pthread_mutex_lock(&S->lock);
+    S->group = NULL;
+    S->n_group = 0;
+    pthread_mutex_unlock(&S->lock);
+    mp_free(group);
     /* those that ran out of memory beside others, one at a time */
     for (int k = 0; k < q.n_again && !q.stop; k++) {
         job j = { .S = S, .i = q.again[k] };
