@@ -607,8 +607,8 @@ static void graph_message(bo *x, gr_arg *g, const char *tag)
                 g->o3 = t_out(x, "ds", MP_ST_ELEM, A * H, TOL_ELEM);
                 snprintf(what, sizeof what, "message_backward(%s dz/dmsg %s%s%s p=%g)", tag,
                          st_str(so), v ? " fused, y " : "", v ? st_str(sm) : "", g->p);
-                tens *outs[3] = { g->o1, g->o3, g->o2 };
-                bo_run(x, what, op_message_backward, g, outs, v ? 3 : 2);
+                tens *outs[2] = { g->o1, g->o2 };   /* ds (o3) is scratch: not compared */
+                bo_run(x, what, op_message_backward, g, outs, v ? 2 : 1);
                 graph_outs_reset(x, g);
             }
             /* the gather, plain or through y, with or without a copy for the products */

@@ -311,8 +311,10 @@ static int fused_case(fx *f, const char *name, int h, uint64_t seed)
     void *x = b->alloc(b, E * H * es + 16), *y = b->alloc(b, E * H * es + 16);
     void *o1 = b->alloc(b, E * H * es + 16), *o2 = b->alloc(b, E * H * es + 16);
     void *o3 = b->alloc(b, E * H * es + 16), *o4 = b->alloc(b, E * H * es + 16);
+    void *o5 = b->alloc(b, E * H * es + 16);
     void *s = b->alloc(b, A * H * es + 16), *wb = b->alloc(b, MP_BOND_FDIM * H * es + 16);
-    ok = ok && ha && src && dst && is && ie && bond && x && y && o1 && o2 && o3 && o4 && s && wb;
+    ok = ok && ha && src && dst && is && ie && bond && x && y && o1 && o2 && o3 && o4 && o5 &&
+         s && wb;
     ok = ok && put_elems(b, x, ha, E * H) == MP_OK &&
          put_elems(b, wb, ha, MP_BOND_FDIM * H) == MP_OK && put_elems(b, s, ha, A * H) == MP_OK;
     if (!ok)
@@ -341,6 +343,23 @@ static int fused_case(fx *f, const char *name, int h, uint64_t seed)
             ok = same_dev(f, b, relu_in ? "message relu_in vs two passes" :
                           "message vs two passes", o1, o2, n, st);
         }
+        /* message_backward against plain_ops' two passes (a segment sum into
+         * ds, then the edge pass): dmsg (o4) in st, plain and through y with
+         * dh0 (o3, o5) starting from the same nonzero values */
+        b->copy2d(b, o4, st, (int)H, x, e, (int)H, (int32_t)E, h);
+        b->message_backward(b, o1, st, NULL, s, is, ie, dst, o4, st, NULL, e, 0.0, (int32_t)A,
+                            (int32_t)E, h);
+        plain.message_backward(&plain, o2, st, NULL, s, is, ie, dst, o4, st, NULL, e, 0.0,
+                               (int32_t)A, (int32_t)E, h);
+        ok = ok && same_dev(f, b, "message_backward vs two passes", o1, o2, n, st);
+        b->copy2d(b, o3, e, (int)H, x, e, (int)H, (int32_t)E, h);
+        b->copy2d(b, o5, e, (int)H, x, e, (int)H, (int32_t)E, h);
+        b->message_backward(b, o1, st, o3, s, is, ie, dst, o4, st, y, st, 0.3, (int32_t)A,
+                            (int32_t)E, h);
+        plain.message_backward(&plain, o2, st, o5, s, is, ie, dst, o4, st, y, st, 0.3,
+                               (int32_t)A, (int32_t)E, h);
+        ok = ok && same_dev(f, b, "message_backward fused dz vs two passes", o1, o2, n, st) &&
+             same_dev(f, b, "message_backward fused dh0 vs two passes", o3, o5, n, e);
         /* atom_sum_backward through y, against the gather then the ReLU backward */
         b->atom_sum_backward(b, o1, o1, e, dst, s, y, st, 0.3, (int32_t)E, h);
         b->atom_sum_backward(b, o2, o2, e, dst, s, NULL, e, 0.0, (int32_t)E, h);
@@ -357,7 +376,7 @@ static int fused_case(fx *f, const char *name, int h, uint64_t seed)
         ok = ok && same_dev(f, b, "message_backward fused dz", o1, o2, n, e) &&
              same_dev(f, b, "message_backward fused dh0", o3, o2, n, e);
     }
-    void *bufs[] = { src, dst, is, ie, bond, x, y, o1, o2, o3, o4, s, wb };
+    void *bufs[] = { src, dst, is, ie, bond, x, y, o1, o2, o3, o4, o5, s, wb };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         b->free(b, bufs[i]);
     mp_free(ha);

@@ -367,14 +367,15 @@ struct mp_backend {
                     const void *m, mp_stype m_st, int relu_in, int32_t n_atoms,
                     int32_t n_edges, int h);
     /* Its adjoint, with the ReLU / dropout backward of the step before and
-     * the sum into dH0 fused in: ds[v] = sum_{k in in(v)} dmsg[k ^ 1]
-     * (scratch of the element type, left holding the sums), and for every
-     * edge g = ds[dst[e]] - dmsg[e ^ 1];
+     * the sum into dH0 fused in: ds[v] = sum_{k in in(v)} dmsg[k ^ 1] in
+     * CSR order, and for every edge g = ds[dst[e]] - dmsg[e ^ 1];
      *   y == NULL:  dz[e] = g                               (dh0 must be NULL)
      *   else:       dz[e] = y[e] > 0 ? g / (1 - p) : 0  (p == 0: g), and
      *               dh0[e] += dz[e] (the unrounded value; dh0 of the element type).
-     * dz of storage dz_st (overwritten), dmsg of dmsg_st, y of y_st.  No
-     * argument aliases another. */
+     * dz of storage dz_st (overwritten), dmsg of dmsg_st, y of y_st.  ds:
+     * scratch [n_atoms x h] of the element type, as message's s (cuda keeps
+     * each atom's sum in registers and never writes it), so its contents
+     * afterwards are unspecified.  No argument aliases another. */
     void (*message_backward)(mp_backend *b, void *dz, mp_stype dz_st, void *dh0, void *ds,
                              const int32_t *in_start, const int32_t *in_edge,
                              const int32_t *edge_dst, const void *dmsg, mp_stype dmsg_st,

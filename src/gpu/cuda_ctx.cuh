@@ -110,6 +110,8 @@ typedef struct {
     int            scatter_blocks; /* the one-hot scatters' block budget (reduce_cuda.cu
                                   * slot_launch): SCATTER_BLOCKS, or
                                   * MOLPROP_CUDA_SCATTER_BLOCKS (0: no cap) */
+    int            by_atom_bw;     /* message_backward per atom (rows_cuda.cu), else in two
+                                    * passes: MOLPROP_CUDA_BY_ATOM_BW=0|1 */
     int            wgmma;        /* 1: the device is sm_90 (tiles_cuda.cu's panels) */
     int            pdl;          /* programmatic dependent launch: 0 off, 1 all
                                   * but the panels, 2 all (launch_dep(), below) */

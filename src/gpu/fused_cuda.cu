@@ -32,6 +32,9 @@
 #include "gpu/cuda_ctx.cuh"
 #include "gpu/mma.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define FM_BM 64                /* edges per block                     */
 #define FM_BN 320               /* output columns per block            */
 #define FM_BK 32                /* columns of the message per stage    */
@@ -264,5 +267,8 @@ void mp_cu_fused_ops(mp_backend *b)
     allow_smem<bf16, float>(c);
     allow_smem<float, bf16>(c);
     allow_smem<float, float>(c);
-    b->message_update = cu_message_update;
+    /* MOLPROP_CUDA_MESSAGE_UPDATE=0: inference forwards take message and
+     * gemm_res_relu as training does (for comparisons) */
+    const char *mu = getenv("MOLPROP_CUDA_MESSAGE_UPDATE");
+    b->message_update = mu && !strcmp(mu, "0") ? NULL : cu_message_update;
 }

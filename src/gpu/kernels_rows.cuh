@@ -395,67 +395,90 @@ __global__ void k_gather_rows(float *__restrict__ out, TO *__restrict__ outo,
 }
 
 /*
- * message without its scratch, for msg and m of the element type: one
- * thread per (atom v, V columns) sums S = the rows entering v in CSR order
- * from 0 (as k_segment_sum), then for each entering edge k writes the edge
- * leaving v back along it, k ^ 1: msg[k ^ 1] = S - m[k] (as k_gather_sub_rev:
- * src[k ^ 1] = v and (k ^ 1) ^ 1 = k).  Every row of m is read once and every
- * row of msg written once (each edge leaves exactly one atom), instead of a
- * segment-sum pass writing S and a gather pass reading it back; the first
- * MD_CACHE entering rows stay in registers between the two loops, more are
- * read again.  RELU reads m through max(., 0).
+ * message and its adjoint per atom, without the scratch S: one thread per
+ * (atom v, V columns) sums S = the rows x[k ^ flip] of the edges k entering
+ * v, in CSR order from 0 (as k_segment_sum), then writes each edge k ^ flip
+ * ^ 1 from that sum: out = S - x[k ^ flip] (as k_gather_sub_rev).
+ *   message (flip 0):           msg[k ^ 1] = S - m[k]: src[k ^ 1] = v;
+ *   message_backward (flip 1):  dz[k] = ds - dmsg[k ^ 1]: dst[k] = v.
+ * Each edge is written once (it enters exactly one atom) and S never leaves
+ * the thread: 2 edge-sized passes instead of a segment-sum pass writing S
+ * and a gather pass reading it back with x again (~4; at bf16 storage the
+ * fp32 S was as many bytes as the rows it summed).  The second loop reads
+ * the atom's rows again, from L1 (keeping them in registers instead cost
+ * occupancy: 96-192 registers a thread).  Rows are summed MD_SUM at a time
+ * and edges written MD_OUT at a time, the loads of a round issued together:
+ * a padding atom holds up to 32 edges (run/resident.c), which one load after
+ * another would make a straggler.
+ * RELU reads x through max(., 0) (message's relu_in); BACKWARD takes out
+ * through the ReLU / dropout backward of y and adds it into dh0 unrounded
+ * (message_backward's fused form).  The same float operations in the same
+ * order as the two passes, whatever the storage types: the same bits.
  */
-#define MD_CACHE 6
+#define MD_SUM 4   /* rows summed a round  */
+#define MD_OUT 2   /* edges written a round */
 
 template <bool RELU> __device__ __forceinline__ float rl(float x)
 {
     return RELU ? (x > 0.0f ? x : 0.0f) : x;
 }
 
-template <int V, bool RELU>
-__global__ void k_message_by_atom(float *__restrict__ msg, const int32_t *__restrict__ in_start,
-                                  const int32_t *__restrict__ in_edge,
-                                  const float *__restrict__ m, int32_t n_atoms, int h)
+template <int V, typename TO, typename TX, typename TY, bool RELU, bool BACKWARD>
+__global__ void k_message_by_atom(TO *__restrict__ out, float *__restrict__ dh0,
+                                  const int32_t *__restrict__ in_start,
+                                  const int32_t *__restrict__ in_edge, const TX *__restrict__ x,
+                                  const TY *__restrict__ y, int32_t n_atoms, int h, int32_t flip,
+                                  float scale, int scaled)
 {
     pdl_enter();
     for_rows<V>(n_atoms, h, [&](int64_t v, int j) {
         const int32_t k0 = in_start[v], deg = in_start[v + 1] - k0;
-        fv<V> acc = fv_zero<V>(), keep[MD_CACHE];
+        fv<V> acc = fv_zero<V>();
+        for (int32_t q0 = 0; q0 < deg; q0 += MD_SUM) {
+            fv<V> t[MD_SUM];
 #pragma unroll
-        for (int q = 0; q < MD_CACHE; q++) {
-            if (q < deg) {
-                keep[q] = ldv<V>(m + (size_t)in_edge[k0 + q] * h + j);
+            for (int i = 0; i < MD_SUM; i++)
+                if (q0 + i < deg)
+                    t[i] = ldv<V>(x + (size_t)(in_edge[k0 + q0 + i] ^ flip) * h + j);
 #pragma unroll
-                for (int u = 0; u < V; u++) {
-                    keep[q].v[u] = rl<RELU>(keep[q].v[u]);
-                    acc.v[u] += keep[q].v[u];
+            for (int i = 0; i < MD_SUM; i++)
+                if (q0 + i < deg)
+#pragma unroll
+                    for (int u = 0; u < V; u++)
+                        acc.v[u] += rl<RELU>(t[i].v[u]);
+        }
+        for (int32_t q0 = 0; q0 < deg; q0 += MD_OUT) {
+            fv<V> t[MD_OUT], yv[MD_OUT], d[MD_OUT];
+            int32_t e[MD_OUT];
+#pragma unroll
+            for (int i = 0; i < MD_OUT; i++)
+                if (q0 + i < deg) {
+                    const int32_t k = in_edge[k0 + q0 + i] ^ flip;
+                    t[i] = ldv<V>(x + (size_t)k * h + j);
+                    e[i] = k ^ 1;
+                    if constexpr (BACKWARD) {
+                        yv[i] = ldv<V>(y + (size_t)e[i] * h + j);
+                        d[i] = ldv<V>(dh0 + (size_t)e[i] * h + j);
+                    }
                 }
-            }
-        }
-        for (int32_t q = MD_CACHE; q < deg; q++) {
-            fv<V> x = ldv<V>(m + (size_t)in_edge[k0 + q] * h + j);
 #pragma unroll
-            for (int u = 0; u < V; u++)
-                acc.v[u] += rl<RELU>(x.v[u]);
-        }
+            for (int i = 0; i < MD_OUT; i++)
+                if (q0 + i < deg) {
+                    fv<V> g;
 #pragma unroll
-        for (int q = 0; q < MD_CACHE; q++) {
-            if (q < deg) {
-                const int32_t k = in_edge[k0 + q];
-                fv<V> o;
+                    for (int u = 0; u < V; u++)
+                        g.v[u] = acc.v[u] - rl<RELU>(t[i].v[u]);
+                    if constexpr (BACKWARD) {
 #pragma unroll
-                for (int u = 0; u < V; u++)
-                    o.v[u] = acc.v[u] - keep[q].v[u];
-                stv<V>(msg + (size_t)(k ^ 1) * h + j, o);
-            }
-        }
-        for (int32_t q = MD_CACHE; q < deg; q++) {
-            const int32_t k = in_edge[k0 + q];
-            fv<V> x = ldv<V>(m + (size_t)k * h + j), o;
-#pragma unroll
-            for (int u = 0; u < V; u++)
-                o.v[u] = acc.v[u] - rl<RELU>(x.v[u]);
-            stv<V>(msg + (size_t)(k ^ 1) * h + j, o);
+                        for (int u = 0; u < V; u++) {
+                            g.v[u] = yv[i].v[u] > 0.0f ? (scaled ? g.v[u] * scale : g.v[u])
+                                                       : 0.0f;
+                            d[i].v[u] += g.v[u];
+                        }
+                        stv<V>(dh0 + (size_t)e[i] * h + j, d[i]);
+                    }
+                    stv<V>(out + (size_t)e[i] * h + j, g);
+                }
         }
     });
 }

@@ -386,6 +386,8 @@ extern "C" mp_status mp_backend_cuda_open(mp_backend **out, mp_precision prec)
      * comparisons), =N aims for N blocks */
     const char *sb = getenv("MOLPROP_CUDA_SCATTER_BLOCKS");
     c->scatter_blocks = sb ? atoi(sb) : SCATTER_BLOCKS;
+    const char *bw = getenv("MOLPROP_CUDA_BY_ATOM_BW");
+    c->by_atom_bw = !(bw && !strcmp(bw, "0"));
 
     b->dtype = MP_F32;
     b->esize = sizeof(float);

@@ -211,34 +211,60 @@ static void message_two_pass(mp_backend *b, void *msg, mp_stype msg_st, void *s,
                                  MP_ST_ELEM, 0.0, n_edges, h);
 }
 
-/* message: per atom in registers (k_message_by_atom: 2 edge-sized passes
- * instead of ~4, the same bits) when msg and m are of the element type;
- * the two passes for bf16 storage (the form measured there). */
+/* message per atom in registers (k_message_by_atom: 2 edge-sized passes
+ * instead of ~4, the same bits as message_two_pass), any storage types. */
 static void cu_message(mp_backend *b, void *msg, mp_stype msg_st, void *s,
                        const int32_t *in_start, const int32_t *in_edge, const int32_t *edge_src,
                        const void *m, mp_stype m_st, int relu_in, int32_t n_atoms,
                        int32_t n_edges, int h)
 {
     gpu_ctx *c = CTX(b);
-    if (msg_st != MP_ST_ELEM || m_st != MP_ST_ELEM) {
-        message_two_pass(b, msg, msg_st, s, in_start, in_edge, edge_src, m, m_st, relu_in,
-                         n_atoms, n_edges, h);
-        return;
-    }
+    (void)s;
+    (void)edge_src;
     if (n_atoms <= 0 || n_edges <= 0 || h <= 0 || !usable(c))
         return;
-    const int v4 = h % 4 == 0 && al16(msg) && al16(m);
-    if (relu_in)
-        launch_rows(c, v4, (size_t)n_atoms, (size_t)h, k_message_by_atom<4, true>,
-                    k_message_by_atom<1, true>, (float *)msg, in_start, in_edge,
-                    (const float *)m, n_atoms, h);
-    else
-        launch_rows(c, v4, (size_t)n_atoms, (size_t)h, k_message_by_atom<4, false>,
-                    k_message_by_atom<1, false>, (float *)msg, in_start, in_edge,
-                    (const float *)m, n_atoms, h);
+    const int v4 = h % 4 == 0 && alv(msg, msg_st) && alv(m, m_st);
+    const size_t rows = (size_t)n_atoms, cols = (size_t)h;
+#define BY_ATOM(RELU)                                                                            \
+    launch_rows(c, v4, rows, cols, k_message_by_atom<4, TO, TX, float, RELU, false>,             \
+                k_message_by_atom<1, TO, TX, float, RELU, false>, (TO *)msg, (float *)NULL,      \
+                in_start, in_edge, (const TX *)m, (const float *)NULL, n_atoms, h, 0, 1.0f, 0)
+    WITH_T(msg_st, TO, WITH_T(m_st, TX, {
+        if (relu_in)
+            BY_ATOM(true);
+        else
+            BY_ATOM(false);
+    }));
+#undef BY_ATOM
     LAUNCHED(c, "k_message_by_atom");
 }
 
+/* message_backward as a segment-sum pass into ds and an edge pass (what
+ * plain_ops leaves it to, for the tests' comparison). */
+static void message_backward_two_pass(mp_backend *b, void *dz, mp_stype dz_st, void *dh0,
+                                      void *ds, const int32_t *in_start, const int32_t *in_edge,
+                                      const int32_t *edge_dst, const void *dmsg,
+                                      mp_stype dmsg_st, const void *y, mp_stype y_st, double p,
+                                      int32_t n_atoms, int32_t n_edges, int h)
+{
+    gpu_ctx *c = CTX(b);
+    if (h <= 0 || !usable(c))
+        return;
+    if (n_atoms > 0)
+        segment_sum(c, ds, MP_ST_ELEM, in_start, in_edge, dmsg, dmsg_st, 1, 0, n_atoms, h);
+    if (n_edges <= 0 || !usable(c))
+        return;
+    if (y)
+        gather_sub_rev<GS_BACKWARD>(c, dz, dz_st, (float *)dh0, (const float *)ds, edge_dst, dmsg,
+                                    dmsg_st, y, y_st, p, n_edges, h);
+    else
+        gather_sub_rev<GS_PLAIN>(c, dz, dz_st, NULL, (const float *)ds, edge_dst, dmsg, dmsg_st,
+                                 NULL, MP_ST_ELEM, 0.0, n_edges, h);
+}
+
+/* message_backward per atom in registers (k_message_by_atom with flip 1:
+ * ds never stored, each edge-sized row read or written once; the same bits
+ * as the two passes). */
 static void cu_message_backward(mp_backend *b, void *dz, mp_stype dz_st, void *dh0, void *ds,
                                 const int32_t *in_start, const int32_t *in_edge,
                                 const int32_t *edge_dst, const void *dmsg, mp_stype dmsg_st,
@@ -253,16 +279,30 @@ static void cu_message_backward(mp_backend *b, void *dz, mp_stype dz_st, void *d
                "(both given: the fused ReLU backward and sum; both NULL: the plain adjoint)");
         return;
     }
-    if (n_atoms > 0)
-        segment_sum(c, ds, MP_ST_ELEM, in_start, in_edge, dmsg, dmsg_st, 1, 0, n_atoms, h);
-    if (n_edges <= 0 || !usable(c))
+    if (!c->by_atom_bw) {
+        message_backward_two_pass(b, dz, dz_st, dh0, ds, in_start, in_edge, edge_dst, dmsg,
+                                  dmsg_st, y, y_st, p, n_atoms, n_edges, h);
         return;
-    if (y)
-        gather_sub_rev<GS_BACKWARD>(c, dz, dz_st, (float *)dh0, (const float *)ds, edge_dst, dmsg,
-                                    dmsg_st, y, y_st, p, n_edges, h);
-    else
-        gather_sub_rev<GS_PLAIN>(c, dz, dz_st, NULL, (const float *)ds, edge_dst, dmsg, dmsg_st,
-                                 NULL, MP_ST_ELEM, 0.0, n_edges, h);
+    }
+    if (n_atoms <= 0 || n_edges <= 0)
+        return;
+    const int v4 = h % 4 == 0 && alv(dz, dz_st) && alv(dmsg, dmsg_st) &&
+                   (!y || (al16(dh0) && alv(y, y_st)));
+    const float scale = drop_scale(p);
+    const int scaled = drop_scaled(p);
+    const size_t rows = (size_t)n_atoms, cols = (size_t)h;
+#define BY_ATOM(TY, BW)                                                                          \
+    launch_rows(c, v4, rows, cols, k_message_by_atom<4, TO, TX, TY, false, BW>,                  \
+                k_message_by_atom<1, TO, TX, TY, false, BW>, (TO *)dz, (float *)dh0, in_start,   \
+                in_edge, (const TX *)dmsg, (const TY *)y, n_atoms, h, 1, scale, scaled)
+    WITH_T(dz_st, TO, WITH_T(dmsg_st, TX, {
+        if (y)
+            WITH_T(y_st, TY, BY_ATOM(TY, true));
+        else
+            BY_ATOM(float, false);
+    }));
+#undef BY_ATOM
+    LAUNCHED(c, "k_message_by_atom");
 }
 
 static void cu_atom_sum(mp_backend *b, void *a, mp_stype a_st, const int32_t *in_start,
@@ -383,6 +423,7 @@ extern "C" void mp_backend_cuda_plain_ops(mp_backend *b)
     if (!mp_cu_ctx(b))
         return;
     b->message = message_two_pass;
+    b->message_backward = message_backward_two_pass;
     b->edge_embed = edge_embed_two_pass;
     b->message_update = NULL;
 }
