@@ -286,6 +286,50 @@ static int same_dev(fx *f, mp_backend *b, const char *what, const void *x, const
                          "download failed: %s)", what, b->name, mp_error_message());
 }
 
+/* g's graph arrays with one more atom holding PAD self-loop edges (PAD / 2
+ * pairs), as the resident trainer pads its slots (run/resident.c): an atom
+ * of many entering edges for the per-atom kernels.  0 when out of memory. */
+typedef struct {
+    int32_t *src, *dst, *in_start, *in_edge;
+    int8_t  *bond;
+    size_t   A, E;
+} padded;
+
+static int pad_graph(padded *p, const mp_graphs *g, int pad)
+{
+    const size_t A = (size_t)g->n_atoms, E = (size_t)g->n_edges;
+    p->A = A + 1;
+    p->E = E + (size_t)pad;
+    p->src = mp_malloc(p->E * 4);
+    p->dst = mp_malloc(p->E * 4);
+    p->in_start = mp_malloc((p->A + 1) * 4);
+    p->in_edge = mp_malloc(p->E * 4);
+    p->bond = mp_malloc(p->E / 2 * MP_BOND_MAX_HOT + 1);
+    if (!p->src || !p->dst || !p->in_start || !p->in_edge || !p->bond)
+        return 0;
+    memcpy(p->src, g->edge_src, E * 4);
+    memcpy(p->dst, g->edge_dst, E * 4);
+    memcpy(p->in_start, g->in_start, (A + 1) * 4);
+    memcpy(p->in_edge, g->in_edge, E * 4);
+    memcpy(p->bond, g->bond_hot, E / 2 * MP_BOND_MAX_HOT);
+    memset(p->bond + E / 2 * MP_BOND_MAX_HOT, 0xff, (size_t)pad / 2 * MP_BOND_MAX_HOT);
+    for (size_t e = E; e < p->E; e++) {
+        p->src[e] = p->dst[e] = (int32_t)A;
+        p->in_edge[e] = (int32_t)e;
+    }
+    p->in_start[A + 1] = (int32_t)p->E;
+    return 1;
+}
+
+static void padded_free(padded *p)
+{
+    mp_free(p->src);
+    mp_free(p->dst);
+    mp_free(p->in_start);
+    mp_free(p->in_edge);
+    mp_free(p->bond);
+}
+
 /* On backend `name` (and its plain_ops twin on a GPU), at every storage its
  * model uses: each fused op against the unfused ops it stands for. */
 static int fused_case(fx *f, const char *name, int h, uint64_t seed)
@@ -300,14 +344,16 @@ static int fused_case(fx *f, const char *name, int h, uint64_t seed)
     mp_graphs g;
     rg_opts o = { 1, 40, 0.05, 0.05, 4 };
     int ok = rg_make(&g, &r, 40, 133, &o);
-    const size_t A = (size_t)g.n_atoms, E = (size_t)g.n_edges, H = (size_t)h;
+    padded pg = { 0 };
+    ok = ok && pad_graph(&pg, &g, 32);
+    const size_t A = pg.A, E = pg.E, H = (size_t)h;
     const size_t es = b->esize, nh = (E > A ? E : A) * H + MP_BOND_FDIM * H;
     float *ha = mp_malloc(nh * sizeof(float));
     for (size_t i = 0; ok && ha && i < nh; i++)
         ha[i] = (float)(2 * mp_rng_uniform(&r) - 1);
-    void *src = dev_put(b, g.edge_src, E * 4), *dst = dev_put(b, g.edge_dst, E * 4);
-    void *is = dev_put(b, g.in_start, (A + 1) * 4), *ie = dev_put(b, g.in_edge, E * 4);
-    void *bond = dev_put(b, g.bond_hot, E / 2 * MP_BOND_MAX_HOT);
+    void *src = dev_put(b, pg.src, E * 4), *dst = dev_put(b, pg.dst, E * 4);
+    void *is = dev_put(b, pg.in_start, (A + 1) * 4), *ie = dev_put(b, pg.in_edge, E * 4);
+    void *bond = dev_put(b, pg.bond, E / 2 * MP_BOND_MAX_HOT);
     void *x = b->alloc(b, E * H * es + 16), *y = b->alloc(b, E * H * es + 16);
     void *o1 = b->alloc(b, E * H * es + 16), *o2 = b->alloc(b, E * H * es + 16);
     void *o3 = b->alloc(b, E * H * es + 16), *o4 = b->alloc(b, E * H * es + 16);
@@ -380,6 +426,7 @@ static int fused_case(fx *f, const char *name, int h, uint64_t seed)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         b->free(b, bufs[i]);
     mp_free(ha);
+    padded_free(&pg);
     mp_graphs_free(&g);
     mp_backend_close(b);
     return ok;
