@@ -501,6 +501,19 @@ MP_TEST(resident_classes_smallest_that_holds)
                      sizeof(int16_t) * MP_ATOM_MAX_HOT * (size_t)sel.n_atoms) == 0);
         CHECK_EQ_INT(v.mol_atom[cm[k]], ca[k]);
         CHECK_EQ_INT(v.in_start[ca[k]], ce[k]);
+        /* the padding: self-loop pairs on padding atoms, spread evenly (an
+         * even count each, no atom more than 2 x ceil(pairs / atoms)) */
+        const int32_t na = sel.n_atoms, ne = sel.n_edges;
+        const int32_t pairs = (ce[k] - ne) / 2, pad_atoms = ca[k] - na;
+        const int32_t per = 2 * ((pairs + pad_atoms - 1) / pad_atoms);
+        for (int32_t e = ne; e < ce[k]; e++)
+            CHECK(v.edge_src[e] == v.edge_dst[e] && v.edge_src[e] >= na &&
+                  v.edge_src[e] == v.edge_src[e ^ 1]);
+        for (int32_t a = na; a < ca[k]; a++) {
+            int32_t deg = v.in_start[a + 1] - v.in_start[a];
+            CHECK_MSG(deg % 2 == 0 && deg <= per, "batch %d: padding atom %d holds %d edges "
+                      "(at most %d)", s, (int)a, (int)deg, (int)per);
+        }
     }
     /* a later plan keeps the classes */
     CHECK_OK(mp_resident_plan(r, S / 2, atoms + S / 2, edges + S / 2));

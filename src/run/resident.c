@@ -63,10 +63,12 @@ struct mp_resident {
     int32_t     n_launched;          /* steps launched, not yet finished      */
 };
 
-/* Padding density: at most PAD_EDGES incoming edges per padding atom and
- * PAD_ATOMS atoms per padding molecule (a real atom has a handful of edges,
- * a real molecule tens of atoms; the row ops walk one row per warp, so one
- * padding row holding thousands would be a straggler of milliseconds). */
+/* Padding density: at most PAD_EDGES incoming edges per padding atom (the
+ * room class_init leaves; pack_padding spreads them thinner when the slot
+ * has spare atoms) and PAD_ATOMS atoms per padding molecule (a real atom
+ * has a handful of edges, a real molecule tens of atoms; the row ops walk
+ * one row per warp, so one padding row holding thousands would be a
+ * straggler of milliseconds). */
 #define PAD_EDGES 32
 #define PAD_ATOMS 64
 
@@ -546,9 +548,13 @@ static void put_el(const mp_resident *r, void *base, size_t i, double v)
 
 /* The padding of a slot whose n real molecules hold na atoms and ne edges:
  * atoms na .. ca-1 without hot slots or mass, in molecules n, n+1, ... of
- * PAD_ATOMS atoms each; edges ne .. ce-1 as pairs of self-loops, PAD_EDGES
- * to an atom from atom na on.  Molecules after the last padding atom are
- * empty. */
+ * PAD_ATOMS atoms each; edges ne .. ce-1 as pairs of self-loops spread
+ * evenly over the padding atoms from atom na on (an even number each, at
+ * most PAD_EDGES: class_init leaves room for that), so that no padding atom
+ * holds more entering edges than it must (a kernel with a thread per atom
+ * walks them one round after another).  Every padding row is zero whatever
+ * atom its edge enters, so where the edges go changes no bit.  Molecules
+ * after the last padding atom are empty. */
 static void pack_padding(const slot_class *c, char *s, int32_t n, int32_t na, int32_t ne)
 {
     const slot_layout *L = &c->L;
@@ -565,12 +571,14 @@ static void pack_padding(const slot_class *c, char *s, int32_t n, int32_t na, in
     }
     memset(bond + (size_t)ne / 2 * MP_BOND_MAX_HOT, 0xff,
            (size_t)(c->ce - ne) / 2 * MP_BOND_MAX_HOT);
+    const int32_t pad_atoms = c->ca - na, pairs = (c->ce - ne) / 2;
+    const int32_t per = pad_atoms > 0 ? 2 * ((pairs + pad_atoms - 1) / pad_atoms) : 0;
     for (int32_t e = ne; e < c->ce; e++) {
-        src[e] = dst[e] = na + (e - ne) / PAD_EDGES;
+        src[e] = dst[e] = na + (e - ne) / per;
         in_edge[e] = e;
     }
     for (int32_t v = na; v <= c->ca; v++) {
-        int64_t k = (int64_t)ne + (int64_t)(v - na) * PAD_EDGES;
+        int64_t k = (int64_t)ne + (int64_t)(v - na) * per;
         in_start[v] = k < c->ce ? (int32_t)k : c->ce;
     }
     for (int32_t i = n + 1; i <= c->cm; i++) {
