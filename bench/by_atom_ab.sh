@@ -1,5 +1,5 @@
 #!/bin/sh
-# by_atom_ab.sh - the per-atom message kernels (branch exp-by-atom) against
+# by_atom_ab.sh - the per-atom message kernels (landed 2026-12-07) against
 # an older build, on a GPU, in one command: the kernels' own tests, then
 # gpu_ops steps, the trainer and inference, old and new alternated.
 #

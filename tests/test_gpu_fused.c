@@ -10,7 +10,9 @@
  *     in, so fp32 outputs agree to ~1e-6 and bf16 outputs to one rounding;
  *   - the shapes it does not take (h not a multiple of 4, fp32 weights)
  *     queue nothing and say so (return 0);
- *   - a model's inference outputs with the op and with it switched off.
+ *   - a model's inference outputs with the op and with it switched off;
+ *   - it is off unless MOLPROP_CUDA_MESSAGE_UPDATE=1 (the unfused pair is
+ *     the faster since message sums per atom at bf16).
  *
  * GPU only (names gpu_*): skipped without a GPU, failed under
  * MOLPROP_REQUIRE_GPU=1.
@@ -100,11 +102,36 @@ static int update_case(mp_backend *b, int h, uint64_t seed, char *err, size_t ca
     return ok;
 }
 
+/* Opens gpu:NAME with message_update switched on (MOLPROP_CUDA_MESSAGE_UPDATE=1). */
+static mp_status open_fused(mp_backend **b, const char *name)
+{
+    char *old = mp_test_env_set("MOLPROP_CUDA_MESSAGE_UPDATE", "1");
+    mp_status st = mp_backend_open(b, name);
+    mp_test_env_restore("MOLPROP_CUDA_MESSAGE_UPDATE", old);
+    return st;
+}
+
+/* The default leaves the inference step to message + gemm_res_relu. */
+MP_TEST(gpu_fused_message_update_off_by_default)
+{
+    MP_NEED_GPU();
+    mp_backend *b = NULL, *f = NULL;
+    char *old = mp_test_env_set("MOLPROP_CUDA_MESSAGE_UPDATE", NULL);
+    mp_status st = mp_backend_open(&b, "gpu:bf16");
+    mp_test_env_restore("MOLPROP_CUDA_MESSAGE_UPDATE", old);
+    CHECK_OK(st);
+    CHECK(b->message_update == NULL);
+    CHECK_OK(open_fused(&f, "gpu:bf16"));
+    CHECK(f->message_update != NULL);
+    mp_backend_close(b);
+    mp_backend_close(f);
+}
+
 MP_TEST(gpu_fused_message_update_matches_unfused)
 {
     MP_NEED_GPU();
     mp_backend *b = NULL;
-    CHECK_OK(mp_backend_open(&b, "gpu:bf16"));
+    CHECK_OK(open_fused(&b, "gpu:bf16"));
     CHECK(b->message_update != NULL);
     /* one column block, a ragged one, several, a ragged K stage, small */
     static const int hs[] = { 300, 320, 1200, 2400, 100, 8 };
@@ -121,8 +148,8 @@ MP_TEST(gpu_fused_message_update_declines)
 {
     MP_NEED_GPU();
     mp_backend *b = NULL, *f = NULL;
-    CHECK_OK(mp_backend_open(&b, "gpu:bf16"));
-    CHECK_OK(mp_backend_open(&f, "gpu:fp32"));
+    CHECK_OK(open_fused(&b, "gpu:bf16"));
+    CHECK_OK(open_fused(&f, "gpu:fp32"));
     void *p = b->alloc(b, 1 << 16), *q = f->alloc(f, 1 << 16);
     int32_t zero[2] = { 0, 0 };
     CHECK(p && q);
@@ -150,7 +177,8 @@ MP_TEST(gpu_fused_model_inference)
 {
     MP_NEED_GPU();
     mp_backend *b = NULL;
-    CHECK_OK(mp_backend_open(&b, "gpu:bf16"));
+    CHECK_OK(open_fused(&b, "gpu:bf16"));
+    CHECK(b->message_update != NULL);
     static const int hs[] = { 300, 1200 }, depths[] = { 3, 6 };
     for (int k = 0; k < 2; k++) {
         mp_model_config cfg = mp_model_config_default();

@@ -267,8 +267,11 @@ void mp_cu_fused_ops(mp_backend *b)
     allow_smem<bf16, float>(c);
     allow_smem<float, bf16>(c);
     allow_smem<float, float>(c);
-    /* MOLPROP_CUDA_MESSAGE_UPDATE=0: inference forwards take message and
-     * gemm_res_relu as training does (for comparisons) */
+    /* Off unless MOLPROP_CUDA_MESSAGE_UPDATE=1: since message sums per atom
+     * at every storage type (rows_cuda.cu), message + gemm_res_relu make a
+     * faster inference forward than this kernel (an H100, 2026-12-07: 2.78M
+     * against 2.42M mol/s at batch 4,096, 3.16M against 2.61M at 65,536;
+     * bench/RESULTS.md).  Kept for the comparison and its tests. */
     const char *mu = getenv("MOLPROP_CUDA_MESSAGE_UPDATE");
-    b->message_update = mu && !strcmp(mu, "0") ? NULL : cu_message_update;
+    b->message_update = mu && !strcmp(mu, "1") ? cu_message_update : NULL;
 }
