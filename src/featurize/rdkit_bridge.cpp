@@ -29,6 +29,7 @@
 #include <RDGeneral/versions.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -124,18 +125,45 @@ std::string log_reason()
     return out;
 }
 
+std::atomic<int> g_full_parse;   /* mp_rdk_set_full_parse */
+
+/*
+ * Whether SmilesToMol's last step can be left out.  After sanitizing and
+ * removing H, SmilesToMol runs RDKit's stereo perception with "flag possible
+ * stereocentres" on, which ranks every atom by CIP (over a quarter of the
+ * parse of a hiv or qm9 molecule).  On a SMILES without '@' (atom chirality), '/' or '\'
+ * (double-bond directions) and without a CXSMILES part or name after a
+ * blank, no atom has a chiral tag and no bond a direction, so that step
+ * changes no chiral tag and no bond stereo: it only sets properties
+ * (_CIPRank, _ChiralityPossible, _StereochemDone).  Of what we ask of RDKit
+ * only the descriptor registry reads them (it refuses to count stereocentres
+ * without _StereochemDone), so its molecules keep the whole parse;
+ * MolToSmiles and the Morgan generator perceive stereo on their own copy when
+ * it is missing.  test_featurize_parse.c checks every feature set against the
+ * whole parse, molecule by molecule.
+ */
+bool stereo_free(const char *smiles)
+{
+    return !std::strpbrk(smiles, "@/\\ \t") && !g_full_parse.load(std::memory_order_relaxed);
+}
+
 /* Chemprop v1's make_mol: sanitize, remove H, then clear atom maps.  Returns
- * the molecule or nullptr with `err` set. */
-RDKit::RWMol *parse_smiles(const char *smiles, std::string &err)
+ * the molecule or nullptr with `err` set.  Unless `stereo` asks for RDKit's
+ * whole parse (RDKit's descriptor registry counts stereocentres and refuses
+ * a molecule without its stereo perception), a stereo-free SMILES is parsed
+ * without sanitizing, then sanitized and stripped of H with the call
+ * SmilesToMol makes, less the stereo perception (stereo_free). */
+RDKit::RWMol *parse_smiles(const char *smiles, std::string &err, bool stereo)
 {
     init_once();
     if (!*smiles) {
         err = "empty SMILES";
         return nullptr;
     }
+    const bool skip_stereo = !stereo && stereo_free(smiles);
     RDKit::SmilesParserParams params;
-    params.sanitize = true;
-    params.removeHs = true;
+    params.sanitize = !skip_stereo;
+    params.removeHs = !skip_stereo;
     std::unique_ptr<RDKit::RWMol> mol;
     tl_log.clear();
     try {
@@ -143,6 +171,10 @@ RDKit::RWMol *parse_smiles(const char *smiles, std::string &err)
         static thread_local std::string text;
         text.assign(smiles);
         mol.reset(RDKit::SmilesToMol(text, params));
+        if (mol && skip_stereo) {
+            bool implicit_only = false, update_explicit_count = true, sanitize = true;
+            RDKit::MolOps::removeHs(*mol, implicit_only, update_explicit_count, sanitize);
+        }
     } catch (const std::exception &e) {
         err = e.what();
         if (err.empty())
@@ -792,6 +824,11 @@ static int morgan2_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
     return 0;
 }
 
+extern "C" void mp_rdk_set_full_parse(int on)
+{
+    g_full_parse.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
 extern "C" int mp_rdk_featurize(mp_rdk_ctx *ctx, const char *smiles, int what,
                                 const mp_rdk_mol **out)
 {
@@ -802,7 +839,7 @@ extern "C" int mp_rdk_featurize(mp_rdk_ctx *ctx, const char *smiles, int what,
     m->error = nullptr;
     *out = m;
     ctx->error.clear();
-    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, ctx->error));
+    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, ctx->error, (what & MP_RDK_DESC) != 0));
     if (!mol) {
         m->error = ctx->error.c_str();
         return 0;
@@ -881,7 +918,7 @@ extern "C" int mp_rdk_fast_reference(const char *const *smiles, int n, double *f
     int r = 0;
     for (int i = 0; i < n && r == 0; i++) {
         std::string err;
-        std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles[i], err));
+        std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles[i], err, true));
         valid[i] = mol != nullptr;
         if (!mol)
             continue;
@@ -898,7 +935,7 @@ extern "C" int mp_rdk_fast_reference(const char *const *smiles, int n, double *f
 extern "C" int mp_rdk_morgan2_reference(const char *smiles, uint8_t *bits, uint32_t *counts)
 {
     std::string err;
-    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, err));
+    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, err, true));
     if (!mol)
         return 0;
     std::unique_ptr<morgan2_gen> gen(new_morgan2_gen());
@@ -928,7 +965,7 @@ extern "C" const char *mp_rdk_desc_name(int i)
 extern "C" int mp_rdk_morgan_reference(const char *smiles, uint32_t *counts)
 {
     std::string err;
-    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, err));
+    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, err, true));
     if (!mol)
         return 0;
     std::unique_ptr<RDKit::SparseIntVect<std::uint32_t>> fp(
@@ -942,7 +979,7 @@ extern "C" int mp_rdk_morgan_reference(const char *smiles, uint32_t *counts)
 extern "C" int mp_rdk_morgan_bitvect(const char *smiles, uint8_t *bits)
 {
     std::string err;
-    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, err));
+    std::unique_ptr<RDKit::RWMol> mol(parse_smiles(smiles, err, true));
     if (!mol)
         return 0;
     std::unique_ptr<ExplicitBitVect> fp(
@@ -966,7 +1003,7 @@ extern "C" char *mp_rdkit_canonical(const char *smiles)
     std::string err;
     std::unique_ptr<RDKit::RWMol> mol;
     try {
-        mol.reset(parse_smiles(smiles, err));
+        mol.reset(parse_smiles(smiles, err, true));
         if (!mol)
             return nullptr;
         std::string s = RDKit::MolToSmiles(*mol);

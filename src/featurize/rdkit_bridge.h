@@ -98,6 +98,13 @@ void        mp_rdk_ctx_free(mp_rdk_ctx *ctx);
  */
 int mp_rdk_featurize(mp_rdk_ctx *ctx, const char *smiles, int what, const mp_rdk_mol **out);
 
+/* Nonzero: every SMILES goes through RDKit's whole SmilesToMol, stereo
+ * perception included, also those without stereo marks, which by default
+ * skip it (the same molecules, 30-40% faster: rdkit_bridge.cpp
+ * stereo_free).  For the tests that compare the two and for benchmarks;
+ * process-wide, set it before featurizing. */
+void mp_rdk_set_full_parse(int on);
+
 /* Checks, before a run asks for MP_RDK_RDKIT2D or MP_RDK_V2DESC, that the
  * descriptor engine can start: RDKit's FragmentDescriptors.csv is readable
  * and its SMARTS parse, the embedded normalization table is sound.  Sets the
