@@ -4,10 +4,11 @@
  *
  *   build/bench/featurize_rate FILE.csv[.gz] [--threads N] [--no-morgan]
  *                              [--descriptors] [--scaffolds] [--layout v1|v2|organic]
- *                              [--check-morgan] [--full-parse]
+ *                              [--check-morgan] [--reference]
  *
- * --full-parse sends every SMILES through RDKit's whole SmilesToMol, stereo
- * perception included (mp_rdk_set_full_parse; before 2026-12-07, all did).
+ * --reference takes RDKit's own functions throughout (mp_rdk_set_reference,
+ * as every run did before 2026-12-07): every SMILES through the whole
+ * SmilesToMol, stereo perception included, and RDKit's MurckoDecompose.
  * --check-morgan then compares every molecule's Morgan counts with RDKit's
  * own GetHashedMorganFingerprint (untimed) and exits 1 on any difference.
  */
@@ -23,11 +24,11 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: %s FILE.csv[.gz] [--threads N] [--no-morgan] [--descriptors] "
-                        "[--scaffolds] [--layout L] [--check-morgan] [--full-parse]\n", argv[0]);
+                        "[--scaffolds] [--layout L] [--check-morgan] [--reference]\n", argv[0]);
         return 1;
     }
     mp_featurize_opts o = { .layout = MP_ATOM_V1, .morgan = 1, .n_threads = 1 };
-    int check = 0, full_parse = 0;
+    int check = 0, reference = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             o.n_threads = atoi(argv[++i]);
@@ -39,8 +40,8 @@ int main(int argc, char **argv)
             o.scaffolds = 1;
         else if (!strcmp(argv[i], "--check-morgan"))
             check = 1;
-        else if (!strcmp(argv[i], "--full-parse"))
-            full_parse = 1;
+        else if (!strcmp(argv[i], "--reference"))
+            reference = 1;
         else if (!strcmp(argv[i], "--layout") && i + 1 < argc) {
             if (mp_atom_layout_parse(argv[++i], &o.layout) != MP_OK) {
                 fprintf(stderr, "%s\n", mp_error_message());
@@ -51,7 +52,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    mp_rdk_set_full_parse(full_parse);
+    mp_rdk_set_reference(reference);
     gzFile gz = gzopen(argv[1], "rb");
     if (!gz) {
         fprintf(stderr, "cannot open %s\n", argv[1]);
@@ -91,9 +92,9 @@ int main(int argc, char **argv)
     for (int32_t i = 0; i < f->g.n_mols; i++)
         valid += f->g.valid[i];
     printf("featurize_rate file=%s threads=%d morgan=%d descriptors=%d scaffolds=%d layout=%s "
-           "full_parse=%d molecules=%zu valid=%d atoms=%d edges=%d seconds=%.3f molecules_per_s=%.0f cpu_seconds=%.3f molecules_per_cpu_s=%.0f\n",
+           "reference=%d molecules=%zu valid=%d atoms=%d edges=%d seconds=%.3f molecules_per_s=%.0f cpu_seconds=%.3f molecules_per_cpu_s=%.0f\n",
            argv[1], o.n_threads, o.morgan, o.descriptors, o.scaffolds,
-           mp_atom_layout_name(o.layout), full_parse, n, (int)valid, (int)f->g.n_atoms, (int)f->g.n_edges, s,
+           mp_atom_layout_name(o.layout), reference, n, (int)valid, (int)f->g.n_atoms, (int)f->g.n_edges, s,
            (double)n / s, cpu, (double)n / cpu);
     long differ = 0;
     if (check && o.morgan) {

@@ -1,8 +1,11 @@
 /*
- * test_featurize_parse.c - the parse without stereo perception for SMILES
- * that carry no stereo marks (rdkit_bridge.cpp stereo_free) gives every
- * feature set exactly what RDKit's whole SmilesToMol gives: molecules of every
- * dataset of the mirror and a list of awkward ones, featurized both ways.
+ * test_featurize_parse.c - the bridge's shorter ways to RDKit's results
+ * (rdkit_bridge.cpp): the parse without stereo perception for SMILES that
+ * carry no stereo marks (stereo_free) gives every feature set exactly what
+ * RDKit's whole SmilesToMol gives, and the Murcko scaffolds of murcko_core
+ * are those of RDKit's MurckoDecompose: molecules of every dataset of the
+ * mirror and a list of awkward ones, featurized both ways
+ * (mp_rdk_set_reference).
  */
 #include "test.h"
 #include "test_featurize_util.h"
@@ -32,6 +35,13 @@ static const char *const AWKWARD[] = {
     "C1CCCCCCC=CCCC1", "C1CCCC/C=C/CCC1", "[H]C(=O)N([H])[H]", "[H]N1C=CC=C1",
     "OC1C(O)C(O)C(O)C(O)C1O", "C12C3C4C1C5C2C3C45", "[C-]#[O+]", "[NH4+]", "[se]1cccc1",
     "c1ccc(cc1)P(c1ccccc1)c1ccccc1", "Cl[Pt](Cl)([NH3])[NH3]", "C(=O)=O", "[Xe]", "",
+    /* scaffolds: linkers, branches on them, exocyclic double bonds, aromatic
+     * N losing a substituent, separate fragments, no ring */
+    "c1ccccc1CCc1ccccc1", "c1ccccc1C(C)(CC)Cc1ccncc1", "O=C(c1ccccc1)c1ccccc1",
+    "C=C(CC1CC1)CC1CCC1", "Cn1ccc2ccccc21", "CN1C=CC=C1", "C[n+]1ccccc1",
+    "O=C1CCC(=O)N1Cc1ccccc1", "C1CC1.C1CC1", "c1ccccc1.CCO", "CCCC(C)C",
+    "C1CCC2(CC1)CCC2", "c1ccc2c(c1)CCc1ccccc1-2", "OCC1OC(O)C(O)C(O)C1O",
+    "C(c1ccccc1)(c1ccccc1)c1ccccc1", "[O-][n+]1ccccc1CC1=CC=CC1",
 };
 #define N_AWKWARD ((int)(sizeof AWKWARD / sizeof AWKWARD[0]))
 
@@ -71,18 +81,18 @@ static int same_both_ways(char **s, int32_t n, const mp_featurize_opts *o)
 {
     mp_features *fast = NULL, *full = NULL;
     mp_status a = mp_featurize(&fast, (const char *const *)s, n, o);
-    mp_rdk_set_full_parse(1);
+    mp_rdk_set_reference(1);
     mp_status b = mp_featurize(&full, (const char *const *)s, n, o);
-    mp_rdk_set_full_parse(0);
+    mp_rdk_set_reference(0);
     int same = a == MP_OK && b == MP_OK && tf_same_features(fast, full);
     if (a == MP_OK && b == MP_OK && !same)
         for (int32_t i = 0; i < n; i++) {   /* name the first molecule that differs */
             mp_features *x = NULL, *y = NULL;
             const char *one[1] = { s[i] };
             mp_status p = mp_featurize(&x, one, 1, o);
-            mp_rdk_set_full_parse(1);
+            mp_rdk_set_reference(1);
             mp_status q = mp_featurize(&y, one, 1, o);
-            mp_rdk_set_full_parse(0);
+            mp_rdk_set_reference(0);
             int differs = p != MP_OK || q != MP_OK || !tf_same_features(x, y);
             mp_features_free(x);
             mp_features_free(y);
@@ -112,6 +122,19 @@ MP_TEST(featurize_stereo_free_parse_equals_full_every_set)
     int same = same_both_ways(s, n, &o);
     tf_free_strings(s, n);
     CHECK_MSG(same, "the parse without stereo perception changed a feature");
+}
+
+/* Murcko scaffolds alone, on 3,000 molecules of each dataset. */
+MP_TEST(featurize_murcko_core_equals_rdkits)
+{
+    int32_t n;
+    int n_free, n_marked;
+    char **s = sample(3000, &n, &n_free, &n_marked);
+    CHECK(s);
+    mp_featurize_opts o = { .layout = MP_ATOM_V1, .scaffolds = 1, .n_threads = 2 };
+    int same = same_both_ways(s, n, &o);
+    tf_free_strings(s, n);
+    CHECK_MSG(same, "a scaffold differs from RDKit's MurckoDecompose");
 }
 
 /* Graphs (both atom layouts) and Morgan counts, on 3,000 molecules of each. */

@@ -125,7 +125,7 @@ std::string log_reason()
     return out;
 }
 
-std::atomic<int> g_full_parse;   /* mp_rdk_set_full_parse */
+std::atomic<int> g_reference;   /* mp_rdk_set_reference: RDKit's own way throughout */
 
 /*
  * Whether SmilesToMol's last step can be left out.  After sanitizing and
@@ -144,7 +144,7 @@ std::atomic<int> g_full_parse;   /* mp_rdk_set_full_parse */
  */
 bool stereo_free(const char *smiles)
 {
-    return !std::strpbrk(smiles, "@/\\ \t") && !g_full_parse.load(std::memory_order_relaxed);
+    return !std::strpbrk(smiles, "@/\\ \t") && !g_reference.load(std::memory_order_relaxed);
 }
 
 /* Chemprop v1's make_mol: sanitize, remove H, then clear atom maps.  Returns
@@ -263,6 +263,9 @@ struct mp_rdk_ctx {
     int32_t cap_atoms, cap_bonds, cap_morgan, cap_morgan2;
     std::string error, scaffold;
     morgan_ws mw;
+    /* murcko_core: per atom, kept; neighbours not pruned; the atoms to prune */
+    std::vector<std::uint8_t> murcko_keep;
+    std::vector<std::uint32_t> murcko_left, murcko_stack;
     mp_d2_ctx *d2;                     /* made on first use */
     std::unique_ptr<morgan2_gen> gen2; /* made on first use */
     double d2v[MP_D2_ALL];
@@ -737,10 +740,87 @@ static int morgan_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
     return ok ? 0 : -1;
 }
 
+/*
+ * RDKit's MurckoDecompose, with the atoms it keeps found by pruning instead
+ * of its all-pairs shortest paths (getDistanceMat with paths, O(n^3): two
+ * thirds of MurckoDecompose's time, a seventh of a featurization with
+ * scaffolds).  RDKit keeps the ring atoms and the atoms on its shortest path
+ * from the first atom of each ring to the first atom of each later ring.
+ * An atom in no ring has only bridges for bonds, so it lies on a path
+ * between two ring atoms exactly when it separates them, and then it lies on
+ * every path between them, the shortest included.  So RDKit keeps the ring
+ * atoms and the ring-free atoms with ring atoms in at least two of their
+ * branches: what is left after removing, again and again, ring-free atoms
+ * with at most one neighbour left.  The rest is RDKit's own steps: the
+ * same fixes of the kept neighbours' hydrogens, in the same order (a
+ * neighbour visited before a double bond stops the loop is fixed even
+ * though the atom stays), the same batch removal.  Molecules with
+ * conformers (CXSMILES coordinates), and the reference mode, go to RDKit's
+ * function.  test_featurize_parse.c compares the scaffolds.
+ */
+static RDKit::ROMol *murcko_core(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
+{
+    const unsigned n = mol.getNumAtoms();
+    const RDKit::RingInfo *ri = mol.getRingInfo();
+    if (!n || mol.getNumConformers() || !ri->isInitialized() ||
+        g_reference.load(std::memory_order_relaxed))
+        return RDKit::MurckoDecompose(mol);
+    std::vector<std::uint8_t> &keep = ctx->murcko_keep;
+    std::vector<std::uint32_t> &left = ctx->murcko_left, &stack = ctx->murcko_stack;
+    keep.assign(n, 1);
+    left.resize(n);
+    stack.clear();
+    for (unsigned i = 0; i < n; i++) {
+        left[i] = mol.getAtomDegree(mol.getAtomWithIdx(i));
+        if (!ri->numAtomRings(i) && left[i] <= 1)
+            stack.push_back(i);
+    }
+    while (!stack.empty()) {   /* ring atoms never enter the stack */
+        unsigned i = stack.back();
+        stack.pop_back();
+        keep[i] = 0;
+        for (const Atom *nb : mol.atomNeighbors(mol.getAtomWithIdx(i))) {
+            unsigned j = nb->getIdx();
+            if (keep[j] && !ri->numAtomRings(j) && --left[j] == 1)
+                stack.push_back(j);
+        }
+    }
+    std::unique_ptr<RDKit::RWMol> res(new RDKit::RWMol(mol));
+    res->beginBatchEdit();
+    for (unsigned i = 0; i < n; i++) {
+        if (keep[i])
+            continue;
+        Atom *atom = res->getAtomWithIdx(i);
+        bool remove = true;
+        for (Atom *nb : res->atomNeighbors(atom)) {
+            if (!keep[nb->getIdx()])
+                continue;
+            if (res->getBondBetweenAtoms(i, nb->getIdx())->getBondType() == Bond::DOUBLE) {
+                remove = false;
+                break;
+            } else if (nb->getIsAromatic() && nb->getAtomicNum() != 6) {
+                nb->setNumExplicitHs(1);   /* aromatic heteroatoms */
+            } else if (nb->getIsAromatic() && nb->getAtomicNum() == 6 &&
+                       nb->getFormalCharge() == 1) {
+                nb->setNumExplicitHs(1);   /* aromatic carbocations */
+            } else if (nb->getNoImplicit() || nb->getChiralTag() != Atom::CHI_UNSPECIFIED) {
+                nb->setNoImplicit(false);
+                nb->setNumExplicitHs(0);
+                nb->setChiralTag(Atom::CHI_UNSPECIFIED);
+            }
+        }
+        if (remove)
+            res->removeAtom(atom);
+    }
+    res->commitBatchEdit();
+    res->clearComputedProps();
+    return res.release();
+}
+
 static void copy_scaffold(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
 {
     /* REFERENCE 3.2 step 1: RDKit's MurckoScaffoldSmiles(includeChirality=False). */
-    std::unique_ptr<RDKit::ROMol> core(RDKit::MurckoDecompose(mol));
+    std::unique_ptr<RDKit::ROMol> core(murcko_core(ctx, mol));
     ctx->scaffold.clear();
     if (!core || core->getNumAtoms() == 0)
         return;
@@ -824,9 +904,9 @@ static int morgan2_counts(mp_rdk_ctx *ctx, const RDKit::ROMol &mol)
     return 0;
 }
 
-extern "C" void mp_rdk_set_full_parse(int on)
+extern "C" void mp_rdk_set_reference(int on)
 {
-    g_full_parse.store(on ? 1 : 0, std::memory_order_relaxed);
+    g_reference.store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
 extern "C" int mp_rdk_featurize(mp_rdk_ctx *ctx, const char *smiles, int what,

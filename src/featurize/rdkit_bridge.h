@@ -98,12 +98,14 @@ void        mp_rdk_ctx_free(mp_rdk_ctx *ctx);
  */
 int mp_rdk_featurize(mp_rdk_ctx *ctx, const char *smiles, int what, const mp_rdk_mol **out);
 
-/* Nonzero: every SMILES goes through RDKit's whole SmilesToMol, stereo
- * perception included, also those without stereo marks, which by default
- * skip it (the same molecules, 30-40% faster: rdkit_bridge.cpp
- * stereo_free).  For the tests that compare the two and for benchmarks;
- * process-wide, set it before featurizing. */
-void mp_rdk_set_full_parse(int on);
+/* Nonzero: RDKit's own functions throughout, where by default the bridge
+ * takes a shorter way to the same result: every SMILES through RDKit's whole
+ * SmilesToMol, stereo perception included (by default those without stereo
+ * marks skip it: 30-40% faster), and scaffolds through RDKit's
+ * MurckoDecompose (rdkit_bridge.cpp stereo_free, murcko_core).  For the
+ * tests that compare the two and for benchmarks; process-wide, set it
+ * before featurizing. */
+void mp_rdk_set_reference(int on);
 
 /* Checks, before a run asks for MP_RDK_RDKIT2D or MP_RDK_V2DESC, that the
  * descriptor engine can start: RDKit's FragmentDescriptors.csv is readable
