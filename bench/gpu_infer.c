@@ -199,11 +199,11 @@ static void s_copy2d(mp_backend *b, void *dst, mp_stype dst_st, int ldd, const v
 static int s_message_update(mp_backend *b, void *c, const void *r, mp_stype rc_st, void *s,
                             const int32_t *is, const int32_t *ie, const int32_t *src,
                             const void *m, mp_stype m_st, int relu_in, const void *w,
-                            mp_stype w_st, int32_t na, int32_t ne, int h)
+                            mp_stype w_st, int32_t na, int32_t ne, int h, void *msg)
 {
     t_begin("message_update, fused (%ld atoms, %ld edges)", na, ne, 0);
     int done = real.message_update(&real, c, r, rc_st, s, is, ie, src, m, m_st, relu_in, w, w_st,
-                                   na, ne, h);
+                                   na, ne, h, msg);
     t_end();
     return done;
 }

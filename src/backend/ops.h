@@ -501,13 +501,18 @@ struct mp_backend {
      * w's storage as message writes msg, w [h x h].  r, c of storage rc_st,
      * m of m_st; c overlaps none of the others.  Returns 0, queuing nothing,
      * where these shapes or storage types are not fused: the caller then
-     * calls message and gemm_res_relu.  Deterministic, but not bit for bit
-     * that pair: the product sums in its own order. */
+     * calls message and gemm_res_relu.  msg, where not NULL (a training
+     * forward: the backward reads the message), also receives the message
+     * as message would write it (w's storage, rows of h); a form that
+     * cannot write it returns 0.  Deterministic.  cuda has none by default;
+     * its panels' form (MOLPROP_CUDA_MESSAGE_UPDATE=2: wgmma, sm_90) gives
+     * that pair's bits where it runs, its mma.sync form (=1; inference
+     * only) sums the product in its own order. */
     int (*message_update)(mp_backend *b, void *c, const void *r, mp_stype rc_st, void *s,
                           const int32_t *in_start, const int32_t *in_edge,
                           const int32_t *edge_src, const void *m, mp_stype m_st, int relu_in,
                           const void *w, mp_stype w_st, int32_t n_atoms, int32_t n_edges,
-                          int h);
+                          int h, void *msg);
 
     /* ---- sharing the device (optional: NULL on host-memory backends) -- */
     /* This instance is one of n that run side by side on one device (an

@@ -116,6 +116,7 @@ typedef struct {
     int            pdl;          /* programmatic dependent launch: 0 off, 1 all
                                   * but the panels, 2 all (launch_dep(), below) */
     long           tile_calls;   /* products queued on it (mp_backend_cuda_tile_calls) */
+    long           panel_msg_calls; /* message steps on the panels (fused_cuda.cu) */
     mp_precision   prec;
     int            sm_count;
     int            sm_target;    /* SMs the products are sized for; 0: all (gpu.h) */
@@ -236,6 +237,14 @@ typedef __nv_bfloat16 bf16;
             __VA_ARGS__;                                                                  \
         }                                                                                 \
     } while (0)
+
+/* x, or max(x, 0) where RELU: how message reads M_0 through the ReLU
+ * (kernels_rows.cuh's per-atom message, fused_cuda.cu's panels: one
+ * definition, so the two make the same bits). */
+template <bool RELU> __device__ __forceinline__ float rl(float x)
+{
+    return RELU ? (x > 0.0f ? x : 0.0f) : x;
+}
 
 static inline cudaDataType_t cuda_type(mp_stype st)
 {

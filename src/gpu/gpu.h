@@ -131,6 +131,9 @@ size_t mp_backend_cuda_memory(const mp_backend *b);
  * set_share(n > 2) the products of up to 6,144 rows, and products with n
  * or k past 512 always, go to cuBLAS unless MOLPROP_CUDA_TILES=1. */
 long   mp_backend_cuda_tile_calls(const mp_backend *b);
+/* Message steps queued on the wgmma panels (fused_cuda.cu, ops.h
+ * message_update) since open; 0 for a backend that is not a cuda one. */
+long   mp_backend_cuda_panel_message_calls(const mp_backend *b);
 
 /* The GEMM precision the backend was opened with. */
 mp_precision mp_backend_cuda_precision(const mp_backend *b);

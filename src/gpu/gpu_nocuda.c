@@ -39,6 +39,7 @@ const char *mp_backend_cuda_info(const mp_backend *b) { return ""; }
 int mp_backend_cuda_sm_count(const mp_backend *b) { return 0; }
 size_t mp_backend_cuda_memory(const mp_backend *b) { return 0; }
 long mp_backend_cuda_tile_calls(const mp_backend *b) { return 0; }
+long mp_backend_cuda_panel_message_calls(const mp_backend *b) { return 0; }
 mp_precision mp_backend_cuda_precision(const mp_backend *b) { return MP_PREC_FP32; }
 void *mp_backend_cuda_stream(mp_backend *b) { return NULL; }
 void mp_backend_cuda_clear_error(mp_backend *b) {}

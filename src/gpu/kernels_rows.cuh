@@ -418,10 +418,6 @@ __global__ void k_gather_rows(float *__restrict__ out, TO *__restrict__ outo,
 #define MD_SUM 4   /* rows summed a round  */
 #define MD_OUT 2   /* edges written a round */
 
-template <bool RELU> __device__ __forceinline__ float rl(float x)
-{
-    return RELU ? (x > 0.0f ? x : 0.0f) : x;
-}
 
 template <int V, typename TO, typename TX, typename TY, bool RELU, bool BACKWARD>
 __global__ void k_message_by_atom(TO *__restrict__ out, float *__restrict__ dh0,

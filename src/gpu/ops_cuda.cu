@@ -448,6 +448,12 @@ extern "C" long mp_backend_cuda_tile_calls(const mp_backend *b)
     return c ? c->tile_calls : 0;
 }
 
+extern "C" long mp_backend_cuda_panel_message_calls(const mp_backend *b)
+{
+    gpu_ctx *c = mp_cu_ctx(b);
+    return c ? c->panel_msg_calls : 0;
+}
+
 extern "C" size_t mp_backend_cuda_memory(const mp_backend *b)
 {
     gpu_ctx *c = mp_cu_ctx(b);

@@ -32,9 +32,7 @@
  * last block of each tile, took 19.5-21 us at batch 50 against cuBLAS's 14
  * (bench/RESULTS.md).
  */
-#include "gpu/cuda_ctx.cuh"
-#include "gpu/mma.cuh"
-#include "gpu/wgmma.cuh"
+#include "gpu/panel.cuh"
 
 /* Past this many rows of C cuBLAS is faster: at 10,000 (batch 200) its sm90
  * kernels took 19 us for E x 300 x 300, these 30 (bench/RESULTS.md). */
@@ -56,17 +54,6 @@ template <int BM_, int BN_, int BK_, int WM_, int WN_, int ST_> struct tile_cfg 
 };
 typedef tile_cfg<32, 64, 64, 16, 32, 3> cfg_small;   /* up to 4,096 rows */
 typedef tile_cfg<64, 64, 32, 32, 32, 4> cfg_mid;     /* up to TILE_MAX_ROWS */
-
-enum { EPI_BETA, EPI_RES_RELU };
-
-struct tile_args {
-    const bf16 *a, *b;
-    void *c;
-    const void *r;           /* EPI_RES_RELU's residual, of C's type */
-    int lda, ldb, ldc, ldr;
-    int m, n, k;
-    float beta;
-};
 
 /* The epilogue of one pair of outputs (row, col), col even. */
 template <typename TC, int EPI>
@@ -215,34 +202,6 @@ __global__ void __launch_bounds__(CFG::NT) k_tile_gemm(tile_args p)
     }
 }
 
-/*
- * Panels (past TILE_MAX_ROWS; sm_90a): B whole in shared memory, wgmma.
- * At batch sizes of hundreds and thousands the D-MPNN's E x 300 x 300
- * products are compute-bound, and cuBLAS runs them at 100-123 TFLOP/s:
- * K = 300 is short, so its 128-row tiles spend much of their time filling
- * and draining, and A is read once per column tile.  Here one block per SM
- * holds all of B (n <= 304, k <= 320; core matrices of 8 x 8, no swizzle),
- * and each of its two warpgroups walks its own 64-row panels of C, 64 x 304
- * each as two wgmma halves of 152, A in 32-column stages, 4 in flight per
- * warpgroup.  The two warpgroups drift apart, so one's epilogue overlaps
- * the other's products.  (An mma.sync form of the same plan ran the tensor
- * pipe at 20%: bench/RESULTS.md.)  Every output is one fixed sum in k
- * order whatever the panel or grid, so the bits do not depend on set_share.
- */
-#define PANEL_N    304     /* n, at most: two halves of 152 */
-#define PANEL_NH   152
-#define PANEL_KMAX 320     /* k, at most, in stages of PANEL_BK */
-#define PANEL_BM   64
-#define PANEL_BK   32
-#define PANEL_ST   4
-#define PANEL_WG   2       /* warpgroups a block */
-#define PANEL_NT   (PANEL_WG * 128)
-#define PANEL_A_BYTES (PANEL_BM * PANEL_BK * 2)
-/* From this many rows on the panels are faster than cuBLAS (E x 300 x 300 at
- * batch 700, ~38,000 edges, they tie: bench/RESULTS.md); below, cuBLAS. */
-#define PANEL_MIN_ROWS 40000
-#define PANEL_SMEM_MAX (PANEL_N * PANEL_KMAX * 2 + PANEL_WG * PANEL_ST * PANEL_A_BYTES)
-
 template <bool TB, typename TC, int EPI>
 __global__ void __launch_bounds__(PANEL_NT, 1) k_panel_gemm(tile_args p)
 {
@@ -254,53 +213,7 @@ __global__ void __launch_bounds__(PANEL_NT, 1) k_panel_gemm(tile_args p)
     const int wg = threadIdx.x >> 7, t = threadIdx.x & 127;
     bf16 *Aw = smp + PANEL_N * kp + wg * PANEL_ST * (PANEL_A_BYTES / 2);
 
-    /* all of B (zeros past n and k), before any product.  A byte of core
-     * (n, k) lies at 16 (n % 8) + 2 (k % 8) modulo 128, so a warp's writes
-     * meet in few banks unless its lanes spread over n % 8 and k % 8: each
-     * warp's share is laid out so they do (a plain row-major walk put 16
-     * lanes on one bank: the W_h update at batch 4096 took 258 us, now 252). */
-    const int warp_b = threadIdx.x >> 5, lane_b = threadIdx.x & 31, NW = PANEL_NT / 32;
-    if (TB) {   /* b: n x k, k contiguous; a task: 8 n x 16 k, a lane 4 k (8 bytes) */
-        const int kq = kp / 16, tasks = PANEL_N / 8 * kq;
-        for (int w = warp_b; w < tasks; w += NW) {
-            const int n = w / kq * 8 + (lane_b & 7), k = (w % kq) * 16 + (lane_b >> 3) * 4;
-            const int ok = n < p.n && k < p.k;
-            cp_async<8>(Bs + core_at(n, k, KC), ok ? p.b + (size_t)n * p.ldb + k : p.b, ok);
-        }
-        cp_commit();
-        cp_wait<0>();
-    } else {   /* b: k x n, n contiguous, transposed on the way: a task is 32 n x 4 k
-                * (k of one parity, 2 apart), a lane 4 n (8 bytes), stored rotated
-                * by lane so that one store of the warp meets every n % 8; 8 loads
-                * in flight */
-        const int nq = lane_b & 7, kk = lane_b >> 3, rot = (nq >> 1) & 3;
-        const int kt = kp / 8 * 2, tasks = (PANEL_N + 31) / 32 * kt;
-        uint16_t *Bu = (uint16_t *)Bs;
-        for (int w0 = warp_b; w0 < tasks; w0 += 8 * NW) {
-            uint2 v[8];
-            int nn[8], kx[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int w = w0 + u * NW;
-                const int n = w / kt * 32 + 4 * nq, k = (w % kt) / 2 * 8 + 2 * kk + (w % kt) % 2;
-                nn[u] = w < tasks ? n : PANEL_N;
-                kx[u] = k;
-                v[u] = w < tasks && k < p.k && n < p.n
-                           ? *(const uint2 *)(p.b + (size_t)k * p.ldb + n) : make_uint2(0u, 0u);
-            }
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                if (nn[u] >= PANEL_N)
-                    continue;
-#pragma unroll
-                for (int qq = 0; qq < 4; qq++) {
-                    const int q = (qq + rot) & 3;
-                    const uint32_t word = q & 2 ? v[u].y : v[u].x;
-                    Bu[core_at(nn[u] + q, kx[u], KC)] = (uint16_t)(word >> ((q & 1) * 16));
-                }
-            }
-        }
-    }
+    panel_load_b<TB>(p.b, p.ldb, p.n, p.k, Bs, kp);
     fence_async_smem();
     __syncthreads();
 
@@ -318,85 +231,16 @@ __global__ void __launch_bounds__(PANEL_NT, 1) k_panel_gemm(tile_args p)
                         ok ? p.a + (size_t)(m0 + r) * p.lda + k0 + c : p.a, ok);
         }
     };
-    for (int q = 0; q < PANEL_ST - 1; q++) {
-        if (q < Q)
-            load(q);
-        cp_commit();
-    }
-    /* descriptors: core matrices 128 bytes apart along k, a core row of
-     * them (PANEL_BK / 8 of A, KC of B) apart along m and n */
-    const uint32_t a_sbo = PANEL_BK / 8 * 128, b_sbo = KC * 128;
     const uint32_t b0 = smem_addr(Bs);
     float acc[2][76];
-    const int warp = t >> 5, lane = t & 31;
-    for (int q = 0; q < Q; q++) {
-        cp_wait<PANEL_ST - 2>();
-        fence_async_smem();
-        bar_named(1 + wg, 128);   /* stage q in; stage q - 1's products done */
-        if (q + PANEL_ST - 1 < Q)
-            load(q + PANEL_ST - 1);
-        cp_commit();
+    panel_pipeline(Q, wg, load, [&](int q) {
         const int s = q % S;
-        const uint32_t a0 = smem_addr(Aw + (q % PANEL_ST) * (PANEL_A_BYTES / 2));
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < PANEL_BK / 16; j++) {
-            const uint64_t da = smem_desc(a0 + j * 256, 128, a_sbo);
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                wgmma_152<0, 0>(acc[h], da,
-                          smem_desc(b0 + (h * (PANEL_NH / 8) * KC + s * 4 + j * 2) * 128, 128,
-                                    b_sbo),
-                          s > 0 || j > 0);
-        }
-        wgmma_commit_wait();
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int i = 0; i < 76; i++)
-                asm volatile("" : "+f"(acc[h][i])::"memory");
+        panel_stage(acc, smem_addr(Aw + (q % PANEL_ST) * (PANEL_A_BYTES / 2)), b0, s, KC);
         if (s != S - 1)
-            continue;
-        /* thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8) of the panel,
-         * columns 8 i + 2 (l % 4) (+ 1) of each half */
+            return;
         const int m0 = (me + (q / S) * workers) * PANEL_BM;
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int row = m0 + warp * 16 + (lane >> 2) + hf * 8;
-            if (row >= p.m)
-                continue;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float2 rr[PANEL_NH / 8];
-                if (EPI == EPI_RES_RELU) {   /* R may be C: loads before stores */
-#pragma unroll
-                    for (int i = 0; i < PANEL_NH / 8; i++) {
-                        const int col = h * PANEL_NH + i * 8 + 2 * (lane & 3);
-                        rr[i] = col < p.n ? ld2((const TC *)p.r + (size_t)row * p.ldr + col)
-                                          : make_float2(0.f, 0.f);
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < PANEL_NH / 8; i++) {
-                    const int col = h * PANEL_NH + i * 8 + 2 * (lane & 3);
-                    if (col >= p.n)
-                        continue;
-                    float2 v = make_float2(acc[h][i * 4 + hf * 2], acc[h][i * 4 + hf * 2 + 1]);
-                    TC *cp = (TC *)p.c + (size_t)row * p.ldc + col;
-                    if (EPI == EPI_RES_RELU) {
-                        v.x = fmaxf(v.x + rr[i].x, 0.f);
-                        v.y = fmaxf(v.y + rr[i].y, 0.f);
-                    } else if (p.beta != 0.f) {
-                        const float2 o = ld2(cp);
-                        v.x += p.beta * o.x;
-                        v.y += p.beta * o.y;
-                    }
-                    st2(cp, v.x, v.y);
-                }
-            }
-        }
-    }
-    cp_wait<0>();
+        panel_epilogue<TC, EPI>(p, acc, [&](int r) { return m0 + r < p.m ? m0 + r : -1; });
+    });
 #endif
 }
 

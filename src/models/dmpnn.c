@@ -77,12 +77,14 @@ void mp_dmpnn_forward(mp_model *m, int training)
         const void *mp = virt ? a->h0 : a->m[t - 1];
         /* M_t = ReLU(H0 + msg W_h): the residual is the pre-activation H0;
          * dropout layer t-1 after it (dropout.c: its key, eager or device):
-         * dropout of ReLU(ReLU(x)) is exactly relu_dropout of x.  An
-         * inference forward never reads msg again: where the backend fuses
-         * the step, the message stays on chip (ops.h message_update). */
-        if (training || !b->message_update ||
+         * dropout of ReLU(ReLU(x)) is exactly relu_dropout of x.  Where the
+         * backend fuses the step (ops.h message_update), an inference
+         * forward's message stays on chip; a training forward's is written
+         * once for the backward, and not read back. */
+        if (!b->message_update ||
             !b->message_update(b, a->m[t], a->h0, sm, a->as, g->in_start, g->in_edge,
-                               g->edge_src, mp, sm, virt, a->wh_op, so, na, ne, h)) {
+                               g->edge_src, mp, sm, virt, a->wh_op, so, na, ne, h,
+                               training ? a->msg[t] : NULL)) {
             b->message(b, a->msg[t], so, a->as, g->in_start, g->in_edge, g->edge_src, mp, sm,
                        virt, na, ne, h);
             b->gemm_res_relu(b, ne, h, h, a->msg[t], h, a->wh_op, h, so, a->h0, h, a->m[t], h,
