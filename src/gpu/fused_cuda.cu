@@ -1,6 +1,9 @@
 /*
- * fused_cuda.cu - the D-MPNN message step of an inference forward as one
- * product kernel (ops.h message_update):
+ * fused_cuda.cu - the D-MPNN message step as one product kernel (ops.h
+ * message_update), in two forms, both off by default: an mma.sync form for
+ * inference forwards (MOLPROP_CUDA_MESSAGE_UPDATE=1, this comment) and a
+ * wgmma form on the panels for inference and training forwards (=2, the
+ * second half of the file):
  *
  *   M_t[e] = ReLU(H0[e] + bf16(S[src[e]] - M_{t-1}[e ^ 1]) W_h)
  *
